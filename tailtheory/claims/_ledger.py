@@ -1,0 +1,35 @@
+"""Reading the verdicts out of ``paper_repro.md`` and the README's claims table."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+_ROW = re.compile(r"^\|\s*([A-Z]\d{1,2})\s*\|")
+
+
+def table_verdicts(markdown: str, verdict_column: int) -> dict[str, str]:
+    """``{claim id: verdict}`` from every table row whose first cell is a claim id.
+
+    ``verdict_column`` is the 0-based index of the verdict cell. Bold markers are stripped.
+    """
+    out: dict[str, str] = {}
+    for line in markdown.splitlines():
+        if not _ROW.match(line):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cid, verdict = cells[0], cells[verdict_column].replace("*", "").strip()
+        if cid in out:
+            raise ValueError(f"claim {cid} appears twice in the table")
+        out[cid] = verdict
+    return out
+
+
+def ledger_verdicts(path: str | Path) -> dict[str, str]:
+    """Verdicts of ``paper_repro.md``: columns id | paper | claim | verdict | ..."""
+    return table_verdicts(Path(path).read_text(encoding="utf-8"), verdict_column=3)
+
+
+def readme_verdicts(path: str | Path) -> dict[str, str]:
+    """Verdicts of the README's claims table: columns id | paper | claim | verdict."""
+    return table_verdicts(Path(path).read_text(encoding="utf-8"), verdict_column=3)

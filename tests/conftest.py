@@ -1,0 +1,22 @@
+"""Test configuration: offline hub, Hypothesis profiles, figures to a temporary folder.
+
+Hypothesis profile by ``HYPOTHESIS_PROFILE`` (``dev``, ``ci``, ``thorough``); ``ci`` is the default
+when ``CI`` is set and is derandomised so a CI run is reproducible.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Figures and claims.json written during tests go to a scratch folder, not the committed ones.
+os.environ.setdefault("TAILTHEORY_FIGURES", tempfile.mkdtemp(prefix="tailtheory-figures-"))
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                     HealthCheck.data_too_large])
+settings.register_profile("dev", max_examples=60, **_COMMON)
+settings.register_profile("ci", max_examples=60, derandomize=True, print_blob=True, **_COMMON)
+settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
