@@ -1,0 +1,94 @@
+"""Tiny Hugging Face causal LMs built from a config, and loading of local checkpoints.
+
+Nothing is downloaded: ``tiny_lm`` builds a randomly initialised Qwen2- or Llama-architecture
+model from a ``transformers`` config; ``load_lm`` reads any causal LM saved in Hugging Face
+format at a local path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+ARCHS = ("qwen2", "llama")
+
+
+@dataclass(frozen=True)
+class TinyLMConfig:
+    """Size of a tiny causal LM. The default is ~0.4M parameters; ~30M at hidden 512, 8 layers."""
+
+    vocab_size: int = 512
+    """Vocabulary; much larger than a task's so unused tokens form a real low-probability tail."""
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int | None = None
+    """MLP width; defaults to 2 x hidden."""
+    max_positions: int = 256
+    arch: str = "qwen2"
+    """``qwen2`` or ``llama``."""
+    tie_embeddings: bool = False
+
+
+def hf_config(cfg: TinyLMConfig):
+    """The ``transformers`` config for ``cfg`` (eager attention: deterministic on CPU)."""
+    from transformers import LlamaConfig, Qwen2Config
+
+    if cfg.arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {cfg.arch!r}")
+    if cfg.vocab_size < 2:
+        raise ValueError(f"vocab_size must be >= 2, got {cfg.vocab_size}")
+    if cfg.hidden % cfg.heads or cfg.heads % cfg.kv_heads:
+        raise ValueError(f"hidden ({cfg.hidden}) must divide by heads ({cfg.heads}) and heads "
+                         f"by kv_heads ({cfg.kv_heads})")
+    kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden,
+              intermediate_size=cfg.intermediate or 2 * cfg.hidden,
+              num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+              num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
+              tie_word_embeddings=cfg.tie_embeddings, attn_implementation="eager")
+    return (Qwen2Config if cfg.arch == "qwen2" else LlamaConfig)(**kw)
+
+
+def tiny_lm(cfg: TinyLMConfig | None = None, seed: int = 0, **overrides):
+    """A randomly initialised causal LM in float32, eval mode, built from ``cfg``.
+
+    Keyword overrides replace fields of the default config: ``tiny_lm(vocab_size=2048)``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    cfg = TinyLMConfig(**{**asdict(cfg or TinyLMConfig()), **overrides})
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(hf_config(cfg), dtype=torch.float32)
+    return model.eval()
+
+
+def num_params(model) -> int:
+    """Number of parameters."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_lm(path: str | Path, device: str | torch.device | None = None,
+            dtype: torch.dtype = torch.float32):
+    """Load a causal LM saved with ``save_pretrained`` at a local ``path``.
+
+    Raises ``FileNotFoundError`` when the path does not exist and ``ValueError`` when it does not
+    hold a causal LM. ``device`` defaults to CUDA when available, else CPU.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    if not (path / "config.json").exists():
+        raise ValueError(f"{path} is not a Hugging Face checkpoint (no config.json)")
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
+                                                     dtype=dtype)
+    except (ValueError, OSError, KeyError) as exc:
+        raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval()
