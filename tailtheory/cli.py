@@ -41,6 +41,27 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from .engine.config import config_from_args
+    from .engine.trainer import train
+
+    cfg = config_from_args(args)
+    run = train(cfg, resume=args.resume, progress=not args.quiet)
+    print(f"wrote {run / 'metrics.jsonl'}")
+    return 0
+
+
+def _methods(args: argparse.Namespace) -> int:
+    from .engine.losses import METHODS, STAGES
+
+    rows = sorted(METHODS.values(), key=lambda m: (STAGES.index(m.stage), m.name))
+    width = max(len(m.name) for m in rows)
+    for m in rows:
+        print(f"{m.name:<{width}}  {m.stage:<10}  {m.summary}  [{m.source}]")
+    print("\ncombine with '+', e.g. --method ar+lopti, tis+mis, dr_grpo+trm")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
     p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0])
@@ -52,6 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     v.set_defaults(func=_verify)
+    t = sub.add_parser("train", help="GRPO training with a method spec on a rollout path")
+    from .engine.config import add_config_arguments
+    add_config_arguments(t)
+    t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=_train)
+    m = sub.add_parser("methods", help="list the registered training methods")
+    m.set_defaults(func=_methods)
+    s = sub.add_parser("sft", help="supervised warm start of a tiny LM on a task (cached)")
+    from .engine.sft import add_sft_arguments, sft_main
+    add_sft_arguments(s)
+    s.set_defaults(func=sft_main)
     return p
 
 

@@ -14,6 +14,10 @@ import torch
 
 ARCHS = ("qwen2", "llama")
 
+ATTENTION = "eager"
+"""Attention kernel of built and loaded models alike (a saved config does not keep it, and
+``sdpa`` differs from ``eager`` by ~1e-8: a reloaded model must compute what it saved)."""
+
 
 @dataclass(frozen=True)
 class TinyLMConfig:
@@ -48,7 +52,7 @@ def hf_config(cfg: TinyLMConfig):
               intermediate_size=cfg.intermediate or 2 * cfg.hidden,
               num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
               num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
-              tie_word_embeddings=cfg.tie_embeddings, attn_implementation="eager")
+              tie_word_embeddings=cfg.tie_embeddings, attn_implementation=ATTENTION)
     return (Qwen2Config if cfg.arch == "qwen2" else LlamaConfig)(**kw)
 
 
@@ -75,7 +79,9 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
     """Load a causal LM saved with ``save_pretrained`` at a local ``path``.
 
     Raises ``FileNotFoundError`` when the path does not exist and ``ValueError`` when it does not
-    hold a causal LM. ``device`` defaults to CUDA when available, else CPU.
+    hold a causal LM. ``device`` defaults to CUDA when available, else CPU. Attention is
+    ``ATTENTION`` (eager), as in :func:`tiny_lm`, so a reloaded model computes bitwise what it
+    computed when saved.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -87,7 +93,7 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
-                                                     dtype=dtype)
+                                                     dtype=dtype, attn_implementation=ATTENTION)
     except (ValueError, OSError, KeyError) as exc:
         raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -23,9 +23,14 @@ from typing import Callable
 import torch
 
 from ._checks import check_finite, check_positive_int
+from .mismatch import logprob_mismatch, mismatch_bound, mismatch_eps
 
 PATHS = ("bf16", "fp16", "kv")
 """The inference paths :func:`paired_logits` knows."""
+
+SHARPEN_SCALE = 40.0
+"""lm_head scale of M7's model: some positions reach p > 0.9, ~99% of tokens fall below 1e-3
+(random init, V = 512, hidden 128)."""
 
 
 def _check_input_ids(input_ids, vocab_size: int) -> torch.Tensor:
@@ -122,3 +127,66 @@ def random_input_ids(vocab_size: int, B: int, T: int, seed: int = 0) -> torch.Te
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, V, (check_positive_int(B, "B"), check_positive_int(T, "T")),
                          generator=g)
+
+
+HEAD_P, TAIL_P = 0.9, 1e-3
+"""Probability cut-offs of the head / tail summaries of :func:`mismatch_envelope`."""
+
+BOUND_RTOL, BOUND_ATOL = 1e-9, 1e-15
+"""Slack allowed when counting tokens under M3's bound: float64 rounding only."""
+
+
+def mismatch_envelope(trainer_logits, inference_logits, n_bins: int = 24,
+                      per: str = "position") -> tuple[dict[str, float], "pd.DataFrame"]:
+    """``|Delta|`` of every token against ``p``, and M3's bounds at the measured ``eps`` (M7).
+
+    Source: TIM (M7), DVP (M2, M3). ``delta = z_infer - z_train``; ``eps`` per position is
+    ``max_{j,k} |delta_j - delta_k| / 2`` (``per="token"``: the tighter per-token value). Every
+    token must lie under the exact bound (a theorem given ``eps``).
+
+    Returns ``(summary, df)``: summary numbers (``mean_abs``, ``max_abs``, ``head_mean_abs``
+    (p > 0.9), ``tail_mean_abs`` (p < 1e-3), ``frac_under_exact``, ``frac_under_first``,
+    ``frac_under_linear`` (M2 without its O(eps^2)), ``max_ratio_exact``) and a DataFrame with
+    one row per log10-p bin.
+
+    Shapes: trainer_logits, inference_logits (B, T, V) -> (dict, DataFrame with <= n_bins
+    rows; empty bins are left out).
+    """
+    Delta = logprob_mismatch(trainer_logits, inference_logits).abs()  # (B, T, V)
+    z = torch.as_tensor(trainer_logits, dtype=torch.float64)
+    p = torch.softmax(z, -1)
+    eps = mismatch_eps(torch.as_tensor(inference_logits, dtype=torch.float64) - z, per)
+    eps = eps if per == "token" else eps[..., None].expand_as(p)  # (B, T, V)
+    exact, first = mismatch_bound(p, eps, "exact"), mismatch_bound(p, eps, "first")
+    linear = mismatch_bound(p, eps, "linear")
+    def under(bound):
+        return float((Delta <= bound * (1 + BOUND_RTOL) + BOUND_ATOL).double().mean())
+
+    ratio = torch.where(exact > 0, Delta / exact, torch.zeros_like(Delta))
+    summary = dict(
+        n_tokens=Delta.numel(), mean_abs=float(Delta.mean()), max_abs=float(Delta.max()),
+        head_mean_abs=float(Delta[p > HEAD_P].mean()) if (p > HEAD_P).any() else float("nan"),
+        tail_mean_abs=float(Delta[p < TAIL_P].mean()) if (p < TAIL_P).any() else float("nan"),
+        frac_head=float((p > HEAD_P).double().mean()),
+        frac_tail=float((p < TAIL_P).double().mean()),
+        mean_eps=float(eps.mean()), frac_under_exact=under(exact), frac_under_first=under(first),
+        frac_under_linear=under(linear), max_ratio_exact=float(ratio.max()))
+    return summary, _binned(p, Delta, exact, first, n_bins)
+
+
+def _binned(p, Delta, exact, first, n_bins: int):
+    """Per log10-p bin: token count, mean and max ``|Delta|``, mean of both bounds."""
+    import pandas as pd
+
+    logp = torch.log10(p.clamp_min(1e-300)).flatten()
+    edges = torch.linspace(float(logp.min()), 0.0, n_bins + 1, dtype=torch.float64)
+    idx = torch.bucketize(logp, edges[1:-1])
+    cols = {"abs_Delta": Delta.flatten(), "bound_exact": exact.flatten(),
+            "bound_first": first.flatten(), "p": p.flatten()}
+    df = pd.DataFrame({k: v.numpy() for k, v in cols.items()}).assign(bin=idx.numpy())
+    out = df.groupby("bin").agg(p_mid=("p", "median"), count=("p", "size"),
+                                mean_abs_Delta=("abs_Delta", "mean"),
+                                max_abs_Delta=("abs_Delta", "max"),
+                                mean_bound_exact=("bound_exact", "mean"),
+                                mean_bound_first=("bound_first", "mean"))
+    return out.reset_index()

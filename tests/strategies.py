@@ -57,3 +57,61 @@ def bounded_perturbation(draw, V: int, eps: float) -> torch.Tensor:
     if kind == "corners":
         d = torch.sign(d) + (d == 0).double()
     return d * eps
+
+
+@st.composite
+def tabular_policies(draw, max_v: int = 4, max_t: int = 6, max_sequences: int = 5000,
+                     allow_eos: bool = True, max_scale: float = 30.0):
+    """A ``TabularPolicy`` small enough to enumerate: ``V^T <= max_sequences`` by construction,
+    logits from nearly uniform to extremely peaked, optionally an EOS token."""
+    from tailtheory.tabular import TabularPolicy
+
+    V = draw(st.integers(2, max_v))
+    t_cap = max(1, min(max_t, int(np.floor(np.log(max_sequences) / np.log(V)))))
+    T = draw(st.integers(1, t_cap))
+    eos = draw(st.one_of(st.none(), st.integers(0, V - 1))) if allow_eos else None
+    scale = draw(st.sampled_from([s for s in LOGIT_SCALES if s <= max_scale]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return TabularPolicy.random(V, T, eos=eos, sharpness=scale, seed=seed)
+
+
+MISMATCH_EPS = (0.0, 1e-8, 1e-3, 0.05, 0.5, 3.0)
+"""Logit-mismatch sizes from float64 rounding to far beyond bf16 (M2, M3)."""
+
+
+@st.composite
+def mismatch_cases(draw, min_v: int = 2, max_v: int = 4096, max_scale: float = 30.0):
+    """``(z, delta, k, eps)``: trainer logits, an engine perturbation with ``||delta||_inf <= eps``
+    (uniform inside the box, or on its corners), and a token. Built from a seed, so large
+    vocabularies cost nothing to draw."""
+    z = draw(logits(min_v, max_v, max_scale=max_scale))
+    V = z.shape[-1]
+    eps = draw(st.one_of(st.sampled_from(MISMATCH_EPS), st.floats(0.0, 3.0)))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    u = 2 * torch.rand(V, generator=g, dtype=torch.float64) - 1
+    if draw(st.booleans()):
+        u = torch.where(u >= 0, 1.0, -1.0).double()  # the corners of the box
+    k = draw(st.integers(0, V - 1))
+    return z, eps * u, k, eps
+
+
+@st.composite
+def grouped_batches(draw, max_groups: int = 4, max_group: int = 8, max_t: int = 6,
+                    min_group: int = 2):
+    """``(rewards (B,), group_ids (B,), mask (B, T), W (B, T))``: groups of responses whose masks
+    are alive prefixes (at least the first token), rewards in [0, 1] (binary or continuous) and a
+    realised energy ``W`` that is a running sum of per-token energies in [0, 2] (OTB)."""
+    sizes = draw(st.lists(st.integers(min_group, max_group), min_size=1, max_size=max_groups))
+    T = draw(st.integers(1, max_t))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    B = sum(sizes)
+    group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    perm = torch.randperm(B, generator=g)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    rewards = torch.rand(B, generator=g, dtype=torch.float64)
+    if draw(st.booleans()):
+        rewards = (rewards < 0.5).double()
+    w = 2 * torch.rand(B, T, generator=g, dtype=torch.float64) ** draw(st.sampled_from([1, 4]))
+    W = (w * mask).cumsum(-1)
+    return rewards[perm], group_ids[perm], mask[perm], W[perm]

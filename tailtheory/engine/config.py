@@ -1,0 +1,176 @@
+"""``TrainConfig``: every knob of a GRPO run, frozen, each default with its source.
+
+The method hyperparameters come from :class:`~tailtheory.engine.losses.MethodParams` (this class
+extends it), so a knob has exactly one default. Sweeps use ``dataclasses.replace``; the CLI
+generates one ``--flag`` per field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+
+from .._checks import check_positive_int
+from .losses import MethodParams, parse_methods
+
+PI_OLD = ("recompute", "bypass")
+"""How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
+
+RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens")
+"""Fields a resumed run may change (everything else must match the checkpoint's config)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig(MethodParams):
+    """One GRPO run: task, model, method, rollout path and optimisation."""
+
+    task: str = "kk"
+    """Task name (``tailtheory.engine.tasks.TASKS``)."""
+    n_people: int = 3
+    """Knights-and-Knaves people (``kk`` only): 3 leaves room for RL (CALIBRATION.md)."""
+    model: str = "warm"
+    """``warm`` (the task's supervised warm start), ``tiny`` (random tiny LM, for tests) or a
+    path to a saved causal LM."""
+    method: str = "grpo"
+    """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
+    rollout: str = "bf16"
+    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv."""
+    pi_old: str = "recompute"
+    """``recompute`` or ``bypass`` (TIM, V3)."""
+    steps: int = 200
+    """Optimiser steps (a Lopti step makes two updates)."""
+    seed: int = 0
+    """Seeds the model (``tiny``), the sampler's generator and the problem stream."""
+    prompts_per_step: int = 8
+    """Prompts per step; LOPTI uses 64 (TRAIN_BS), 8 keeps a toy step near a second."""
+    group_size: int = 8
+    """Responses per prompt ``G``: 8 as in LOPTI's run scripts (ROLLOUT_N)."""
+    max_new_tokens: int = 0
+    """Response cap; 0 means the task's ``max_response_len``."""
+    lr: float = 1e-4
+    """AdamW learning rate; toy scale (LOPTI uses 1e-6 on 3B-7B models; the warm start 1e-3)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay; 0 keeps the update the loss's alone."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip; verl's actor default (grad_clip = 1.0)."""
+    checkpoint_every: int = 50
+    """Steps between checkpoints (the last step always writes one); verl's save_freq is 20."""
+    dump_tokens: bool = False
+    """Write per-token probabilities, advantages and log-ratios to ``RUN/tokens/*.parquet``."""
+    out: str = "runs/default"
+    """Run directory: ``metrics.jsonl``, ``checkpoint.pt``, ``config.json``."""
+
+    def __post_init__(self):
+        _validate(self)
+
+    def method_params(self) -> MethodParams:
+        """The method hyperparameters of this config."""
+        return MethodParams(**{f.name: getattr(self, f.name) for f in fields(MethodParams)})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        """Hash of every field a resumed run must keep (all but :data:`RESUME_FREE`)."""
+        kept = {k: v for k, v in asdict(self).items() if k not in RESUME_FREE}
+        return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _in_open_unit(x: float, name: str) -> None:
+    if not 0.0 < x < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1), got {x}")
+
+
+def _validate(c: TrainConfig) -> None:
+    from tailtheory.pruning import RULES
+    from tailtheory.trm_mask import CRITERIA
+
+    from .rollout import PATHS
+    from .tasks import TASKS
+
+    if c.task not in TASKS:
+        raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
+    spec = parse_methods(c.method)
+    if c.rollout not in PATHS:
+        raise ValueError(f"unknown rollout {c.rollout!r}; valid rollout paths: {', '.join(PATHS)}")
+    if c.pi_old not in PI_OLD:
+        raise ValueError(f"pi_old must be one of {PI_OLD}, got {c.pi_old!r}")
+    for name in ("steps", "prompts_per_step", "group_size", "checkpoint_every"):
+        check_positive_int(getattr(c, name), name)
+    check_positive_int(c.seed, "seed", minimum=0)
+    check_positive_int(c.max_new_tokens, "max_new_tokens", minimum=0)
+    if c.group_size < 2 and spec.advantage is None:
+        raise ValueError(f"group_size {c.group_size} with the group baseline of "
+                         f"{spec.loss.name!r}: a group of one has no baseline (use >= 2)")
+    _in_open_unit(c.eta, "eta")
+    _in_open_unit(c.dvp_rho, "dvp_rho")  # rho >= 1 would prune everything but the argmax
+    if c.dvp_rule not in RULES:
+        raise ValueError(f"dvp_rule must be one of {RULES}, got {c.dvp_rule!r}")
+    if c.trm_mode not in CRITERIA:
+        raise ValueError(f"trm_mode must be one of {CRITERIA}, got {c.trm_mode!r}")
+    if c.trm_estimator not in ("exact", "k2k3"):
+        raise ValueError(f"trm_estimator must be 'exact' or 'k2k3', got {c.trm_estimator!r}")
+    if not 0.0 <= c.alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {c.alpha}")
+    if not (c.eps_low > 0 and c.eps_high > 0 and c.eps_low < 1):
+        raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {c.eps_low}, {c.eps_high}")
+    if not c.tis_cap > 0:
+        raise ValueError(f"tis_cap must be > 0, got {c.tis_cap}")
+    if not 0 <= c.mis_low < c.mis_high:
+        raise ValueError(f"need 0 <= mis_low < mis_high, got {c.mis_low}, {c.mis_high}")
+    if not 0 < c.icepop_low < 1 < c.icepop_high:
+        raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {c.icepop_low}, "
+                         f"{c.icepop_high}")
+    for name in ("lr", "temperature", "max_grad_norm", "trm_delta_max", "trm_delta_avg"):
+        if not getattr(c, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(c, name)}")
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each dataclass field of ``cls`` and its bases (for ``--help``)."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        names: list[str] = []
+        for node in body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.append(node.target.id)
+            elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str) and names):
+                for n in names:  # a docstring after several fields documents them all
+                    docs[n] = " ".join(node.value.value.split())
+                names = []
+            if isinstance(node, ast.Expr):
+                names = []
+    return docs
+
+
+def add_config_arguments(parser, cls=None) -> None:
+    """One ``--flag`` per field of ``cls`` (default ``TrainConfig``), typed, with its docstring."""
+    import argparse
+    import typing
+
+    cls = cls or TrainConfig
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    own_first = sorted(fields(cls), key=lambda f: f.name in MethodParams.__dataclass_fields__)
+    for f in own_first:
+        flags = [f"--{f.name.replace('_', '-')}"]
+        kind = hints[f.name]
+        help_ = f"{docs.get(f.name, '')} (default: {f.default})"
+        if kind is bool:
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=f.default, help=help_)
+        else:
+            parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, help=help_,
+                                metavar=f.name.upper())
+
+
+def config_from_args(args, cls=None):
+    """The config whose fields are the parsed ``args`` of :func:`add_config_arguments`."""
+    cls = cls or TrainConfig
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})

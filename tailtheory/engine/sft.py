@@ -1,0 +1,287 @@
+"""Supervised warm start: a tiny causal LM that solves a task sometimes, not always.
+
+RL needs signal (some rollouts in a group must be right) and the tail claims need a policy with a
+real tail (a model that is always right is nearly deterministic on its answer tokens). So the
+warm start trains with AdamW on ``prompt -> answer <eos>`` pairs and stops as soon as its
+*sampled* accuracy (temperature 1, on held-out problems, measured every ``eval_every`` steps)
+enters the window ``[acc_low, acc_high]`` (10% to 70% by default).
+
+The result is cached by a hash of the config under ``cache/sft/<hash>/`` of the checkout (or
+``$TAILTHEORY_CACHE/sft/<hash>/``): ``save_pretrained`` model and tokenizer plus ``sft.json``
+(steps, accuracy, seconds, the accuracy history). It is written to a temporary folder and renamed
+into place, so a crash never leaves a half-written checkpoint behind.
+
+Held-out problems come from generator seed ``eval_seed``; training problems from ``train_seed``,
+minus any whose prompt also occurs among the held-out ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .._checks import check_positive_int
+from ..io import REPO_ROOT, atomic_write_json
+from ..models import TinyLMConfig, load_lm, num_params, tiny_lm
+from .rollout import RolloutConfig, RolloutEngine
+from .tasks import TASKS, Problem, Task, get_task
+
+CACHE_ENV = "TAILTHEORY_CACHE"
+"""Environment variable that moves the cache (tests point it at a temporary folder)."""
+
+SFT_CACHE_VERSION = 1
+"""Part of the config hash: bump it when a change to this module changes what gets trained."""
+
+IGNORE_INDEX = -100
+"""Label of prompt and padding positions (ignored by the ``transformers`` causal-LM loss)."""
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """What to warm-start and when to stop. Every field enters the cache hash."""
+
+    task: str = "kk"
+    """Task name, one of ``tasks.TASKS``."""
+    task_kwargs: dict = field(default_factory=dict)
+    """Task constructor arguments, e.g. ``{"n_people": 2}`` (kk defaults to 3 people)."""
+    model: TinyLMConfig = TinyLMConfig(hidden=128, layers=4, heads=4, kv_heads=2)
+    """Model size: hidden 128, 4 layers (~1M parameters with V = 512), as in CALIBRATION.md."""
+    batch_size: int = 128
+    lr: float = 1e-3
+    """AdamW learning rate (CALIBRATION.md: reaches the window in minutes at batch 128)."""
+    weight_decay: float = 0.01
+    """AdamW's default decoupled weight decay."""
+    max_steps: int = 3000
+    """Upper bound on optimiser steps if the window is never entered."""
+    max_seconds: float = 600.0
+    """Wall-clock budget for training (10 minutes on a 2-core CPU)."""
+    eval_every: int = 25
+    """Steps between sampled-accuracy evaluations; smaller catches the window more precisely."""
+    eval_n: int = 256
+    """Held-out problems per evaluation (the accuracy's standard error is <= 3.1%)."""
+    acc_low: float = 0.10
+    acc_high: float = 0.70
+    """Stop once ``acc_low <= accuracy <= acc_high``: signal for RL, and a real tail."""
+    temperature: float = 1.0
+    """Sampling temperature of the accuracy evaluation (that of the RL rollouts)."""
+    pool_size: int = 16384
+    """Distinct training problems generated up front (batches are drawn from them)."""
+    train_seed: int = 100
+    eval_seed: int = 101
+    """Generator seeds of the training and held-out problems; RL should draw from other seeds."""
+    seed: int = 0
+    """Model initialisation, batch order and evaluation sampling."""
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, got {self.task!r}")
+        for name in ("batch_size", "max_steps", "eval_every", "eval_n", "pool_size"):
+            check_positive_int(getattr(self, name), name)
+        for name in ("train_seed", "eval_seed", "seed"):
+            check_positive_int(getattr(self, name), name, minimum=0)
+        if self.train_seed == self.eval_seed:
+            raise ValueError(f"train_seed and eval_seed must differ (both {self.train_seed})")
+        if not 0.0 <= self.acc_low < self.acc_high <= 1.0:
+            raise ValueError(f"need 0 <= acc_low < acc_high <= 1, got acc_low={self.acc_low}, "
+                             f"acc_high={self.acc_high}")
+        for name in ("lr", "max_seconds", "temperature"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        self.make_task()  # bad task_kwargs fail here, not minutes into training
+
+    def make_task(self) -> Task:
+        """The task this config trains on, with the model's vocabulary size."""
+        return get_task(self.task, vocab_size=self.model.vocab_size, **self.task_kwargs)
+
+
+def config_hash(cfg: SFTConfig) -> str:
+    """12 hex digits of SHA-256 over the config (and ``SFT_CACHE_VERSION``)."""
+    blob = json.dumps({"version": SFT_CACHE_VERSION, **asdict(cfg)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """``$TAILTHEORY_CACHE/sft``, else ``cache/sft`` of the checkout (or working directory)."""
+    default = REPO_ROOT / "cache" if (REPO_ROOT / "pyproject.toml").exists() else Path("cache")
+    return Path(os.environ.get(CACHE_ENV, default)) / "sft"
+
+
+def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool = False) -> Path:
+    """The cached warm-start checkpoint of ``cfg``, training it first if it is not cached.
+
+    Returns the folder holding ``config.json``, weights, ``tokenizer.json`` and ``sft.json``.
+    ``force`` retrains and replaces a cached result. A run cut short by ``max_seconds`` (a busy
+    machine, not a property of the config) is saved but retrained on the next call.
+    """
+    final = cache_root() / config_hash(cfg)
+    if (final / "sft.json").exists() and not force and read_record(final)["stop"] != "max_seconds":
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        model, task, record = train_sft(cfg, progress)
+        model.to("cpu").save_pretrained(tmp)
+        task.tokenizer.save_pretrained(tmp)
+        atomic_write_json(tmp / "sft.json", record)
+        if final.exists():  # forced, or cut short last time
+            shutil.rmtree(final)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished the same config first: keep theirs
+            if not (final / "sft.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_record(path: str | Path) -> dict:
+    """The ``sft.json`` of a warm-start folder."""
+    f = Path(path) / "sft.json"
+    if not f.exists():
+        raise FileNotFoundError(f"{path} is not a warm-start folder (no sft.json)")
+    return json.loads(f.read_text())
+
+
+def load_warm_start(path: str | Path, device=None):
+    """``(model, task)`` of a warm-start folder: the model via ``load_lm``, the task rebuilt."""
+    rec = read_record(path)
+    model = load_lm(path, device=device)
+    task = get_task(rec["config"]["task"], vocab_size=model.config.vocab_size,
+                    **rec["config"]["task_kwargs"])
+    return model, task
+
+
+def sft_data(cfg: SFTConfig, task: Task):
+    """``(X, Y, held_out)``: packed training pool ``(N, L)`` and the held-out problems.
+
+    Training problems whose prompt also occurs among the held-out ones are dropped.
+    """
+    held_out = task.problems(cfg.eval_n, seed=cfg.eval_seed)
+    seen = {tuple(p.prompt_ids) for p in held_out}
+    pool = [p for p in task.problems(cfg.pool_size, seed=cfg.train_seed)
+            if tuple(p.prompt_ids) not in seen]
+    if not pool:
+        raise ValueError(f"every training problem also occurs among the {cfg.eval_n} held-out "
+                         f"ones; lower eval_n or pick a task with more distinct problems")
+    X, Y = pack_sft_batch(task, pool)                                       # (N, L)
+    return X, Y, held_out
+
+
+def train_sft(cfg: SFTConfig, progress: bool = True):
+    """Train until the sampled accuracy enters the window; returns ``(model, task, record)``.
+
+    ``record["stop"]``: ``window`` (accuracy inside ``[acc_low, acc_high]``), ``overshoot``
+    (above ``acc_high`` at the first evaluation past ``acc_low``: evaluate more often),
+    ``max_steps`` or ``max_seconds``.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    task = cfg.make_task()
+    X, Y, held_out = sft_data(cfg, task)
+    X, Y = X.to(device), Y.to(device)
+    model = tiny_lm(cfg.model, seed=cfg.seed).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    g = torch.Generator().manual_seed(cfg.seed)
+    history, stop, t_train = [], "max_steps", time.perf_counter()
+    bar = tqdm(range(1, cfg.max_steps + 1), desc=f"sft {cfg.task}", unit="step",
+               disable=not progress, file=sys.stderr)
+    for step in bar:
+        idx = torch.randint(len(X), (cfg.batch_size,), generator=g).to(device)
+        loss = model(input_ids=X[idx], attention_mask=(X[idx] != task.pad_id).long(),
+                     labels=Y[idx]).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out_of_time = time.perf_counter() - t_train > cfg.max_seconds
+        if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
+            acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)
+            history.append({"step": step, "loss": loss.item(), "accuracy": acc})
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}")
+            if acc >= cfg.acc_low or out_of_time:
+                stop = ("window" if acc <= cfg.acc_high else "overshoot") if acc >= cfg.acc_low \
+                    else "max_seconds"
+                break
+    bar.close()
+    if stop != "window":
+        warnings.warn(f"warm start stopped ({stop}) at step {step} with sampled accuracy "
+                      f"{acc:.3f}, outside [{cfg.acc_low}, {cfg.acc_high}]", stacklevel=2)
+    record = {"config": asdict(cfg), "hash": config_hash(cfg), "steps": step, "accuracy": acc,
+              "in_window": stop == "window", "stop": stop,
+              "seconds": round(time.perf_counter() - t0, 2),
+              "train_seconds": round(time.perf_counter() - t_train, 2),
+              "train_problems": len(X), "held_out": len(held_out),
+              "n_params": num_params(model), "device": device, "history": history}
+    return model.eval(), task, record
+
+
+def pack_sft_batch(task: Task, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``prompt + answer + <eos>`` ids and labels (``IGNORE_INDEX`` on the prompt
+    and padding). Shapes: ``(N, L)`` and ``(N, L)``."""
+    seqs = [(p.prompt_ids, task.target_ids(p)) for p in problems]
+    L = max(len(a) + len(b) for a, b in seqs)
+    X = torch.full((len(seqs), L), task.pad_id, dtype=torch.long)
+    Y = torch.full((len(seqs), L), IGNORE_INDEX, dtype=torch.long)
+    for i, (prompt, target) in enumerate(seqs):
+        n, m = len(prompt), len(target)
+        X[i, : n + m] = torch.tensor(prompt + target)
+        Y[i, n: n + m] = torch.tensor(target)
+    return X, Y
+
+
+@torch.no_grad()
+def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: float = 1.0,
+                     seed: int = 0) -> float:
+    """Fraction of ``problems`` whose sampled response (at ``temperature``) is correct.
+
+    Samples with the rollout engine's float32 ``kv`` path, ``task.max_response_len`` tokens.
+    """
+    device = next(model.parameters()).device
+    eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature,
+                                             max_new_tokens=task.max_response_len))
+    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
+                      generator=torch.Generator(device).manual_seed(seed))
+    return sum(task.reward(p, r).correct for p, r in zip(problems, rb.response)) / len(problems)
+
+
+def add_sft_arguments(p) -> None:
+    """Options of ``tailtheory sft`` on the ``argparse`` parser ``p``."""
+    d = SFTConfig()
+    p.add_argument("--task", default=d.task, help=f"one of {sorted(TASKS)} (default {d.task})")
+    p.add_argument("--n-people", type=int, help="Knights and Knaves: people per puzzle (default 3)")
+    p.add_argument("--steps", type=int, default=d.max_steps, help="most optimiser steps")
+    p.add_argument("--seconds", type=float, default=d.max_seconds, help="training time budget")
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="steps between sampled-accuracy evaluations")
+    p.add_argument("--force", action="store_true", help="retrain even if cached")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def sft_main(args) -> int:
+    """``tailtheory sft``: warm-start (or find in the cache) and print where and how well.
+
+    Exit status 0 when the sampled accuracy is inside the window, 1 otherwise.
+    """
+    kwargs = {} if args.n_people is None else {"n_people": args.n_people}
+    cfg = SFTConfig(task=args.task, task_kwargs=kwargs, max_steps=args.steps,
+                    max_seconds=args.seconds, eval_every=args.eval_every)
+    path = warm_start(cfg, progress=not args.quiet, force=args.force)
+    rec = read_record(path)
+    print(f"{cfg.task}: {rec['steps']} steps, sampled accuracy {rec['accuracy']:.3f} "
+          f"(window [{cfg.acc_low}, {cfg.acc_high}], stop: {rec['stop']}), "
+          f"{rec['seconds']:.0f} s\n{path}")
+    return 0 if rec["in_window"] else 1

@@ -1,0 +1,245 @@
+"""Verifiable tasks for the GRPO engine, drawn from ``reasoning-gym`` generators (offline, seeded).
+
+Each task renders a generator's problem as a short sequence of words from
+:mod:`tailtheory.engine.tokenizer`, so that a ~1M-parameter model can learn it on a CPU:
+
+- ``kk`` — Knights and Knaves (2 to 6 people) built from the generator's ``metadata``
+  (``statements`` as prefix trees, ``solution`` as booleans), not from its English text::
+
+      prompt   <bos> P0 : ( P0 T = P1 T ) ; P1 : P0 T ; P2 : ( P1 T = P0 F ) ; ?
+      response T T F <eos>
+
+  Person ``i`` telling the truth is ``Pi T``, lying ``Pi F``; connectives ``~`` (not),
+  ``&`` (and), ``|`` (or), ``>`` (implies), ``=`` (iff), always parenthesised, so the
+  rendering is unambiguous. The answer lists every person's truth value in order.
+- ``chain_sum`` — sums and differences of small integers, one digit per word::
+
+      prompt   <bos> 1 2 + 7 - 3 0 =
+      response - 1 1 <eos>
+
+Reward (``Task.reward``), on the response up to its first ``<eos>``:
+
+========================================  =====
+response                                  total
+========================================  =====
+correct answer, then ``<eos>``            1.0
+well-formed answer, wrong, then ``<eos>`` 0.1
+anything else (no ``<eos>``, bad words)   0.0
+========================================  =====
+
+Correctness is exact match on the rendered answer (tests check it agrees with the generator's
+own ``score_answer`` on the corresponding English answer). Well-formed means: ``kk`` — exactly
+``n_people`` words, each ``T`` or ``F``; ``chain_sum`` — an optional ``-`` then digits without a
+leading zero. Tokens after the first ``<eos>`` are ignored (they are padding).
+
+Seeds: ``problems(n, seed)`` reads generator indices ``seed * SEED_STREAM + [0, n)``, so two
+different seeds never share an index (the generators seed each problem by its index).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .._checks import check_positive_int
+from .tokenizer import DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer
+
+SEED_STREAM = 2**20
+"""Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
+
+CORRECT_REWARD = 1.0
+FORMAT_REWARD = 0.1
+"""Reward for a well-formed but wrong answer: a small format term, well below a correct one."""
+
+KK_CONNECTIVES = {"and": "&", "or": "|", "->": ">", "<=>": "="}
+KK_ATOMS = {"telling-truth": "T", "lying": "F"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its rendered answer; ``meta`` keeps the generator's entry details."""
+
+    prompt_ids: list[int]
+    answer: str
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """``total`` in {1.0, 0.1, 0.0}; see the table in the module docstring."""
+
+    total: float
+    correct: bool
+    format_ok: bool
+
+
+class Task:
+    """A reasoning-gym generator, a rendering into words, and a verifiable reward."""
+
+    name: str = ""
+    rg_name: str = ""
+
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, **rg_kwargs: Any):
+        self.seed = check_positive_int(seed, "seed", minimum=0)
+        self.rg_kwargs = rg_kwargs
+        self.tokenizer = build_tokenizer(vocab_size)
+        self.vocab_size = vocab_size
+        self.eos_id = self.tokenizer.eos_token_id
+        self.pad_id = self.tokenizer.pad_token_id
+        self.bos_id = self.tokenizer.bos_token_id
+
+    # --- rendering (subclasses) ---
+    max_response_len: int = 0
+    """Longest well-formed response, ``<eos>`` included (the rollout's ``max_new_tokens``)."""
+
+    def render(self, entry: dict) -> tuple[str, str, dict]:
+        """``(prompt words, answer words, meta)`` of one generator entry."""
+        raise NotImplementedError
+
+    def well_formed(self, words: list[str]) -> bool:
+        """Whether ``words`` (the response before ``<eos>``) is a syntactically valid answer."""
+        raise NotImplementedError
+
+    # --- shared ---
+    def problems(self, n: int, seed: int | None = None) -> list[Problem]:
+        """``n`` problems from generator indices ``seed * SEED_STREAM + [0, n)`` (reproducible)."""
+        import reasoning_gym
+
+        n = check_positive_int(n, "n")
+        seed = self.seed if seed is None else check_positive_int(seed, "seed", minimum=0)
+        if n > SEED_STREAM:
+            raise ValueError(f"n must be <= SEED_STREAM ({SEED_STREAM}), got {n}")
+        ds = reasoning_gym.create_dataset(self.rg_name, size=n, seed=seed * SEED_STREAM,
+                                          **self.rg_kwargs)
+        out = []
+        for entry in ds:
+            prompt, answer, meta = self.render(entry)
+            meta = {"rg_answer": entry["answer"], "rg_index": seed * SEED_STREAM
+                    + entry["metadata"]["source_index"], **meta}
+            out.append(Problem([self.bos_id] + self.encode(prompt), answer, meta))
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        """Word ids of ``text`` (no special tokens added)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids) -> str:
+        """Words of ``ids`` joined by single spaces (special tokens kept)."""
+        return self.tokenizer.decode(_as_id_list(ids, self.vocab_size, "ids"))
+
+    def target_ids(self, problem: Problem) -> list[int]:
+        """The ideal response: answer ids then ``<eos>`` (the supervised warm-start target)."""
+        return self.encode(problem.answer) + [self.eos_id]
+
+    def reward(self, problem: Problem, response_ids) -> Reward:
+        """Reward of ``response_ids`` (list or 1-D tensor; anything after the first EOS ignored)."""
+        ids = _as_id_list(response_ids, self.vocab_size, "response_ids")
+        if self.eos_id not in ids:
+            return Reward(0.0, False, False)
+        words = self.tokenizer.convert_ids_to_tokens(ids[: ids.index(self.eos_id)])
+        if not self.well_formed(words):
+            return Reward(0.0, False, False)
+        correct = " ".join(words) == problem.answer
+        return Reward(CORRECT_REWARD if correct else FORMAT_REWARD, correct, True)
+
+
+def _as_id_list(ids, V: int, name: str) -> list[int]:
+    """Token ids as a list of ints inside ``[0, V)``."""
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.long)
+    if t.ndim != 1 or t.is_floating_point():
+        raise ValueError(f"{name} must be a 1-D sequence of integer ids, got shape "
+                         f"{tuple(t.shape)} dtype {t.dtype}")
+    if t.numel() and (t.min() < 0 or t.max() >= V):
+        raise ValueError(f"{name} must lie in [0, {V}); got range [{int(t.min())}, {int(t.max())}]")
+    return [int(i) for i in t.tolist()]
+
+
+class KnightsKnaves(Task):
+    """``kk``: who tells the truth? (reasoning-gym ``knights_knaves``)."""
+
+    name, rg_name = "kk", "knights_knaves"
+
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, n_people: int = 3,
+                 depth_constraint: int = 2, width_constraint: int = 2):
+        if isinstance(n_people, bool) or not isinstance(n_people, int) or not (
+                2 <= n_people <= KK_MAX_PEOPLE):
+            raise ValueError(f"n_people must be an integer in [2, {KK_MAX_PEOPLE}], got {n_people!r}")
+        check_positive_int(depth_constraint, "depth_constraint")
+        check_positive_int(width_constraint, "width_constraint")
+        super().__init__(seed, vocab_size, n_people=n_people, depth_constraint=depth_constraint,
+                         width_constraint=width_constraint)
+        self.n_people = n_people
+        self.max_response_len = n_people + 1
+
+    def render(self, entry: dict) -> tuple[str, str, dict]:
+        md = entry["metadata"]
+        said = [f"P{i} : {render_statement(s)} ;" for i, s in enumerate(md["statements"])]
+        answer = " ".join("T" if v else "F" for v in md["solution"])
+        meta = {"statements": md["statements"], "solution": tuple(bool(v) for v in md["solution"]),
+                "names": md["names"], "terms": md["knight_knave_terms"]}
+        return " ".join(said) + " ?", answer, meta
+
+    def well_formed(self, words: list[str]) -> bool:
+        return len(words) == self.n_people and all(w in ("T", "F") for w in words)
+
+
+def render_statement(s) -> str:
+    """Words of one generator statement tree, e.g. ``('->', ('lying', 1), ('telling-truth', 0))``
+    -> ``( P1 F > P0 T )``."""
+    op = s[0]
+    if op in KK_ATOMS:
+        return f"P{int(s[1])} {KK_ATOMS[op]}"
+    if op == "not":
+        return f"~ {render_statement(s[1])}"
+    if op in KK_CONNECTIVES:
+        return "( " + f" {KK_CONNECTIVES[op]} ".join(render_statement(x) for x in s[1:]) + " )"
+    raise ValueError(f"unknown Knights-and-Knaves operator {op!r}")
+
+
+class ChainSum(Task):
+    """``chain_sum``: ``a ± b ± c`` with small non-negative terms (reasoning-gym ``chain_sum``)."""
+
+    name, rg_name = "chain_sum", "chain_sum"
+
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, min_terms: int = 2,
+                 max_terms: int = 3, min_digits: int = 1, max_digits: int = 2):
+        for v, nm in ((min_terms, "min_terms"), (max_terms, "max_terms"),
+                      (min_digits, "min_digits"), (max_digits, "max_digits")):
+            check_positive_int(v, nm)
+        if max_terms < min_terms or max_digits < min_digits:
+            raise ValueError(f"need min_terms <= max_terms and min_digits <= max_digits; got "
+                             f"terms [{min_terms}, {max_terms}], digits [{min_digits}, {max_digits}]")
+        super().__init__(seed, vocab_size, min_terms=min_terms, max_terms=max_terms,
+                         min_digits=min_digits, max_digits=max_digits)
+        # |result| <= max_terms * (10**max_digits - 1): its digits, a sign and <eos>
+        self.max_response_len = len(str(max_terms * (10**max_digits - 1))) + 2
+
+    def render(self, entry: dict) -> tuple[str, str, dict]:
+        expr = entry["metadata"]["expression"]
+        prompt = " ".join(" ".join(tok) if tok.isdigit() else tok for tok in expr.split()) + " ="
+        result = int(entry["answer"])
+        answer = ("- " if result < 0 else "") + " ".join(str(abs(result)))
+        return prompt, answer, {"expression": expr, "result": result}
+
+    def well_formed(self, words: list[str]) -> bool:
+        digits = words[1:] if words[:1] == ["-"] else words
+        return (bool(digits) and all(len(w) == 1 and w.isdigit() for w in digits)
+                and not (digits[0] == "0" and (len(digits) > 1 or words[:1] == ["-"])))
+
+
+TASKS = {t.name: t for t in (KnightsKnaves, ChainSum)}
+"""Task registry: name -> class."""
+
+
+def get_task(name: str, seed: int = 0, **kwargs: Any) -> Task:
+    """The task called ``name`` (``kk`` or ``chain_sum``); ``kwargs`` go to its constructor."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}")
+    accepted = set(inspect.signature(TASKS[name]).parameters) - {"seed"}
+    if set(kwargs) - accepted:
+        raise ValueError(f"task {name!r} takes no argument(s) {sorted(set(kwargs) - accepted)}; "
+                         f"it accepts {sorted(accepted)}")
+    return TASKS[name](seed=seed, **kwargs)

@@ -1,0 +1,187 @@
+"""The GRPO loop, checkpoints and the ``train`` / ``methods`` CLI (``tailtheory/engine/trainer.py``,
+``config.py``, ``checkpoint.py``).
+
+Runs use a random tiny LM. Its rewards on the real tasks are all zero (no gradient), so the
+determinism and resume tests use the ``kk`` task with a dense reward (a function of the first
+response token) that gives every step real advantages and real updates. Claims: V1 (exact path: zero
+mismatch), V3 (recompute and bypass coincide at zero mismatch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from tailtheory.cli import main
+from tailtheory.engine import trainer
+from tailtheory.engine.checkpoint import CHECKPOINT
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.tasks import Reward, get_task
+from tailtheory.engine.trainer import METRIC_KEYS, TrainingDiverged, read_metrics, train
+
+SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3)
+
+
+class DenseKK:
+    """``kk`` with a dense reward, ``(first response token id mod 5) / 4``: a random model's
+    groups almost never tie, so every step has non-zero advantages."""
+
+    def __init__(self):
+        self._task = get_task("kk", seed=0, n_people=2)
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+    def reward(self, problem, response_ids) -> Reward:
+        r = (int(response_ids[0]) % 5) / 4
+        return Reward(r, r == 1.0, True)
+
+
+def no_time(lines: list[dict]) -> list[dict]:
+    return [{k: v for k, v in m.items() if not k.startswith("time/")} for m in lines]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> list[dict]:
+    """Three uninterrupted steps of ar+lopti with TIS on the bf16 path."""
+    out = tmp_path_factory.mktemp("runs") / "straight"
+    cfg = TrainConfig(**SMALL, method="ar+lopti+tis", steps=3, checkpoint_every=2, out=str(out))
+    train(cfg, progress=False, task=DenseKK())
+    return read_metrics(out)
+
+
+def test_metrics_lines_have_every_key_and_learn(straight):
+    assert [m["step"] for m in straight] == [0, 1, 2]
+    for m in straight:
+        assert set(METRIC_KEYS) <= set(m), set(METRIC_KEYS) - set(m)
+    assert all(m["grad/norm"] > 0 for m in straight)  # the dense reward gives real updates
+    assert all(m["mismatch/abs_max"] > 0 for m in straight)  # bf16: a real mismatch (V2)
+    assert all(m["lopti/low_frac"] == 1.0 for m in straight)  # random model: every p < eta
+
+
+def test_same_seed_same_metrics(straight, tmp_path):
+    cfg = TrainConfig(**SMALL, method="ar+lopti+tis", steps=2, checkpoint_every=2,
+                      out=str(tmp_path / "again"))
+    train(cfg, progress=False, task=DenseKK())
+    assert no_time(read_metrics(tmp_path / "again")) == no_time(straight[:2])
+
+
+def test_resume_after_interruption_matches_straight_run(straight, tmp_path, monkeypatch):
+    """Killed after step 2's metrics line but before its checkpoint (the last one is from step
+    2's start), then resumed: the same lines as the uninterrupted run, time keys aside."""
+    cfg = TrainConfig(**SMALL, method="ar+lopti+tis", steps=3, checkpoint_every=2,
+                      out=str(tmp_path / "cut"))
+    real_save = trainer.ckpt_io.save_checkpoint
+
+    def crash_at_3(run, step, *args, **kw):
+        if step == 3:
+            raise KeyboardInterrupt
+        return real_save(run, step, *args, **kw)
+
+    monkeypatch.setattr(trainer.ckpt_io, "save_checkpoint", crash_at_3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False, task=DenseKK())
+    assert [m["step"] for m in read_metrics(cfg.out)] == [0, 1, 2]  # step 2 is past the checkpoint
+    monkeypatch.setattr(trainer.ckpt_io, "save_checkpoint", real_save)
+    train(cfg, resume=True, progress=False, task=DenseKK())
+    assert no_time(read_metrics(cfg.out)) == no_time(straight)
+
+
+def test_resume_with_other_config_is_refused(tmp_path):
+    cfg = TrainConfig(**SMALL, steps=1, out=str(tmp_path / "r"))
+    train(cfg, progress=False, task=DenseKK())
+    with pytest.raises(ValueError, match="different config.*lr"):
+        train(replace(cfg, lr=1e-2, steps=2), resume=True, progress=False, task=DenseKK())
+    with pytest.raises(ValueError, match="already holds a run"):
+        train(cfg, progress=False, task=DenseKK())
+    with pytest.raises(ValueError, match="no checkpoint"):
+        train(replace(cfg, out=str(tmp_path / "none")), resume=True, progress=False)
+
+
+def test_nan_stops_with_step_and_keeps_last_checkpoint(tmp_path, monkeypatch):
+    cfg = TrainConfig(**SMALL, steps=3, checkpoint_every=1, out=str(tmp_path / "nan"))
+    real_update = trainer.update
+
+    def poison_at_2(model, *args, **kw):
+        step = args[-1]
+        if step == 2:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("nan"))
+        return real_update(model, *args, **kw)
+
+    monkeypatch.setattr(trainer, "update", poison_at_2)
+    with pytest.raises(TrainingDiverged, match="at step 2"):
+        train(cfg, progress=False, task=DenseKK())
+    state = torch.load(Path(cfg.out) / CHECKPOINT, weights_only=False)
+    assert state["step"] == 2
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+def test_exact_path_zero_mismatch_and_bypass_equals_recompute(tmp_path):
+    """V1: the exact path's k3 mismatch is exactly 0; V3: so recompute and bypass coincide."""
+    runs = {}
+    for pi_old in ("recompute", "bypass"):
+        cfg = TrainConfig(**SMALL, rollout="exact", pi_old=pi_old, steps=2,
+                          out=str(tmp_path / pi_old))
+        train(cfg, progress=False, task=DenseKK())
+        runs[pi_old] = no_time(read_metrics(cfg.out))
+    assert all(m["mismatch/abs_max"] == 0.0 and m["mismatch/k3"] == 0.0
+               for m in runs["recompute"])
+    assert runs["recompute"] == runs["bypass"]
+
+
+def test_every_method_runs_and_dumps_tokens(tmp_path):
+    import pandas as pd
+
+    cfg = TrainConfig(**SMALL, method="otb+ar+lopti+tis+mis+icepop+trm+dvp", steps=1,
+                      dvp_rule="top_p", dvp_rho=0.5,
+                      dump_tokens=True, out=str(tmp_path / "all"))
+    train(cfg, progress=False, task=DenseKK())
+    (m,) = read_metrics(cfg.out)
+    assert m["dvp/pruned_mass"] > 0 and 0 <= m["trm/accept_rate"] <= 1
+    df = pd.read_parquet(Path(cfg.out) / "tokens" / "step_000000.parquet")
+    assert {"p_old", "adv", "log_ratio", "logp_roll"} <= set(df.columns) and len(df) > 0
+
+
+@pytest.mark.parametrize("path", ["exact", "bf16", "fp16", "kv"])
+def test_cli_smoke_three_steps(path, tmp_path, capsys):
+    out = tmp_path / path
+    rc = main(["train", "--task", "kk", "--n-people", "2", "--model", "tiny", "--method",
+               "grpo", "--rollout", path, "--steps", "3", "--seed", "0", "--prompts-per-step",
+               "2", "--group-size", "2", "--out", str(out), "--quiet"])
+    assert rc == 0
+    lines = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2]
+    assert (out / CHECKPOINT).exists() and json.loads((out / "config.json").read_text())[
+        "rollout"] == path
+
+
+def test_cli_methods_lists_registry(capsys):
+    assert main(["methods"]) == 0
+    text = capsys.readouterr().out
+    for name in ("grpo", "dr_grpo", "ar", "lopti", "lopti_reversed", "dvp", "trm", "otb", "tis",
+                 "mis", "icepop"):
+        assert f"\n{name} " in "\n" + text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--method", "nope"], "valid methods: ar, dr_grpo"),
+    (["--task", "nope"], "valid tasks: chain_sum, kk"),
+    (["--rollout", "nope"], "valid rollout paths"),
+    (["--group-size", "1"], "group of one"),
+    (["--eta", "1.0"], "eta must lie in"),
+    (["--eta", "0"], "eta must lie in"),
+    (["--dvp-rho", "1.0"], "dvp_rho must lie in"),
+    (["--pi-old", "cached"], "pi_old must be one of"),
+])
+def test_cli_bad_config_is_one_clear_line(flags, message, capsys):
+    assert main(["train", "--model", "tiny", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_group_size_one_is_fine_with_otb():
+    assert TrainConfig(group_size=1, method="otb").group_size == 1
