@@ -15,7 +15,9 @@ Claims (ids of THEORY.md section 6):
     O1  w_t = ||s_t||^2                                         :func:`score_gram` (diagonal)
     O2  OTB minimises the prefix surrogate J(B)                 :func:`prefix_surrogate`
     O3  B = M^-1 c minimises V(B), not OTB                       :func:`variance_quadratic`
-    O4  V(OTB) / V(mean) < 1                                     :func:`population_baselines`
+    O4  V(OTB) / V(mean) < 1                                     :func:`population_baselines`,
+                                                                :func:`adversarial_otb_ratio`
+    O6  N = 4 with OTB matches N = 32 without                     :func:`group_study`
 
 ``tied=True`` adds one logit-bias vector shared by every context (``z_c + b``): scores of
 different positions then overlap, the case where the proxy ``W_t`` stops being the prefix norm.

@@ -27,7 +27,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._checks import as_tensor, check_finite, check_logits, check_nonneg
+from ._checks import (as_tensor, check_finite, check_logits, check_mask, check_nonneg,
+                      check_same_shape)
 from .softmax import sum_p_squared
 
 OTB_EPS = 1e-8
@@ -44,14 +45,10 @@ GRPO_EPS = 1e-6
 def _alive_mask(mask: Any, B: int | None = None) -> torch.Tensor:
     """A non-empty boolean ``(B, T)`` mask."""
     m = torch.as_tensor(np.asarray(mask)) if not isinstance(mask, torch.Tensor) else mask
-    if m.ndim != 2:
-        raise ValueError(f"mask must have shape (B, T), got {tuple(m.shape)}")
-    if B is not None and m.shape[0] != B:
-        raise ValueError(f"mask has {m.shape[0]} rows but the batch has {B} responses")
-    m = m.bool()
-    if not m.any():
-        raise ValueError("mask selects no position: every response is empty")
-    return m
+    if m.ndim != 2 or (B is not None and m.shape[0] != B):
+        raise ValueError(f"mask must have shape (B, T) with B = {B if B is not None else 'any'}, "
+                         f"got {tuple(m.shape)}")
+    return check_mask(m, m)
 
 
 def group_index(group_ids: Any, B: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,9 +111,7 @@ def token_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Ten
         raise ValueError(f"logits_or_sum_p2 gives {tuple(sp2.shape)} positions but token_logp "
                          f"has shape {tuple(lp.shape)}")
     m = _alive_mask(mask)
-    if m.shape != lp.shape:
-        raise ValueError(f"mask {tuple(m.shape)} and token_logp {tuple(lp.shape)} must have "
-                         f"the same shape")
+    check_same_shape(m, lp, ("mask", "token_logp"))
     if (lp[m] > 0).any():
         raise ValueError("token_logp must be <= 0 at alive positions (a log-probability)")
     pi = lp.exp()
@@ -193,9 +188,7 @@ def rloo_advantages(rewards: Any, group_ids: Any, mask: Any) -> torch.Tensor:
 def _otb_inputs(returns, energy, mask, group_ids):
     e = check_nonneg(as_tensor(energy, "energy"), "energy")
     m = _alive_mask(mask)
-    if e.shape != m.shape:
-        raise ValueError(f"energy {tuple(e.shape)} and mask {tuple(m.shape)} must have the same "
-                         f"shape (B, T)")
+    check_same_shape(e, m, ("energy", "mask"))
     G = broadcast_returns(returns, m)
     inv, counts = group_index(group_ids, m.shape[0])
     return G, e * m, m, inv, counts

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import (as_tensor, check_finite, check_logits, check_nonneg, check_probs,
-                      check_same_shape, check_unit_interval)
+from ._checks import (as_tensor, check_finite, check_logits, check_nonneg, check_positive_int,
+                      check_probs, check_same_shape, check_unit_interval)
 
 BOUND_ORDERS = ("exact", "first", "linear")
 """``exact``: M3's log form; ``first``: its first-order bound (1-p)(e^{2eps}-1); ``linear``:
@@ -267,6 +267,8 @@ def simulate_sequences(B: int, T_max: int, V: int, sigma: float, seed: int = 0) 
     Shapes: -> dict with Delta_tok, p_tok (B, T_max) float64, mask (B, T_max) bool,
     T, n_tail (B,) int64.
     """
+    B, T_max = check_positive_int(B, "B"), check_positive_int(T_max, "T_max")
+    V, sigma = check_positive_int(V, "V", 2), float(check_nonneg(sigma, "sigma"))
     g = torch.Generator().manual_seed(seed)
     f = torch.rand(B, 1, generator=g, dtype=torch.float64)  # (B, 1)
     T = torch.randint(max(T_max // 8, 1), T_max + 1, (B,), generator=g)  # (B,)

@@ -46,9 +46,10 @@ RHO_DEFAULT = 1e-4
 # --- the safe set ------------------------------------------------------------------------------
 
 def _min_p(logp: torch.Tensor, rho: float) -> torch.Tensor:
+    if rho == 0:
+        return torch.ones_like(logp, dtype=torch.bool)
     # log pi(a) - log max pi >= log rho, in log space so no probability underflows
-    return logp - logp.amax(-1, keepdim=True) >= math.log(rho) if rho > 0 else \
-        torch.ones_like(logp, dtype=torch.bool)
+    return logp - logp.amax(-1, keepdim=True) >= math.log(rho)
 
 
 def _top_p(logp: torch.Tensor, eta: float) -> torch.Tensor:

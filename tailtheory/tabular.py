@@ -13,6 +13,7 @@ length ``0..T-1`` (``P = sum_{t<T} (V-1)^t``) and positions after EOS are dead (
 token ``eos``, context 0, log-probability 0). Contexts are numbered by depth, then
 lexicographically in their tokens: row 0 is the empty prefix.
 
+Source: TRM (T1-T13; exact ground truth), also used for DVP (P2) and OTB (O1).
 Shapes: logits (P, V); seqs, mask, ctx, token_logp (N, T); seq_prob (N,).
 """
 
@@ -176,12 +177,12 @@ class TabularPolicy:
 
     # -- probabilities --------------------------------------------------------------------------
     def probs(self) -> torch.Tensor:
-        """``(P, V)`` softmax of the logits (computed once; do not modify in place)."""
-        return self._probs
+        """``(P, V)`` softmax of the logits (a copy of a cached tensor)."""
+        return self._probs.clone()
 
     def log_probs(self) -> torch.Tensor:
-        """``(P, V)`` log-softmax of the logits, ``-inf`` at pruned tokens (computed once)."""
-        return self._log_probs
+        """``(P, V)`` log-softmax of the logits, ``-inf`` at pruned tokens (a cached copy)."""
+        return self._log_probs.clone()
 
     @cached_property
     def _log_probs(self) -> torch.Tensor:
@@ -194,7 +195,7 @@ class TabularPolicy:
     @cached_property
     def token_logp(self) -> torch.Tensor:
         """``(N, T)`` ``log pi(y_t | c_t)`` at alive positions, 0 where dead."""
-        lp = self.log_probs()[self.ctx, self.seqs]                     # (N, T)
+        lp = self._log_probs[self.ctx, self.seqs]                       # (N, T)
         return torch.where(self.mask, lp, torch.zeros((), dtype=lp.dtype))
 
     @cached_property

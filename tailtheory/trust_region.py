@@ -169,8 +169,14 @@ def trust_region_bounds(T: int, delta, eps=None, seq_kl=None, seq_tv=None, mean_
     return {k: scale * out[k] for k in BOUND_KEYS if k in out}
 
 
+def unified_bound(T: int, delta, eps=None, seq_kl=None, seq_tv=None, mean_tv=None) -> float:
+    """T8: the minimum of the T2-T7 bounds the inputs determine. Source: TRM (T8)."""
+    return trust_region_bounds(T, delta, eps, seq_kl, seq_tv, mean_tv)["unified"]
+
+
 def tightest_bound(bounds: dict[str, float]) -> str:
-    """The key of the smallest of the T2-T7 bounds in ``bounds`` (the one T8 picks)."""
+    """The key of the smallest of the T2-T7 bounds in ``bounds`` (the one T8 picks); ties go to
+    the key listed first in ``UNIFIED_OF`` (T2 before T3: equal when ``eps = sqrt(delta/2)``)."""
     present = {k: v for k, v in bounds.items() if k in UNIFIED_OF}
     if not present:
         raise ValueError(f"bounds holds none of {UNIFIED_OF}; got keys {sorted(bounds)}")
@@ -179,4 +185,4 @@ def tightest_bound(bounds: dict[str, float]) -> str:
 
 __all__ = ["BOUND_KEYS", "UNIFIED_OF", "trust_region_bounds", "tightest_bound",
            "classical_bound", "pm_kl_bound", "pm_tv_bound", "mix_kl_bound", "mix_tv_bound",
-           "coupling_bound", "adaptive_bound"]
+           "coupling_bound", "adaptive_bound", "unified_bound"]

@@ -157,6 +157,18 @@ def test_o4_uniform_policy_makes_otb_the_mean():
     assert torch.allclose(bl["otb"], bl["mean"], atol=1e-12)
 
 
+def test_o4_counterexample_confirmed_by_dense_reference():
+    """O4 refuted: the gradient-ascent witness (EOS) has V(OTB) > V(mean), recomputed with the
+    brute-force dense scores; without EOS the same search does not cross 1."""
+    from tailtheory.baseline_variance import adversarial_otb_ratio
+    ratio, pol, R = adversarial_otb_ratio(3, 3, eos=0, seed=0, steps=40)
+    bl = population_baselines(pol, R)
+    v_otb, _ = _dense_variance(pol, R, bl["otb"])
+    v_mean, _ = _dense_variance(pol, R, bl["mean"])
+    assert ratio > 1.5 and float(v_otb / v_mean) == pytest.approx(ratio, rel=1e-8)
+    assert adversarial_otb_ratio(3, 3, eos=None, seed=0, steps=40)[0] <= 1 + 1e-9
+
+
 # --- O6: finite groups --------------------------------------------------------------------------
 
 def test_o6_group_estimates_average_to_exact_gradient_for_rloo():

@@ -37,7 +37,9 @@ def cache(tmp_path, monkeypatch):
     (dict(eval_every=0), "eval_every"), (dict(acc_low=0.8, acc_high=0.7), "acc_low"),
     (dict(acc_high=1.5), "acc_high"), (dict(lr=0.0), "lr"), (dict(temperature=-1.0), "temperature"),
     (dict(train_seed=3, eval_seed=3), "train_seed"), (dict(weight_decay=-0.1), "weight_decay"),
-    (dict(task_kwargs={"n_people": 9}), "n_people"), (dict(task_kwargs={"colour": 1}), "colour")])
+    (dict(task_kwargs={"n_people": 9}), "n_people"), (dict(task_kwargs={"colour": 1}), "colour"),
+    (dict(chance_margin=1.0), "chance_margin"),
+    (dict(task_kwargs={"n_people": 2}, acc_high=0.3), "empty")])
 def test_config_bad_input(kw, match):
     with pytest.raises(ValueError, match=match):
         SFTConfig(**kw)
@@ -129,9 +131,17 @@ def test_sampled_accuracy_of_an_untrained_model_is_near_zero():
 
 # --- stopping rule (accuracy scripted) ---------------------------------------------------------
 
+@pytest.mark.parametrize("acc, out_of_time, reason", [
+    (0.05, False, None), (0.05, True, "max_seconds"), (0.2, False, "window"), (0.2, True, "window"),
+    (0.1, False, "window"), (0.7, False, "window"), (0.71, False, "overshoot")])
+def test_stop_reason(acc, out_of_time, reason):
+    assert sft.stop_reason(acc, 0.1, 0.7, out_of_time) == reason
+
+
 @pytest.mark.parametrize("accs, stop, steps", [
-    ([0.0, 0.05, 0.4], "window", 6), ([0.0, 0.9], "overshoot", 4), ([0.0] * 9, "max_steps", 8)])
+    ([0.0, 0.3, 0.4], "window", 6), ([0.0, 0.9], "overshoot", 4), ([0.2] * 9, "max_steps", 8)])
 def test_stopping_rule(monkeypatch, accs, stop, steps):
+    """Two people: guessing scores 0.25, so the window is [0.35, 0.70]; 0.3 is not enough."""
     script = iter(accs)
     monkeypatch.setattr(sft, "sampled_accuracy", lambda *a, **k: next(script))
     cfg = dataclasses.replace(TINY, max_steps=8)
@@ -139,6 +149,7 @@ def test_stopping_rule(monkeypatch, accs, stop, steps):
         warnings.simplefilter("always")
         _, _, rec = sft.train_sft(cfg, progress=False)
     assert (rec["stop"], rec["steps"], rec["in_window"]) == (stop, steps, stop == "window")
+    assert rec["window"] == [pytest.approx(0.35), 0.70] and rec["chance"] == 0.25
     assert [h["step"] for h in rec["history"]] == list(range(2, steps + 1, 2))
     assert any("outside" in str(x.message) for x in w) == (stop != "window")
 

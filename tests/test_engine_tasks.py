@@ -243,3 +243,19 @@ _KK_PROBLEM = Problem([1], "T F T", {})
 def test_reward_bad_input(kk3, ids, match):
     with pytest.raises(ValueError, match=match):
         kk3.reward(_KK_PROBLEM, ids)
+
+
+def test_chance_accuracy_of_format_only_guessing():
+    """Guessing every well-formed kk answer uniformly is right with probability 2^-n."""
+    assert get_task("kk", n_people=3).chance_accuracy == 1 / 8
+    assert get_task("kk", n_people=2).chance_accuracy == 1 / 4
+    task = get_task("kk", n_people=2)
+    p = task.problems(1, seed=0)[0]
+    answers = [" ".join(a) for a in itertools.product("TF", repeat=2)]
+    hits = [task.reward(p, task.encode(a + " <eos>")).correct for a in answers]
+    assert sum(hits) / len(hits) == task.chance_accuracy
+
+
+def test_unknown_task_argument():
+    with pytest.raises(ValueError, match="n_people"):
+        get_task("chain_sum", n_people=3)

@@ -91,15 +91,18 @@ def test_m2_linear_bound_tight_and_exceeded_by_eps_squared(eps):
 
 # --- M3 -----------------------------------------------------------------------------------------
 
+F64 = dict(dtype=torch.float64)
+
+
 @given(mismatch_cases())
-@example((torch.tensor([0.0, 0.0, 0.0]), torch.tensor([1.0, -1.0, 1.0]) * 0.5, 1, 0.5))
+@example((torch.zeros(3, **F64), torch.tensor([0.5, -0.5, 0.5], **F64), 1, 0.5))
 def test_m3_bound_holds(case):
     """M3: |Delta_k| <= log(1 + (1-p_k)(e^{2eps}-1)) <= (1-p_k)(e^{2eps}-1), eps from the box and
     also the per-token eps measured from delta."""
     z, delta, k, eps = case
     p = torch.softmax(z.double(), -1)
     Delta = mm.logprob_mismatch(z, z + delta).abs()
-    for e in (torch.tensor(eps), mm.mismatch_eps(delta.double(), "token")):
+    for e in (torch.tensor(eps, dtype=torch.float64), mm.mismatch_eps(delta, "token")):
         exact = mm.mismatch_bound(p, e, "exact")
         assert (exact - Delta).min() >= -ATOL
         assert (mm.mismatch_bound(p, e, "first") - exact).min() >= -ATOL
@@ -301,6 +304,12 @@ def test_negative_eps_and_unknown_options_rejected():
         mm.sampled_bias_second_order(torch.tensor([0.5, 0.5]), -0.1)
     with pytest.raises(ValueError, match="infinite"):
         mm.kl_divergence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="one probability vector"):
+        mm.sampled_bias_monte_carlo(torch.full((2, 2), 0.5), 0.1)
+    with pytest.raises(ValueError, match="V must be >= 2"):
+        mm.simulate_sequences(4, 8, 1, 0.1)
+    with pytest.raises(ValueError, match="the bound is 0"):
+        mm.worst_case_mismatch(torch.tensor([1.0, 0.0]), k=0, eps=0.1)
 
 
 # --- figures ------------------------------------------------------------------------------------

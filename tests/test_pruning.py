@@ -170,8 +170,11 @@ def _p2_case(pol, rho, r_max, seed):
 
 @given(tabular_policies(max_v=5, max_t=5, max_sequences=3000), st.sampled_from(
     [1e-8, 1e-4, 1e-2, 0.1, 0.5, 1.0]), st.floats(0.1, 10.0), st.integers(0, 99))
+@example(TabularPolicy.random(6, 1, sharpness=3.0, seed=0), 0.05, 1.0, 0)
 def test_p2_bounds_hold_with_slack(pol, rho, r_max, seed):
-    """P2: TV <= sum_t E[m]; |J~ - J| <= R_max sum_t E[m] <= R_max T max m <= min-p bound."""
+    """P2: TV <= sum_t E[m]; |J~ - J| <= R_max sum_t E[m] <= R_max T max m <= min-p bound.
+
+    Pinned: one step (T = 1), where the witness gap equals the bound sum_t E[m] = m exactly."""
     b, tv, gap, gap_w = _p2_case(pol, rho, r_max, seed)
     tol = 1e-12 * max(1.0, r_max)
     assert tv <= b["expected"] / r_max + tol
@@ -179,6 +182,8 @@ def test_p2_bounds_hold_with_slack(pol, rho, r_max, seed):
     assert b["expected"] <= b["uniform"] + tol <= b["min_p"] + 2 * tol
     if b["expected"] > 1e-9:
         target(gap_w / b["expected"], label="P2 witness ratio")
+    if pol.T == 1:
+        assert gap_w == pytest.approx(b["expected"], rel=1e-9)
 
 
 def test_p2_tight_at_one_step_and_small_rho():
@@ -324,3 +329,25 @@ def test_vocabulary_of_one(rule):
     assert torch.equal(pruned_mass(z, keep), torch.zeros(2, dtype=torch.float64))
     with pytest.raises(ValueError):
         safe_vocab_mask(z, rule, 1.5)
+
+
+def test_plot_pruning_tradeoff_returns_figure_and_data():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tailtheory.plots.pruning import plot_pruning_tradeoff
+    from tailtheory.pruning import pruning_knee
+
+    z, z_prime = _pair(2)
+    sweep = pruning_sweep(z, z_prime)
+    fig, df = plot_pruning_tradeoff(sweep)
+    assert len(fig.axes) == 2 and (df.seq_kl_left.iloc[0] == 1.0)
+    assert set(df.columns) >= {"rho", "mass_mean", "seq_kl_left", "abs_delta_max_left"}
+    knee = pruning_knee(sweep, 1e-3)
+    cheap = sweep[(sweep.rho > 0) & (sweep.mass_mean <= 1e-3)]
+    assert knee["rho"] == cheap.rho.max()
+    assert knee["seq_kl_left"] == pytest.approx(float(cheap.seq_kl.min() / sweep.seq_kl.iloc[0]))
+    with pytest.raises(ValueError, match="rho = 0"):
+        plot_pruning_tradeoff(sweep.iloc[1:])
+    with pytest.raises(ValueError, match="rho = 0"):
+        pruning_knee(sweep.iloc[1:])

@@ -26,8 +26,10 @@ WITNESS_CLASSICAL = tx.T10_WITNESSES["classical"]
 
 @st.composite
 def pairs(draw, max_sequences: int = 300):
-    """``(pi_roll, pi_theta)``: a drawn tabular policy and noise on all or few contexts."""
-    roll = draw(tabular_policies(max_v=4, max_t=12, max_sequences=max_sequences))
+    """``(pi_roll, pi_theta)``: a drawn tabular policy (long horizons with small V, or V up to
+    24 with T <= 3; logits up to scale 30) and noise on all or few contexts."""
+    roll = draw(st.one_of(tabular_policies(max_v=4, max_t=12, max_sequences=max_sequences),
+                          tabular_policies(max_v=24, max_t=3, max_sequences=2 * max_sequences)))
     scale = draw(st.sampled_from([0.0, 0.01, 0.1, 0.5, 2.0, 8.0]))
     frac = draw(st.sampled_from([1.0, 0.3, 0.02]))
     return roll, roll.perturbed(scale, frac=frac, seed=draw(st.integers(0, 2**16)))
@@ -152,6 +154,7 @@ def test_T8_unified_is_min_and_missing_inputs_drop_keys():
                                                                                             0.02))
     assert list(full) == list(tr.BOUND_KEYS)
     assert full["unified"] == min(full[k] for k in tr.UNIFIED_OF)
+    assert tr.unified_bound(8, 0.05, 0.1, 0.2, 0.15, torch.full((8,), 0.02)) == full["unified"]
     half = tr.trust_region_bounds(8, 0.05, 0.1, seq_kl=0.2, seq_tv=0.15,
                                   mean_tv=torch.full((8,), 0.02), halved=True)
     assert all(half[k] == pytest.approx(full[k] / 2) for k in full)

@@ -8,6 +8,8 @@ groups against the exact gradient.
 
 from __future__ import annotations
 
+import functools
+
 import sympy as sp
 import torch
 
@@ -107,38 +109,51 @@ def check_o2(profile: str) -> Evidence:
                     "terms and dJ/dB at proxy-OTB is no longer 0")
 
 
-def _sweep(profile):
-    return bv.variance_sweep(Ts=pick(profile, (2, 3, 4, 5), (2, 3, 4, 5, 6)),
-                             Vs=pick(profile, (3,), (3, 4)),
-                             seeds=pick(profile, (0, 1), (0, 1, 2, 3)))
+@functools.lru_cache(maxsize=2)
+def variance_table(profile: str) -> tuple[dict, ...]:
+    """The O3/O4 sweep: exact variance ratios over random tabular policies (cached per profile)."""
+    return tuple(bv.variance_sweep(Ts=pick(profile, (2, 3, 4, 5), (2, 3, 4, 5, 6)),
+                                   Vs=pick(profile, (3,), (3, 4)),
+                                   seeds=pick(profile, (0,), (0, 1, 2, 3))))
 
 
 @register("O3", paper="OTB", statement="B = M^-1 c, not OTB, minimises the true estimator variance",
           expected=Verdict.HOLDS)
 def check_o3(profile: str) -> Evidence:
     """O3: V(B) >= V(M^-1 c) for every baseline of the sweep; V(OTB) > V(M^-1 c) somewhere."""
-    rows = _sweep(profile)
+    rows = variance_table(profile)
     names = [k for k in rows[0] if k.startswith("ratio_")]
     lowest = min(r[k] for r in rows for k in names)
     otb = [r["ratio_otb"] for r in rows]
     token = max(abs(r["ratio_token"] - 1) for r in rows)
+    sharp = sorted({r["sharpness"] for r in rows})
+    med = {sh: _median([r["ratio_otb"] for r in rows if r["sharpness"] == sh]) for sh in sharp}
     ok = lowest >= 1 - RATIO_ATOL and max(otb) > 1 + RATIO_ATOL
+    grows = all(med[a] <= med[b] for a, b in zip(sharp, sharp[1:]))
     return Evidence(Verdict.HOLDS if ok else Verdict.REFUTED,
                     {"V_otb_over_V_opt_min": min(otb), "V_otb_over_V_opt_max": max(otb),
-                     "V_otb_over_V_opt_median": sorted(otb)[len(otb) // 2],
+                     "V_otb_over_V_opt_median": _median(otb),
+                     f"median_at_sharpness_{sharp[0]:g}": med[sharp[0]],
+                     f"median_at_sharpness_{sharp[-1]:g}": med[sharp[-1]],
                      "min_ratio_any_baseline": lowest, "token_weighted_vs_opt_max_dev": token,
                      "policies": len(rows)},
-                    "tabular: M is diagonal and M^-1 c is the per-token-energy (w_t) weighted "
-                    "mean, not the cumulative-W_t one; the measured V(OTB)/V(opt) range differs "
-                    "from the earlier 1.05-1.08 estimate: it grows with sharpness")
+                    f"tabular: M is diagonal and M^-1 c is the per-token-energy (w_t) weighted "
+                    f"mean, not the cumulative-W_t one; V(OTB)/V(opt) spans {min(otb):.5f}-"
+                    f"{max(otb):.4f} (earlier estimate 1.05-1.08), its median "
+                    f"{'rising' if grows else 'not monotone'} with sharpness "
+                    f"({med[sharp[0]]:.4g} at {sharp[0]:g}, {med[sharp[-1]]:.4g} at {sharp[-1]:g})")
+
+
+def _median(xs):
+    return sorted(xs)[len(xs) // 2]
 
 
 @register("O4", paper="OTB", statement="V(OTB) / V(group mean) < 1", expected=Verdict.REFUTED)
 def check_o4(profile: str) -> Evidence:
     """O4: the exact ratio over the sweep, then a gradient-ascent search for ratio >= 1."""
-    rows = _sweep(profile)
+    rows = variance_table(profile)
     ratios = [r["otb_over_mean"] for r in rows]
-    steps = pick(profile, 100, 300)
+    steps = pick(profile, 40, 300)
     adv_eos, pol, _ = bv.adversarial_otb_ratio(3, 3, eos=0, seed=0, steps=steps)
     adv_free = max(bv.adversarial_otb_ratio(3, 3, eos=None, seed=s, steps=steps)[0]
                    for s in pick(profile, (0,), (0, 1, 2)))
@@ -151,7 +166,7 @@ def check_o4(profile: str) -> Evidence:
                     f"adversarial_otb_ratio(3, 3, eos=0, seed=0, steps={steps}) give "
                     f"V(OTB)/V(mean) = {adv_eos:.3g} (mean = E[R], GRPO's limit); random "
                     f"policies give {min(ratios):.3g}-{max(ratios):.3g} (earlier toy estimate "
-                    f"0.66-0.75) and without EOS the search stays at <= 1")
+                    f"0.66-0.75); without EOS the search reaches {adv_free:.6g}")
 
 
 @register("O5", paper="OTB", statement="G^i - B* = W^-i/(W^i + W^-i) (G^i - B^-i): a shrunk "
@@ -179,12 +194,13 @@ def check_o5(profile: str) -> Evidence:
                     {"max_abs_err": err, "positions_checked": n, "atol": ATOL_F64})
 
 
-def group_table(profile: str) -> list[dict]:
-    """The O6 table: the finite-group study averaged over the profile's policies."""
-    return bv.group_sweep(
+@functools.lru_cache(maxsize=2)
+def group_table(profile: str) -> tuple[dict, ...]:
+    """The O6 table: the finite-group study averaged over the profile's policies (cached)."""
+    return tuple(bv.group_sweep(
         policies=pick(profile, ((3, 4, None, 1.0), (3, 4, 0, 2.0)),
                       ((3, 4, None, 1.0), (3, 4, 0, 2.0), (3, 5, None, 2.0), (4, 4, 0, 1.0))),
-        n_groups=pick(profile, 300, 2000))
+        n_groups=pick(profile, 200, 2000)))
 
 
 @register("O6", paper="OTB", statement="N = 4 with OTB matches N = 32 without",
@@ -205,6 +221,6 @@ def check_o6(profile: str) -> Evidence:
                      "cos_otb_N32": cell[("otb", 32)]["cosine"],
                      "relmse_otb_N4": cell[("otb", 4)]["rel_mse"],
                      "relmse_rloo_N32": cell[("rloo", 32)]["rel_mse"]},
-                    "tabular policies (V=3, T=4), binary rewards, Monte Carlo over groups; cosine "
+                    "tabular policies (V 3-4, T 4-5, with and without EOS), binary rewards, Monte Carlo over groups; cosine "
                     "is scale-free (GRPO, Dr. GRPO and RLOO share one direction per group); a zero "
                     "update counts as cosine 0")

@@ -83,9 +83,6 @@ def _in_open_unit(x: float, name: str) -> None:
 
 
 def _validate(c: TrainConfig) -> None:
-    from tailtheory.pruning import RULES
-    from tailtheory.trm_mask import CRITERIA
-
     from .rollout import PATHS
     from .tasks import TASKS
 
@@ -103,6 +100,13 @@ def _validate(c: TrainConfig) -> None:
     if c.group_size < 2 and spec.advantage is None:
         raise ValueError(f"group_size {c.group_size} with the group baseline of "
                          f"{spec.loss.name!r}: a group of one has no baseline (use >= 2)")
+    _validate_numbers(c)
+
+
+def _validate_numbers(c: TrainConfig) -> None:
+    from tailtheory.pruning import RULES
+    from tailtheory.trm_mask import CRITERIA
+
     _in_open_unit(c.eta, "eta")
     _in_open_unit(c.dvp_rho, "dvp_rho")  # rho >= 1 would prune everything but the argmax
     if c.dvp_rule not in RULES:

@@ -4,7 +4,8 @@ RL needs signal (some rollouts in a group must be right) and the tail claims nee
 real tail (a model that is always right is nearly deterministic on its answer tokens). So the
 warm start trains with AdamW on ``prompt -> answer <eos>`` pairs and stops as soon as its
 *sampled* accuracy (temperature 1, on held-out problems, measured every ``eval_every`` steps)
-enters the window ``[acc_low, acc_high]`` (10% to 70% by default).
+enters the window ``[max(acc_low, chance + chance_margin), acc_high]``: 10% to 70% by default,
+raised to 22.5% for three-person Knights and Knaves, where guessing the format alone scores 1/8.
 
 The result is cached by a hash of the config under ``cache/sft/<hash>/`` of the checkout (or
 ``$TAILTHEORY_CACHE/sft/<hash>/``): ``save_pretrained`` model and tokenizer plus ``sft.json``
@@ -71,11 +72,15 @@ class SFTConfig:
     """Held-out problems per evaluation (the accuracy's standard error is <= 3.1%)."""
     acc_low: float = 0.10
     acc_high: float = 0.70
-    """Stop once ``acc_low <= accuracy <= acc_high``: signal for RL, and a real tail."""
+    """Stop once ``low <= accuracy <= acc_high``: signal for RL, and a real tail."""
+    chance_margin: float = 0.10
+    """``low = max(acc_low, chance + chance_margin)``: a model that has learnt only the answer
+    format already guesses ``chance`` right (1/8 for three knights-and-knaves people)."""
     temperature: float = 1.0
     """Sampling temperature of the accuracy evaluation (that of the RL rollouts)."""
     pool_size: int = 16384
-    """Distinct training problems generated up front (batches are drawn from them)."""
+    """Training problems generated up front (about 8 s for Knights and Knaves); batches are drawn
+    from them with replacement."""
     train_seed: int = 100
     eval_seed: int = 101
     """Generator seeds of the training and held-out problems; RL should draw from other seeds."""
@@ -97,9 +102,18 @@ class SFTConfig:
         for name in ("lr", "max_seconds", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.chance_margin < 1.0:
+            raise ValueError(f"chance_margin must lie in [0, 1), got {self.chance_margin}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        self.make_task()  # bad task_kwargs fail here, not minutes into training
+        low = self.acc_floor(self.make_task())  # bad task_kwargs fail here, not in training
+        if low > self.acc_high:
+            raise ValueError(f"the window is empty: chance + chance_margin = {low:.3f} exceeds "
+                             f"acc_high = {self.acc_high}")
+
+    def acc_floor(self, task: Task) -> float:
+        """Lower edge of the accuracy window for ``task``."""
+        return max(self.acc_low, task.chance_accuracy + self.chance_margin)
 
     def make_task(self) -> Task:
         """The task this config trains on, with the model's vocabulary size."""
@@ -183,8 +197,8 @@ def sft_data(cfg: SFTConfig, task: Task):
 def train_sft(cfg: SFTConfig, progress: bool = True):
     """Train until the sampled accuracy enters the window; returns ``(model, task, record)``.
 
-    ``record["stop"]``: ``window`` (accuracy inside ``[acc_low, acc_high]``), ``overshoot``
-    (above ``acc_high`` at the first evaluation past ``acc_low``: evaluate more often),
+    ``record["stop"]``: ``window`` (accuracy inside ``record["window"]``), ``overshoot``
+    (above ``acc_high`` at the first evaluation past the floor: evaluate more often),
     ``max_steps`` or ``max_seconds``.
     """
     from tqdm.auto import tqdm
@@ -197,36 +211,49 @@ def train_sft(cfg: SFTConfig, progress: bool = True):
     model = tiny_lm(cfg.model, seed=cfg.seed).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
+    low = cfg.acc_floor(task)
     history, stop, t_train = [], "max_steps", time.perf_counter()
     bar = tqdm(range(1, cfg.max_steps + 1), desc=f"sft {cfg.task}", unit="step",
                disable=not progress, file=sys.stderr)
     for step in bar:
         idx = torch.randint(len(X), (cfg.batch_size,), generator=g).to(device)
-        loss = model(input_ids=X[idx], attention_mask=(X[idx] != task.pad_id).long(),
-                     labels=Y[idx]).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = sft_step(model, opt, X[idx], Y[idx], task.pad_id)
         out_of_time = time.perf_counter() - t_train > cfg.max_seconds
         if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
             acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)
-            history.append({"step": step, "loss": loss.item(), "accuracy": acc})
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}")
-            if acc >= cfg.acc_low or out_of_time:
-                stop = ("window" if acc <= cfg.acc_high else "overshoot") if acc >= cfg.acc_low \
-                    else "max_seconds"
+            history.append({"step": step, "loss": loss, "accuracy": acc})
+            bar.set_postfix(loss=f"{loss:.3f}", acc=f"{acc:.2f}")
+            stop = stop_reason(acc, low, cfg.acc_high, out_of_time) or stop
+            if stop != "max_steps":
                 break
     bar.close()
     if stop != "window":
         warnings.warn(f"warm start stopped ({stop}) at step {step} with sampled accuracy "
-                      f"{acc:.3f}, outside [{cfg.acc_low}, {cfg.acc_high}]", stacklevel=2)
+                      f"{acc:.3f}, outside [{low:.3f}, {cfg.acc_high}]", stacklevel=2)
     record = {"config": asdict(cfg), "hash": config_hash(cfg), "steps": step, "accuracy": acc,
-              "in_window": stop == "window", "stop": stop,
+              "in_window": stop == "window", "stop": stop, "window": [low, cfg.acc_high],
+              "chance": task.chance_accuracy,
               "seconds": round(time.perf_counter() - t0, 2),
               "train_seconds": round(time.perf_counter() - t_train, 2),
               "train_problems": len(X), "held_out": len(held_out),
               "n_params": num_params(model), "device": device, "history": history}
     return model.eval(), task, record
+
+
+def sft_step(model, opt, x: torch.Tensor, y: torch.Tensor, pad_id: int) -> float:
+    """One AdamW step on the mean response-token cross-entropy. Shapes: x, y (B, L)."""
+    loss = model(input_ids=x, attention_mask=(x != pad_id).long(), labels=y).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def stop_reason(acc: float, low: float, high: float, out_of_time: bool) -> str | None:
+    """Why training stops after an evaluation with accuracy ``acc``; None to go on."""
+    if acc >= low:
+        return "window" if acc <= high else "overshoot"
+    return "max_seconds" if out_of_time else None
 
 
 def pack_sft_batch(task: Task, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -281,7 +308,8 @@ def sft_main(args) -> int:
                     max_seconds=args.seconds, eval_every=args.eval_every)
     path = warm_start(cfg, progress=not args.quiet, force=args.force)
     rec = read_record(path)
+    low, high = rec["window"]
     print(f"{cfg.task}: {rec['steps']} steps, sampled accuracy {rec['accuracy']:.3f} "
-          f"(window [{cfg.acc_low}, {cfg.acc_high}], stop: {rec['stop']}), "
+          f"(window [{low:.3f}, {high}], stop: {rec['stop']}), "
           f"{rec['seconds']:.0f} s\n{path}")
     return 0 if rec["in_window"] else 1

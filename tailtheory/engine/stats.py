@@ -12,7 +12,7 @@ vocabulary ``S`` (``keep (B, T, V)``), the sampled distribution is
     entropy     = -sum_v pi(v) log pi(v)
     sum_p2      = sum_v pi(v)^2                   (OTB's energy term, S2)
     kl          = KL(pi_ref || pi)                (pi_ref: same tau and S on ref_logits)
-    pruned_mass = 1 - softmax(z / tau)(S)         = -expm1(LSE_S(z / tau) - LSE(z / tau))  (P1)
+    pruned_mass = 1 - softmax(z / tau)(S)         = sum_{v not in S} softmax(z / tau)_v   (P1)
 
 :func:`token_stats` never forms a full ``(B, T, V)`` temporary: it walks the positions in
 chunks of ``chunk_size`` tokens, so its extra memory is a few chunk-sized tensors. ``logp`` is
@@ -82,53 +82,55 @@ def _validate(logits, tokens, ref_logits, keep, temperature, chunk_size):
 
 
 def _chunk_logits(z: torch.Tensor, idx, tau: float, name: str, offset) -> torch.Tensor:
-    zc = check_finite(z[idx], f"{name} (chunk at [b, t] = {offset})")
+    """A chunk in the compute dtype, divided by ``tau``. NaN/inf make its row sums non-finite, a
+    read-only pass far cheaper than ``isfinite`` over the chunk; only then is it inspected."""
+    zc = z[idx]
+    if not torch.isfinite(zc.sum(-1)).all():
+        check_finite(zc, f"{name} (chunk at [b, t] = {offset})")
     zc = zc.to(_compute_dtype(z))
     return zc / tau if tau != 1.0 else zc
 
 
-def _lse_kept(zc: torch.Tensor, kc: torch.Tensor | None, offset) -> torch.Tensor:
+def _log_pi(zc: torch.Tensor, kc: torch.Tensor | None, offset) -> torch.Tensor:
+    """``log pi`` on the chunk: fused log_softmax, ``-inf`` outside ``S``."""
     if kc is None:
-        return torch.logsumexp(zc, -1)
+        return torch.log_softmax(zc, -1)
     if not kc.any(-1).all():
         raise ValueError(f"keep must keep at least one token at every position; a row near "
                          f"[b, t] = {offset} keeps none")
-    return torch.logsumexp(zc.masked_fill(~kc, float("-inf")), -1)
+    return torch.log_softmax(zc.masked_fill(~kc, -math.inf), -1)
 
 
-def _one_pass(z, k, ref, keep, tau, n_tok) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Every statistic, chunk by chunk. Returns the stats and ``LSE_S(z / tau)`` (B, T)."""
+def _xlogy_sum(p: torch.Tensor, lx: torch.Tensor, kc: torch.Tensor | None) -> torch.Tensor:
+    """``sum_v p_v lx_v`` over ``S`` (outside ``S`` both are 0 / -inf: skip them)."""
+    return (p * lx).sum(-1) if kc is None else torch.where(kc, p * lx, 0.0).sum(-1)
+
+
+def _one_pass(z, k, ref, keep, tau, n_tok) -> dict[str, torch.Tensor]:
+    """Every statistic, chunk by chunk."""
     B, T, _ = z.shape
     dt = _compute_dtype(z)
-    out = {name: torch.zeros(B, T, dtype=dt) for name in ("logp", "entropy", "sum_p2")}
-    if ref is not None:
-        out["kl"] = torch.zeros(B, T, dtype=dt)
-    if keep is not None:
-        out["pruned_mass"] = torch.zeros(B, T, dtype=dt)
-    lse_all = torch.zeros(B, T, dtype=dt)
+    names = ["logp", "entropy", "sum_p2"] + ["kl"] * (ref is not None)
+    out = {n: torch.zeros(B, T, dtype=dt) for n in names + ["pruned_mass"] * (keep is not None)}
     for bs, ts in _chunks(B, T, n_tok):
         idx, at = (bs, ts), (bs.start, ts.start)
         zc = _chunk_logits(z, idx, tau, "logits", at)                  # (b, t, V)
         kc = keep[idx] if keep is not None else None
-        lse = _lse_kept(zc, kc, at)                                    # (b, t)
         kk = k[idx].unsqueeze(-1)
         if kc is not None and not kc.gather(-1, kk).all():
             raise ValueError(f"tokens must lie inside the kept vocabulary keep; a token near "
                              f"[b, t] = {at} is pruned")
-        lp = zc - lse.unsqueeze(-1)                                    # log pi on S, finite
-        p = (lp if kc is None else lp.masked_fill(~kc, -math.inf)).exp()  # pi, 0 outside S
+        lp = _log_pi(zc, kc, at)                                       # (b, t, V)
+        p = lp.exp()                                                   # pi, 0 outside S
         out["logp"][idx] = lp.gather(-1, kk).squeeze(-1)
-        out["entropy"][idx] = -(p * lp).sum(-1)
+        out["entropy"][idx] = -_xlogy_sum(p, lp, kc)
         out["sum_p2"][idx] = (p * p).sum(-1)
-        lse_all[idx] = lse
         if ref is not None:
-            rc = _chunk_logits(ref, idx, tau, "ref_logits", at)
-            lq = rc - _lse_kept(rc, kc, at).unsqueeze(-1)
-            q = (lq if kc is None else lq.masked_fill(~kc, -math.inf)).exp()
-            out["kl"][idx] = (q * (lq - lp)).sum(-1)
-        if kc is not None:
-            out["pruned_mass"][idx] = -torch.expm1(lse - torch.logsumexp(zc, -1))
-    return out, lse_all
+            lq = _log_pi(_chunk_logits(ref, idx, tau, "ref_logits", at), kc, at)
+            out["kl"][idx] = _xlogy_sum(lq.exp(), lq - lp, kc)
+        if kc is not None:  # sum over the pruned tokens: exact also when m is tiny
+            out["pruned_mass"][idx] = torch.softmax(zc, -1).masked_fill(kc, 0.0).sum(-1)
+    return out
 
 
 class _ChunkedLogp(torch.autograd.Function):
@@ -136,8 +138,8 @@ class _ChunkedLogp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z, k, ref, keep, tau, n_tok):
-        out, lse = _one_pass(z, k, ref, keep, tau, n_tok)
-        ctx.save_for_backward(z, k, keep if keep is not None else torch.empty(0), lse)
+        out = _one_pass(z, k, ref, keep, tau, n_tok)
+        ctx.save_for_backward(z, k, keep if keep is not None else torch.empty(0))
         ctx.has_keep, ctx.tau, ctx.n_tok = keep is not None, tau, n_tok
         rest = [out[n] for n in STATS[1:] if n in out]
         ctx.mark_non_differentiable(*rest)
@@ -145,19 +147,20 @@ class _ChunkedLogp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_logp, *unused):
-        z, k, keep, lse = ctx.saved_tensors
-        keep = keep if ctx.has_keep else None
+        z, k, keep = ctx.saved_tensors
         grad = torch.empty_like(z)
         B, T, _ = z.shape
         for bs, ts in _chunks(B, T, ctx.n_tok):
             idx = (bs, ts)
             zc = z[idx].to(_compute_dtype(z))
             zc = zc / ctx.tau if ctx.tau != 1.0 else zc
-            lp = zc - lse[idx].unsqueeze(-1)                           # (b, t, V)
-            p = (lp if keep is None else lp.masked_fill(~keep[idx], -math.inf)).exp()
-            g = g_logp[idx].to(p.dtype).unsqueeze(-1)
-            gc = (-p * g).scatter_add_(-1, k[idx].unsqueeze(-1), g)    # (e_k - pi) g
-            grad[idx] = (gc / ctx.tau if ctx.tau != 1.0 else gc).to(z.dtype)
+            if ctx.has_keep:
+                zc = zc.masked_fill(~keep[idx], -math.inf)
+            g = g_logp[idx].to(zc.dtype).unsqueeze(-1)
+            if ctx.tau != 1.0:
+                g = g / ctx.tau
+            gc = torch.softmax(zc, -1).mul_(-g).scatter_add_(-1, k[idx].unsqueeze(-1), g)
+            grad[idx] = gc                                             # (e_k - pi) g / tau
         return grad, None, None, None, None, None
 
 
@@ -183,7 +186,7 @@ def token_stats(logits: Any, tokens: Any, ref_logits: Any = None, keep: Any = No
         values = _ChunkedLogp.apply(z, k, None if ref is None else ref.detach(), keep, tau, n_tok)
         return dict(zip(names, values))
     with torch.no_grad():
-        out, _ = _one_pass(z, k, None if ref is None else ref, keep, tau, n_tok)
+        out = _one_pass(z, k, ref, keep, tau, n_tok)
     return {n: out[n] for n in names}
 
 

@@ -94,6 +94,8 @@ class Task:
     # --- rendering (subclasses) ---
     max_response_len: int = 0
     """Longest well-formed response, ``<eos>`` included (the rollout's ``max_new_tokens``)."""
+    chance_accuracy: float = 0.0
+    """Accuracy of a model that knows only the answer format and guesses uniformly."""
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
         """``(prompt words, answer words, meta)`` of one generator entry."""
@@ -173,6 +175,7 @@ class KnightsKnaves(Task):
                          width_constraint=width_constraint)
         self.n_people = n_people
         self.max_response_len = n_people + 1
+        self.chance_accuracy = 2.0 ** -n_people
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
         md = entry["metadata"]

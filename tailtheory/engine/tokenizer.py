@@ -32,7 +32,7 @@ WORDS = tuple(dict.fromkeys(KK_WORDS + ARITH_WORDS))
 """Every word any task uses, in id order after the specials."""
 
 DEFAULT_VOCAB_SIZE = 512
-"""Model vocabulary; ~470 of the 512 ids are the unused tail."""
+"""Model vocabulary; 478 of the 512 ids (all but the 34 words and specials) are the unused tail."""
 
 
 def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE, words: tuple[str, ...] = WORDS):

@@ -73,7 +73,7 @@ def load_model(cfg: TrainConfig, task):
     from ..models import load_lm, tiny_lm
 
     if cfg.model == "tiny":
-        model = tiny_lm(vocab_size=task.vocab_size, hidden=64, layers=2, heads=4, kv_heads=2,
+        model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
                         seed=cfg.seed)
     elif cfg.model == "warm":
         from .sft import SFTConfig, warm_start
@@ -244,17 +244,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     model = load_model(cfg, task)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     generator = torch.Generator().manual_seed(cfg.seed)
-    start = 0
-    if resume:
-        state = ckpt_io.load_checkpoint(run, cfg)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        ckpt_io.set_rng_state(state["rng"], generator)
-        start = state["step"]
-        ckpt_io.truncate_metrics(run, start)
-    else:
-        run.mkdir(parents=True, exist_ok=True)
-        (run / ckpt_io.METRICS).unlink(missing_ok=True)
+    start = _restore(run, cfg, model, optimizer, generator) if resume else _fresh(run)
     atomic_write_json(run / "config.json", cfg.to_dict())
     engine = RolloutEngine(model, rollout_config(cfg, spec, task))
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {spec.label}",
@@ -269,6 +259,22 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                         mismatch=f"{metrics['mismatch/abs_mean']:.1e}")
     return run
+
+
+def _restore(run: Path, cfg: TrainConfig, model, optimizer, generator) -> int:
+    """Load the checkpoint of ``run`` into the objects; drop metric lines past it."""
+    state = ckpt_io.load_checkpoint(run, cfg)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    ckpt_io.set_rng_state(state["rng"], generator)
+    ckpt_io.truncate_metrics(run, state["step"])
+    return state["step"]
+
+
+def _fresh(run: Path) -> int:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / ckpt_io.METRICS).unlink(missing_ok=True)
+    return 0
 
 
 def read_metrics(run: str | Path) -> list[dict]:

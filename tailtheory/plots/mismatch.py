@@ -34,7 +34,7 @@ def _points(trainer_logits, inference_logits, max_points: int, seed: int) -> pd.
                          "bound_first": mm.mismatch_bound(p[idx], eps[idx], "first").numpy()})
 
 
-def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 20_000, seed: int = 0):
+def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 5_000, seed: int = 0):
     """``|Delta|`` of tokens against ``1 - p`` (log axes), with M3's exact and first-order bounds.
 
     Source: DVP (M2, M3), TIM (M7). ``pairs`` maps a label (``"bf16"``) to
