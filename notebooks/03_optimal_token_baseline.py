@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -67,7 +69,8 @@ df_var.groupby(["eos", "baseline"])["V_over_Vopt"].describe()[["min", "50%", "ma
 # %%
 fig, df_proxy = plot_proxy_vs_true()
 save_figure(fig, "otb_proxy_vs_true_prefix_norm", data=df_proxy)
-df_proxy.assign(gap=df_proxy.true_prefix_sq_norm - df_proxy.W_proxy).groupby("parameters")["gap"].agg(["min", "max"])
+gap = df_proxy.true_prefix_sq_norm - df_proxy.W_proxy
+gap.groupby(df_proxy.parameters).agg(["min", "max"])
 
 # %% [markdown]
 # ## (3) Finite groups: cosine and relative MSE against the exact gradient (O6)
@@ -76,8 +79,9 @@ df_proxy.assign(gap=df_proxy.true_prefix_sq_norm - df_proxy.W_proxy).groupby("pa
 groups = group_table(PROFILE)
 fig, df_groups = plot_group_study(groups)
 save_figure(fig, "otb_finite_groups", data=df_groups)
-pd.DataFrame({"N reaching GRPO N=32 cosine": matching_group_size(groups, "cosine", ("grpo", 32)),
-              "N reaching RLOO N=32 rel. MSE": matching_group_size(groups, "rel_mse", ("rloo", 32))})
+pd.DataFrame({
+    "N reaching GRPO N=32 cosine": matching_group_size(groups, "cosine", ("grpo", 32)),
+    "N reaching RLOO N=32 rel. MSE": matching_group_size(groups, "rel_mse", ("rloo", 32))})
 
 # %% [markdown]
 # ## Verdict: theory next to measurement

@@ -132,7 +132,8 @@ def weighted_baseline(pol: TabularPolicy, returns: Any, weight: torch.Tensor) ->
     """``B_t = E[weight_t G_t m_t] / E[weight_t m_t]``: the population limit of a weighted
     group mean (0 where the denominator is 0).
 
-    Source: OTB (section 6) with ``weight = W`` (the limit of ``B*``). Shapes: weight (N, T) -> (T,).
+    Source: OTB (section 6) with ``weight = W`` (the limit of ``B*``).
+    Shapes: weight (N, T) -> (T,).
     """
     G = broadcast_returns(returns, pol.mask)
     wm = weight * pol.mask
@@ -246,7 +247,8 @@ def group_quality(est: torch.Tensor, g: torch.Tensor) -> dict[str, float]:
     cos = torch.where(zero, 0.0, est @ g / (norms.clamp_min(1e-300) * gn))
     return {"rel_mse": float(((est - g).pow(2).sum(1) / gn**2).mean()),
             "cosine": float(cos.mean()), "cosine_se": float(cos.std() / len(cos) ** 0.5),
-            "rel_bias": float((est.mean(0) - g).norm() / gn), "zero_frac": float(zero.double().mean())}
+            "rel_bias": float((est.mean(0) - g).norm() / gn),
+            "zero_frac": float(zero.double().mean())}
 
 
 def group_study(pol: TabularPolicy, rewards: Any, Ns=(2, 4, 8, 16, 32), n_groups: int = 500,
@@ -328,6 +330,7 @@ def group_sweep(policies=((3, 4, None, 1.0), (3, 4, 0, 2.0)), Ns=(2, 4, 8, 16, 3
 
 __all__ = ["logit_scores", "score_gram", "prefix_sq_norms", "exact_gradient",
            "variance_quadratic", "baseline_variance", "optimal_baseline", "weighted_baseline",
-           "population_baselines", "prefix_surrogate", "adversarial_otb_ratio", "ZERO_UPDATE_RTOL", "tabular_energy",
+           "population_baselines", "prefix_surrogate", "adversarial_otb_ratio", "ZERO_UPDATE_RTOL",
+           "tabular_energy",
            "group_estimates", "group_quality", "group_study", "matching_group_size",
            "binary_rewards", "variance_sweep", "group_sweep"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._checks import (check_logits, check_positive_int, check_tokens, check_unit_interval)
@@ -100,6 +101,19 @@ def sum_p_squared_reference(logits: Any, keep_dtype: bool = False) -> torch.Tens
     """
     z = check_logits(logits, dtype=None if keep_dtype else torch.float64)
     return torch.softmax(z, -1).pow(2).sum(-1)
+
+
+def sum_p_squared_longdouble(logits: Any) -> torch.Tensor:
+    """``sum_j p_j^2`` in numpy's extended precision: the truth S3's routes are measured against.
+
+    Source: OTB (S3). On x86-64 ``np.longdouble`` is the 80-bit format (unit roundoff ~5e-20),
+    far below float64's, so both float64 routes can be graded; elsewhere it may equal float64.
+    Shapes: logits (..., V) -> (...), returned as float64.
+    """
+    z = check_logits(logits, dtype=None).detach().to(torch.float64).numpy().astype(np.longdouble)
+    z = z - z.max(-1, keepdims=True)  # (..., V)
+    e = np.exp(z)
+    return torch.as_tensor((np.exp(2 * z).sum(-1) / e.sum(-1) ** 2).astype(np.float64))
 
 
 # --- S4: the (1 - p) wedge at the logit layer ----------------------------------------------

@@ -6,7 +6,8 @@ Reinforcement Learning*, arXiv 2512.23075.
 Notation. ``pi_roll`` generates the data, ``pi_theta`` is trained. ``rho_t = pi_theta(y_t|c_t) /
 pi_roll(y_t|c_t)``; ``d_t`` is the distribution of the context ``c_t`` under ``pi_roll``.
 Token divergences use the direction **rollout || train**:
-``D_TV(c) = 1/2 sum_v |pi_theta(v|c) - pi_roll(v|c)|``, ``D_KL(c) = KL(pi_roll(.|c) || pi_theta(.|c))``.
+``D_TV(c) = 1/2 sum_v |pi_theta(v|c) - pi_roll(v|c)|``,
+``D_KL(c) = KL(pi_roll(.|c) || pi_theta(.|c))``.
 
 - ``J(pi) = E_{y~pi}[R]``; surrogate ``L' = E_roll[R sum_t (rho_t - 1)]``;
   ``Error = J(theta) - J(roll) - L'``.

@@ -221,6 +221,7 @@ def check_o6(profile: str) -> Evidence:
                      "cos_otb_N32": cell[("otb", 32)]["cosine"],
                      "relmse_otb_N4": cell[("otb", 4)]["rel_mse"],
                      "relmse_rloo_N32": cell[("rloo", 32)]["rel_mse"]},
-                    "tabular policies (V 3-4, T 4-5, with and without EOS), binary rewards, Monte Carlo over groups; cosine "
+                    "tabular policies (V 3-4, T 4-5, with and without EOS), binary rewards, Monte "
+                    "Carlo over groups; cosine "
                     "is scale-free (GRPO, Dr. GRPO and RLOO share one direction per group); a zero "
                     "update counts as cosine 0")

@@ -42,7 +42,8 @@ def _counterexample(df: pd.DataFrame, col: str) -> str:
     slack = df[col] - df["abs_error"] + df["num_tol"]
     r = df.loc[slack.idxmin()]
     return (f"V={r.V}, T={r.T}, eos={r.eos}, kind={r.kind}, sharpness={r.sharpness}, "
-            f"scale={r.scale}, frac={r.frac}, pair_seed={r.pair_seed}: |Error|={r.abs_error:.6g} > {col}={r[col]:.6g}")
+            f"scale={r.scale}, frac={r.frac}, pair_seed={r.pair_seed}: "
+            f"|Error|={r.abs_error:.6g} > {col}={r[col]:.6g}")
 
 
 def _bound_check(cid: str, profile: str) -> Evidence:
@@ -53,7 +54,8 @@ def _bound_check(cid: str, profile: str) -> Evidence:
     full = tx.slack_table(df).set_index("bound").loc[key]
     half = tx.slack_table(df, "half").set_index("bound").loc[key]
     numbers = {"pairs": len(df), "violations": int(full.violations),
-               "min_slack": float(full.min_slack), "max_ratio_err_over_bound": float(full.max_ratio),
+               "min_slack": float(full.min_slack),
+               "max_ratio_err_over_bound": float(full.max_ratio),
                "max_ratio_halved": float(half.max_ratio)}
     for col, tag in (("tightest", "T2_T7"), ("tightest_T2_T6", "T2_T6")):
         share = df.groupby("kind")[col].apply(lambda s: float((s == key).mean()))

@@ -2,7 +2,7 @@
 
 Each function's first docstring line is what ``tailtheory methods`` prints. Formulas live in
 ``engine/masks.py`` (weights, masks, passes) and below (the clipped surrogate); advantages in
-``tailtheory/baselines.py``; TRM's mask in ``tailtheory/trust_region.py``.
+``tailtheory/baselines.py``; TRM's mask in ``tailtheory/trm_mask.py``.
 """
 
 from __future__ import annotations
@@ -49,14 +49,10 @@ def _policy_loss(b: PolicyBatch, hp: MethodParams, denom: float):
 
 
 def _group_adv(b: PolicyBatch, std: bool):
-    from tailtheory import baselines
+    from tailtheory.baselines import grpo_advantages
 
-    fn = baselines.grpo_advantages if std else baselines.dr_grpo_advantages
-    adv = fn(b.rewards, b.group_ids, b.mask) if not std else fn(b.rewards, b.group_ids, b.mask,
-                                                               std=True)
-    adv = torch.as_tensor(adv, dtype=b.old_logp.dtype)
-    adv = adv[:, None].expand_as(b.old_logp) if adv.ndim == 1 else adv
-    return adv * b.mask, {"adv/abs_mean": _mean(adv.abs(), b.mask)}
+    adv = grpo_advantages(b.rewards, b.group_ids, b.mask, std=std).to(b.old_logp.dtype)
+    return adv, {"adv/abs_mean": _mean(adv.abs(), b.mask)}
 
 
 def grpo_advantage(b: PolicyBatch, hp: MethodParams):

@@ -91,13 +91,10 @@ def _chunk_logits(z: torch.Tensor, idx, tau: float, name: str, offset) -> torch.
     return zc / tau if tau != 1.0 else zc
 
 
-def _log_pi(zc: torch.Tensor, kc: torch.Tensor | None, offset) -> torch.Tensor:
+def _log_pi(zc: torch.Tensor, kc: torch.Tensor | None) -> torch.Tensor:
     """``log pi`` on the chunk: fused log_softmax, ``-inf`` outside ``S``."""
     if kc is None:
         return torch.log_softmax(zc, -1)
-    if not kc.any(-1).all():
-        raise ValueError(f"keep must keep at least one token at every position; a row near "
-                         f"[b, t] = {offset} keeps none")
     return torch.log_softmax(zc.masked_fill(~kc, -math.inf), -1)
 
 
@@ -117,19 +114,23 @@ def _one_pass(z, k, ref, keep, tau, n_tok) -> dict[str, torch.Tensor]:
         zc = _chunk_logits(z, idx, tau, "logits", at)                  # (b, t, V)
         kc = keep[idx] if keep is not None else None
         kk = k[idx].unsqueeze(-1)
+        if kc is not None and not kc.any(-1).all():
+            raise ValueError(f"keep must keep at least one token at every position; a row near "
+                             f"[b, t] = {at} keeps none")
         if kc is not None and not kc.gather(-1, kk).all():
             raise ValueError(f"tokens must lie inside the kept vocabulary keep; a token near "
                              f"[b, t] = {at} is pruned")
-        lp = _log_pi(zc, kc, at)                                       # (b, t, V)
+        lp = _log_pi(zc, kc)                                       # (b, t, V)
         p = lp.exp()                                                   # pi, 0 outside S
         out["logp"][idx] = lp.gather(-1, kk).squeeze(-1)
         out["entropy"][idx] = -_xlogy_sum(p, lp, kc)
         out["sum_p2"][idx] = (p * p).sum(-1)
         if ref is not None:
-            lq = _log_pi(_chunk_logits(ref, idx, tau, "ref_logits", at), kc, at)
+            lq = _log_pi(_chunk_logits(ref, idx, tau, "ref_logits", at), kc)
             out["kl"][idx] = _xlogy_sum(lq.exp(), lq - lp, kc)
         if kc is not None:  # sum over the pruned tokens: exact also when m is tiny
-            out["pruned_mass"][idx] = torch.softmax(zc, -1).masked_fill(kc, 0.0).sum(-1)
+            m = torch.softmax(zc, -1).masked_fill(kc, 0.0).sum(-1)
+            out["pruned_mass"][idx] = m.clamp(max=1.0)
     return out
 
 

@@ -12,12 +12,13 @@ import pandas as pd
 from .. import trm_experiments as tx
 from .. import trm_mask as tm
 
-BOUND_STYLE = {"classical": ("T1 classical", "k", "-"), "pm_kl": ("T2 PM-KL", "tab:blue", "-"),
-               "pm_tv": ("T3 PM-TV", "tab:blue", ":"), "mix_kl": ("T4 Mixed-KL", "tab:green", "-"),
-               "mix_tv": ("T5 Mixed-TV", "tab:green", ":"), "coupling": ("T6 coupling", "tab:purple",
-                                                                         "-"),
-               "adaptive": ("T7 adaptive", "tab:orange", "-"),
-               "unified": ("T8 unified", "tab:red", "--")}
+BOUND_STYLE = {
+    "classical": ("T1 classical", "k", "-"), "pm_kl": ("T2 PM-KL", "tab:blue", "-"),
+    "pm_tv": ("T3 PM-TV", "tab:blue", ":"), "mix_kl": ("T4 Mixed-KL", "tab:green", "-"),
+    "mix_tv": ("T5 Mixed-TV", "tab:green", ":"), "coupling": ("T6 coupling", "tab:purple", "-"),
+    "adaptive": ("T7 adaptive", "tab:orange", "-"), "unified": ("T8 unified", "tab:red", "--"),
+}
+"""Label, colour and line style of each bound in the figures."""
 
 PAPER_REGIMES = {
     "dense: delta=1e-3 every step": {"delta": 1e-3},
