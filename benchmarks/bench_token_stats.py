@@ -1,8 +1,10 @@
 """Chunked per-token statistics against the naive log_softmax code: peak memory and time.
 
-Each (vocabulary, variant, mode) runs in its own subprocess; peak memory is the growth of the
-process's max RSS (``resource.getrusage``) over its RSS once the inputs exist, so it counts
-every temporary the call makes (tracemalloc does not see torch's allocations). Modes:
+Memory: each (vocabulary, variant, mode) runs once in a fresh subprocess; its peak is the growth of
+the process's max RSS (``resource.getrusage``) over its RSS once the inputs exist (built in place,
+so no transient precedes the call), which counts every temporary the call makes (tracemalloc does
+not see torch's allocations). Time: both variants alternate in one subprocess, best of
+``REPEATS`` each, so that load from other processes hits both alike. Modes:
 
 - ``stats``: logp, entropy, sum p^2 and the KL to reference logits, no autograd;
 - ``grad``: logp, then backward to the logits. The logits' gradient is one full (B, T, V)
@@ -24,7 +26,7 @@ from pathlib import Path
 
 SHAPES = {32_000: (8, 512), 151_936: (4, 256)}
 """V -> (B, T): logits of ~0.5-0.6 GiB in float32 (Qwen2.5's vocabulary is 151,936)."""
-REPEATS = 3
+REPEATS = 5
 TARGET_MEM, TARGET_TIME = 0.25, 1.2
 OUT = Path(__file__).resolve().parent / "results" / "token_stats.json"
 
@@ -38,42 +40,62 @@ def _max_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
-def child(V: int, B: int, T: int, variant: str, mode: str) -> dict:
-    """One measurement in this process (called in a fresh subprocess)."""
+def _inputs(V: int, B: int, T: int, mode: str):
     import torch
 
-    from tailtheory.engine.stats import naive_token_stats, token_stats
-
-    fn = token_stats if variant == "chunked" else naive_token_stats
     g = torch.Generator().manual_seed(0)
     z = torch.empty(B, T, V).normal_(generator=g).mul_(3.0)           # in place: no transient
     ref = torch.empty(B, T, V).normal_(generator=g).mul_(0.1).add_(z) if mode == "stats" else None
-    k = torch.randint(0, V, (B, T), generator=g)
-    if mode == "grad":
-        z.requires_grad_(True)
-    base, peak_before = _rss_mib(), _max_rss_mib()
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        if mode == "stats":
-            fn(z, k, ref_logits=ref)
-        else:
-            fn(z, k)["logp"].sum().backward()
-            z.grad = None
-        times.append(time.perf_counter() - t0)
+    return z, ref, torch.randint(0, V, (B, T), generator=g)
+
+
+def _call(fn, z, ref, k, mode: str) -> None:
+    if mode == "stats":
+        fn(z, k, ref_logits=ref)
+    else:
+        zg = z.requires_grad_(True)
+        fn(zg, k)["logp"].sum().backward()
+        zg.grad = None
+
+
+def child_memory(V: int, B: int, T: int, variant: str, mode: str) -> dict:
+    """Peak extra RSS of one call, in this (fresh) process."""
+    from tailtheory.engine.stats import naive_token_stats, token_stats
+
+    z, ref, k = _inputs(V, B, T, mode)
+    base = _rss_mib()
+    _call(token_stats if variant == "chunked" else naive_token_stats, z, ref, k, mode)
     return {"V": V, "B": B, "T": T, "variant": variant, "mode": mode,
-            "logits_mib": z.numel() * 4 / 2**20, "peak_extra_mib": _max_rss_mib() - base,
-            "peak_before_mib": peak_before, "base_mib": base, "time_s": min(times)}
+            "logits_mib": z.numel() * 4 / 2**20, "peak_extra_mib": _max_rss_mib() - base}
+
+
+def child_time(V: int, B: int, T: int, mode: str) -> dict:
+    """Best-of-REPEATS time of each variant, interleaved so that load on the machine hits both."""
+    from tailtheory.engine.stats import naive_token_stats, token_stats
+
+    z, ref, k = _inputs(V, B, T, mode)
+    times = {"naive": [], "chunked": []}
+    for _ in range(REPEATS):
+        for name, fn in (("naive", naive_token_stats), ("chunked", token_stats)):
+            t0 = time.perf_counter()
+            _call(fn, z, ref, k, mode)
+            times[name].append(time.perf_counter() - t0)
+    return {name: min(ts) for name, ts in times.items()}
+
+
+def _child(*args) -> dict:
+    cmd = [sys.executable, __file__, "--child", *map(str, args)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def run_all() -> list[dict]:
     rows = []
     for V, (B, T) in SHAPES.items():
         for mode in ("stats", "grad"):
+            t = _child("time", V, B, T, mode)
             for variant in ("naive", "chunked"):
-                cmd = [sys.executable, __file__, "--child", str(V), str(B), str(T), variant, mode]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                rows.append(json.loads(out.strip().splitlines()[-1]))
+                rows.append({**_child("memory", V, B, T, variant, mode), "time_s": t[variant]})
     return rows
 
 
@@ -115,7 +137,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        V, B, T = (int(a) for a in sys.argv[2:5])
-        print(json.dumps(child(V, B, T, sys.argv[5], sys.argv[6])))
+        kind, (V, B, T), rest = sys.argv[2], map(int, sys.argv[3:6]), sys.argv[6:]
+        fn = child_memory if kind == "memory" else child_time
+        print(json.dumps(fn(V, B, T, *rest)))
     else:
         main()
