@@ -20,6 +20,8 @@ PRESET_ENV = "TAILTHEORY_PRESET"
 """Environment variable that overrides a notebook's ``PRESET`` parameter."""
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def figures_dir() -> Path:
@@ -46,6 +48,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp makes 0600; use the usual mode
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

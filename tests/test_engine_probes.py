@@ -81,7 +81,8 @@ def test_lr_zero_changes_nothing_and_model_is_untouched(batch):
     model, ids, mask, adv, pi_old = batch
     before = [p.clone() for p in model.parameters()]
     for update in ("all", "lowest", "highest"):
-        assert sgd_prob_change(model, ids, mask, adv, pi_old, lr=0.0, update=update).abs().max() == 0
+        dp = sgd_prob_change(model, ids, mask, adv, pi_old, lr=0.0, update=update)
+        assert dp.abs().max() == 0
         prob_change_by_bin(model, ids, mask, adv, pi_old, lr=1.0, update=update)
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
 
@@ -101,7 +102,7 @@ def test_one_positive_token_rises_after_a_small_step_L5(batch):
 
 
 def test_update_selection_only_moves_through_the_kept_bins(batch):
-    """Updating only a bin whose advantages are all zero moves nothing: Fig. 1 (e)/(f) select bins."""
+    """Updating only a bin whose advantages are all zero moves nothing (Fig. 1 (e)/(f) select)."""
     model, ids, mask, adv, pi_old = batch
     bins = prob_bins(pi_old)
     adv_no_low = torch.where(bins == 0, 0.0, adv)
@@ -119,7 +120,8 @@ def test_rise_fraction_and_bin_means_by_hand():
     frac = rise_fraction(dp, adv, pi_old, mask)
     assert frac[0] == 0.5 and frac[1] == 1.0 and torch.isnan(frac[2]) and frac[3] == 0.5
     means = bin_means(dp, pi_old, mask)
-    torch.testing.assert_close(means, torch.tensor([-0.005, 0.03, -0.5, 0.005], dtype=torch.float64))
+    expected = torch.tensor([-0.005, 0.03, -0.5, 0.005], dtype=torch.float64)
+    torch.testing.assert_close(means, expected)
 
 
 @pytest.mark.parametrize("change, match", [

@@ -27,7 +27,8 @@ def model():
 
 def _gen(model, seed=0, prompts=PROMPTS, eos=EOS, **cfg):
     eng = RolloutEngine(model, RolloutConfig(**{"max_new_tokens": 6, **cfg}))
-    return eng.generate(prompts, eos_id=eos, pad_id=PAD, generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    return eng.generate(prompts, eos_id=eos, pad_id=PAD, generator=gen)
 
 
 @pytest.mark.parametrize("cfg", [dict(), dict(temperature=0.7), dict(prune_rule="min_p", rho=1e-3)])

@@ -178,7 +178,8 @@ K = torch.zeros(2, 3, dtype=torch.long)
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(logits=torch.full((2, 3, 5), float("nan")), tokens=K), r"^logits .*contains .*non-finite"),
+    (dict(logits=torch.full((2, 3, 5), float("nan")), tokens=K),
+     r"^logits .*contains .*non-finite"),
     (dict(logits=Z.clone().index_put_((torch.tensor(1),), torch.tensor(float("inf"))), tokens=K),
      r"^logits .*contains .*non-finite"),
     (dict(logits=Z, tokens=K, ref_logits=torch.full((2, 3, 5), float("-inf"))),

@@ -45,7 +45,7 @@ def prob_bins(pi_old: Any) -> torch.Tensor:
     Source: LOPTI (L4). Shapes: pi_old (...) -> (...) long.
     """
     p = check_unit_interval(pi_old, "pi_old")
-    return torch.bucketize(p, torch.tensor(BIN_EDGES, dtype=p.dtype), right=False)
+    return torch.bucketize(p, torch.tensor(BIN_EDGES, dtype=p.dtype, device=p.device), right=False)
 
 
 def sequence_logp(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
@@ -53,7 +53,8 @@ def sequence_logp(model, input_ids: torch.Tensor, attention_mask: torch.Tensor |
 
     Shapes: input_ids (B, L) -> (B, L).
     """
-    attn = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask
+    attn = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
+            else attention_mask)
     z = model(input_ids=input_ids, attention_mask=attn.long(), position_ids=position_ids(attn),
               use_cache=False).logits                                  # (B, L, V)
     lp = token_stats(z[:, :-1], input_ids[:, 1:])["logp"]               # (B, L-1)
@@ -67,7 +68,8 @@ def _check_batch(model, input_ids, mask, adv, pi_old, attention_mask):
                          f"{ids.dtype} {tuple(ids.shape)}")
     V = model.config.vocab_size
     if ids.min() < 0 or ids.max() >= V:
-        raise ValueError(f"input_ids must lie in [0, {V}); got [{int(ids.min())}, {int(ids.max())}]")
+        raise ValueError(f"input_ids must lie in [0, {V}) (the model's vocabulary); got range "
+                         f"[{int(ids.min())}, {int(ids.max())}]")
     m = check_mask(mask, ids, "mask")
     if m[:, 0].any():
         raise ValueError("mask must be False at position 0 (the first token has no logits)")
@@ -84,7 +86,7 @@ def _check_batch(model, input_ids, mask, adv, pi_old, attention_mask):
 
 def _surrogate(logp, pi_old, adv, mask, bins, keep_bins) -> torch.Tensor:
     """``L_b``: the GRPO surrogate with only bins ``keep_bins`` advantaged, over all tokens."""
-    sel = mask & torch.isin(bins, torch.tensor(keep_bins))
+    sel = mask & torch.isin(bins, torch.tensor(keep_bins, device=bins.device))
     ratio = torch.exp(logp - pi_old.log().to(logp.dtype))
     return -(ratio * adv * sel).sum() / mask.sum()
 

@@ -51,8 +51,8 @@ class RolloutConfig:
     prune_rule: str | None = None
     """``None`` (full vocabulary) or a rule of ``tailtheory.pruning.RULES`` (DVP: ``min_p``)."""
     rho: float = 1e-6
-    """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; 1e-4 ... 1e-8
-    in THEORY.md section 3)."""
+    """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; THEORY.md
+    section 3 uses 1e-4 ... 1e-8)."""
     return_logits: bool = False
     """Also return the raw rollout logits ``(B, T, V)`` (before temperature and pruning) for the
     exact token KL of :func:`tailtheory.engine.stats.token_stats`."""
@@ -189,11 +189,13 @@ class RolloutEngine:
         for name, v in (("eos_id", eos_id), ("pad_id", pad_id)):
             if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
                 raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
-        ids, attn, lens = left_pad(prompts, pad_id, V)
+        dev = next(self.infer.parameters()).device
+        ids, attn, lens = (t.to(dev) for t in left_pad(prompts, pad_id, V))
         B, P = ids.shape
         was_training = self.infer.training
         self.infer.eval()
-        toks, lps, keeps, logits, alive = [], [], [], [], torch.ones(B, dtype=torch.bool)
+        toks, lps, keeps, logits = [], [], [], []
+        alive = torch.ones(B, dtype=torch.bool, device=dev)
         masks = []
         out = self.infer(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn),
                          use_cache=True)
@@ -209,7 +211,7 @@ class RolloutEngine:
             alive &= tok != eos_id
             if not alive.any() or t + 1 == self.config.max_new_tokens:
                 break
-            attn = torch.cat([attn, torch.ones(B, 1, dtype=torch.bool)], 1)
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], 1)
             pos = position_ids(attn)[:, -1:]
             out = self.infer(input_ids=tok[:, None], attention_mask=attn.long(), position_ids=pos,
                              past_key_values=out.past_key_values, use_cache=True)

@@ -108,7 +108,8 @@ def _one_pass(z, k, ref, keep, tau, n_tok) -> dict[str, torch.Tensor]:
     B, T, _ = z.shape
     dt = _compute_dtype(z)
     names = ["logp", "entropy", "sum_p2"] + ["kl"] * (ref is not None)
-    out = {n: torch.zeros(B, T, dtype=dt) for n in names + ["pruned_mass"] * (keep is not None)}
+    out = {n: torch.zeros(B, T, dtype=dt, device=z.device)
+           for n in names + ["pruned_mass"] * (keep is not None)}
     for bs, ts in _chunks(B, T, n_tok):
         idx, at = (bs, ts), (bs.start, ts.start)
         zc = _chunk_logits(z, idx, tau, "logits", at)                  # (b, t, V)
