@@ -14,9 +14,11 @@ Claims (ids of THEORY.md section 1):
     S2  ||e_k - p||^2 = 1 - 2 p_k + sum_j p_j^2                   :func:`score_sq_norm`
     S3  sum_j p_j^2 = exp(LSE(2z) - 2 LSE(z))                      :func:`sum_p_squared`
     S4  sqrt(V/(V-1)) (1-p_k) <= ||e_k - p|| <= sqrt(2)(1-p_k) <= sqrt(2(1-p_k))
-                                                 :func:`score_norm_bounds`, :func:`score_norm_bound_weak`
+            :func:`score_norm` (exact), :func:`score_norm_bounds`, :func:`score_norm_bound_weak`,
+            witnesses of both ends :func:`score_norm_witness`
     S5  sigma_min(J) sqrt(V/(V-1)) (1-p_k) <= ||grad_a log p_k|| <= ||J||_2 sqrt(2) (1-p_k)
-                                                 :func:`activation_wedge`, :func:`wedge_summary`
+            :func:`activation_wedge` (exact Jacobians), :func:`wedge_summary`,
+            :func:`tiny_lm_wedge` (the S5 setting)
 
 Vocabulary of size 1: the only token has ``p = 1`` and its score is the zero vector; the S4
 bounds are then defined as ``(0, 0)`` (the ``V/(V-1)`` factor is never evaluated) and any

@@ -209,7 +209,7 @@ def test_sft_main(cache, capsys, monkeypatch):
     p = argparse.ArgumentParser()
     sft.add_sft_arguments(p)
     args = p.parse_args(["--task", "kk", "--n-people", "2", "--steps", "2", "--eval-every", "1",
-                         "--seconds", "50", "--quiet"])
+                         "--seconds", "50", "--quiet", "--threads", str(torch.get_num_threads())])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         rc = sft.sft_main(args)

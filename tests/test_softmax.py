@@ -45,7 +45,8 @@ def test_s1_batched_and_numpy_input():
     k = np.array([[0, 1, 4], [2, 2, 3]])
     s = sm.score(z, k)
     assert s.shape == (2, 3, 5) and s.dtype == torch.float64
-    assert torch.allclose(s.sum(-1), torch.zeros(2, 3, dtype=torch.float64), atol=ATOL_F64)  # e_k - p sums to 0
+    zero = torch.zeros(2, 3, dtype=torch.float64)
+    assert torch.allclose(s.sum(-1), zero, atol=ATOL_F64)  # e_k - p sums to 0
 
 
 @given(logits_and_token(max_v=LARGE_V))

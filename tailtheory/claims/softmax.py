@@ -88,7 +88,8 @@ def check_s3(profile: str) -> Evidence:
     worst: dict[str, float] = {}
     centred_ok, raw_ok = True, True
     for V, z, _ in _samples(profile):
-        for dtype, tag in ((torch.float64, "f64"), (torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for dtype, tag in ((torch.float64, "f64"), (torch.float32, "f32"),
+                           (torch.bfloat16, "bf16")):
             e, budget = s3_errors(z, dtype), lse_budget(V, dtype)
             centred_ok &= e["lse"] <= budget
             raw_ok &= e["lse_raw"] <= budget

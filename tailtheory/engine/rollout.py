@@ -120,6 +120,11 @@ def left_pad(prompts: list[list[int]], pad_id: int, vocab_size: int):
     return ids, attn, torch.as_tensor(lens)
 
 
+def _check_token_id(v: Any, name: str, V: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
+        raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
+
+
 def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
                       keep: Any = None) -> torch.Tensor:
     """The trainer's log-probs of the sampled response: one float32 full forward.
@@ -186,17 +191,14 @@ class RolloutEngine:
         Shapes: prompts B lists -> RolloutBatch with response (B, T), T <= max_new_tokens.
         """
         V = self.model.config.vocab_size
-        for name, v in (("eos_id", eos_id), ("pad_id", pad_id)):
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
-                raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
+        _check_token_id(eos_id, "eos_id", V)
+        _check_token_id(pad_id, "pad_id", V)
         dev = next(self.infer.parameters()).device
         ids, attn, lens = (t.to(dev) for t in left_pad(prompts, pad_id, V))
-        B, P = ids.shape
         was_training = self.infer.training
         self.infer.eval()
-        toks, lps, keeps, logits = [], [], [], []
-        alive = torch.ones(B, dtype=torch.bool, device=dev)
-        masks = []
+        toks, masks, lps, keeps, logits = [], [], [], [], []
+        alive = torch.ones(ids.shape[0], dtype=torch.bool, device=dev)
         out = self.infer(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn),
                          use_cache=True)
         for t in range(self.config.max_new_tokens):
@@ -206,8 +208,11 @@ class RolloutEngine:
             if keep is not None:  # after EOS the pad token is scored: keep everything there
                 keep = keep | ~alive[:, None]
             masks.append(alive.clone())
-            toks.append(tok), lps.append(torch.where(alive, lp, 0.0)), keeps.append(keep)
-            logits.append(z)
+            toks.append(tok)
+            lps.append(torch.where(alive, lp, 0.0))
+            keeps.append(keep)
+            if self.config.return_logits:  # (B, V) per step: keep only when asked for
+                logits.append(z)
             alive &= tok != eos_id
             if not alive.any() or t + 1 == self.config.max_new_tokens:
                 break
@@ -224,7 +229,7 @@ class RolloutEngine:
         keep = torch.stack(keeps, 1) if keeps[0] is not None else None     # (B, T, V)
         rb = RolloutBatch(input_ids=torch.cat([ids, response], 1), prompt_len=ids.shape[1],
                           response=response, mask=torch.stack(masks, 1), logp=torch.stack(lps, 1),
-                          logits=torch.stack(logits, 1) if self.config.return_logits else None,
+                          logits=torch.stack(logits, 1) if logits else None,
                           attention_mask=attn, prompt_lens=lens, keep=keep)
         if self.config.path == "exact":
             rb.logp = self._exact_logp(rb)

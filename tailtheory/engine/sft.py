@@ -294,6 +294,8 @@ def add_sft_arguments(p) -> None:
     p.add_argument("--seconds", type=float, default=d.max_seconds, help="training time budget")
     p.add_argument("--eval-every", type=int, default=d.eval_every,
                    help="steps between sampled-accuracy evaluations")
+    p.add_argument("--threads", type=int, help="torch CPU threads for this command (1 is several "
+                   "times faster on a machine whose cores are busy)")
     p.add_argument("--force", action="store_true", help="retrain even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -303,6 +305,8 @@ def sft_main(args) -> int:
 
     Exit status 0 when the sampled accuracy is inside the window, 1 otherwise.
     """
+    if args.threads is not None:
+        torch.set_num_threads(check_positive_int(args.threads, "--threads"))
     kwargs = {} if args.n_people is None else {"n_people": args.n_people}
     cfg = SFTConfig(task=args.task, task_kwargs=kwargs, max_steps=args.steps,
                     max_seconds=args.seconds, eval_every=args.eval_every)
