@@ -50,22 +50,24 @@ from tailtheory.plots.mismatch import plot_accumulation, plot_mismatch_vs_p, plo
 from tailtheory.plots.pruning import plot_pruning_tradeoff
 from tailtheory.plots.softmax import plot_layer_wedge, plot_score_norm
 from tailtheory.pruning import pruning_knee, pruning_sweep
-from tailtheory.real_mismatch import SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
+from tailtheory.real_mismatch import PATHS, SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
 
 # %% [markdown]
 # The real mismatch source: M7's tiny Qwen2-style LM (random init, lm_head sharpened so that it
-# has a low-probability tail), float32 trainer against a bfloat16 copy. No noise is injected.
+# has a low-probability tail), float32 trainer against a bfloat16 copy (and, in figure 1, a float16 copy and KV-cache decoding).
+# No noise is injected.
 
 # %%
 model = sharpen(tiny_lm(vocab_size=P4_VOCAB, seed=0), SHARPEN_SCALE)
 ids = random_input_ids(P4_VOCAB, SIZE["B"], SIZE["T"], seed=0)
-z, z_bf16 = paired_logits(model, ids, "bf16")  # (B, T, V) each, float64
+pairs = {path: paired_logits(model, ids, path) for path in PATHS}  # (B, T, V) each, float64
+z, z_bf16 = pairs["bf16"]
 
 # %% [markdown]
 # ## (1) |Δ| against p, with M3's exact and first-order bounds (M3, M7)
 
 # %%
-fig, df_m3 = plot_mismatch_vs_p({"bf16": (z, z_bf16)})
+fig, df_m3 = plot_mismatch_vs_p(pairs)  # bf16 and fp16 copies, KV-cache decoding
 save_figure(fig, "token_tail_mismatch_vs_p", data=df_m3)
 
 # %% [markdown]

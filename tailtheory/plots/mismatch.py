@@ -1,8 +1,8 @@
 """Figures of training-inference mismatch (DVP, TIM; claims M3-M7).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
-``tailtheory.io.save_figure(fig, name, data=df)``. ``python -m tailtheory.plots.mismatch``
-regenerates all three into ``figures/``.
+``tailtheory.io.save_figure(fig, name, data=df)``.
+Notebook 01 (``make repro``) writes them into ``figures/``.
 """
 
 from __future__ import annotations
@@ -156,22 +156,3 @@ def plot_accumulation(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int 
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig, pd.concat(rows, ignore_index=True)
-
-
-def main() -> None:
-    """Regenerate the three mismatch figures (real model pairs for M7) into ``figures/``."""
-    from ..io import save_figure
-    from ..models import tiny_lm
-    from ..real_mismatch import PATHS, SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
-
-    model = sharpen(tiny_lm(vocab_size=512, seed=0), SHARPEN_SCALE)
-    ids = random_input_ids(512, 8, 32, seed=0)
-    pairs = {path: paired_logits(model, ids, path) for path in PATHS}
-    for name, (fig, df) in {"mismatch_vs_p": plot_mismatch_vs_p(pairs),
-                            "mismatch_selection_bias": plot_selection_bias(),
-                            "mismatch_accumulation": plot_accumulation()}.items():
-        print(save_figure(fig, name, data=df))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Figures of vocabulary pruning (DVP; claim P4).
 
 ``plot_pruning_tradeoff`` returns ``(fig, df)`` for ``tailtheory.io.save_figure(fig, name,
-data=df)``; ``python -m tailtheory.plots.pruning`` regenerates it into ``figures/``.
+data=df)``; notebook 01 (``make repro``) writes it into ``figures/``.
 """
 
 from __future__ import annotations
@@ -47,19 +47,3 @@ def plot_pruning_tradeoff(sweep: pd.DataFrame, mass_negligible: float | None = 1
     ax1.legend(fontsize=7)
     fig.tight_layout()
     return fig, df
-
-
-def main() -> None:
-    """Write ``pruning_tradeoff`` (PNG + CSV) into ``figures/`` from P4's quick measurement."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from ..claims.pruning import p4_measurement
-    from ..io import save_figure
-
-    fig, df = plot_pruning_tradeoff(p4_measurement("quick")[0])
-    print(save_figure(fig, "pruning_tradeoff", data=df))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """Figures of the softmax facts (LOPTI Prop. 4.2; claims S4, S5).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
-``tailtheory.io.save_figure(fig, name, data=df)``. ``python -m tailtheory.plots.softmax``
-regenerates both into ``figures/``.
+``tailtheory.io.save_figure(fig, name, data=df)``.
+Notebook 01 (``make repro``) writes them into ``figures/``.
 """
 
 from __future__ import annotations
@@ -125,19 +125,3 @@ def plot_layer_wedge(rows=None, names=None, *, vocab_size: int = 64, hidden: int
     fig.suptitle("S5: activation-gradient wedge per layer (tiny LM, random init)", fontsize=9)
     fig.tight_layout()
     return fig, df
-
-
-def main() -> None:
-    """Write ``s4_score_norm`` and ``s5_layer_wedge`` (PNG + CSV) into ``figures/``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from ..io import save_figure
-
-    for name, (fig, df) in (("s4_score_norm", plot_score_norm()),
-                            ("s5_layer_wedge", plot_layer_wedge(T=16))):
-        print(save_figure(fig, name, data=df))
-
-
-if __name__ == "__main__":
-    main()
