@@ -82,5 +82,6 @@ def save_figure(fig, name: str, data=None, directory: str | os.PathLike | None =
                 metadata={"Software": None})  # no version stamp: reruns give the same bytes
     png = atomic_write_bytes(d / f"{name}.png", buf.getvalue())
     if data is not None:
-        atomic_write_text(d / f"{name}.csv", data.to_csv(index=False))
+        # 8 significant digits: enough to re-plot, a third of the bytes of full repr
+        atomic_write_text(d / f"{name}.csv", data.to_csv(index=False, float_format="%.8g"))
     return png

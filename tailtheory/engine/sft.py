@@ -56,7 +56,7 @@ class SFTConfig:
     task_kwargs: dict = field(default_factory=dict)
     """Task constructor arguments, e.g. ``{"n_people": 2}`` (kk defaults to 3 people)."""
     model: TinyLMConfig = TinyLMConfig(hidden=128, layers=4, heads=4, kv_heads=2)
-    """Model size: hidden 128, 4 layers (~1M parameters with V = 512), as in CALIBRATION.md."""
+    """Model size: hidden 128, 4 layers, V = 512 (723,072 parameters), as in CALIBRATION.md."""
     batch_size: int = 128
     lr: float = 1e-3
     """AdamW learning rate (CALIBRATION.md: reaches the window in minutes at batch 128)."""

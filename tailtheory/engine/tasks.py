@@ -166,9 +166,8 @@ class KnightsKnaves(Task):
 
     def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, n_people: int = 3,
                  depth_constraint: int = 2, width_constraint: int = 2):
-        if isinstance(n_people, bool) or not isinstance(n_people, int) or not (
-                2 <= n_people <= KK_MAX_PEOPLE):
-            raise ValueError(f"n_people must be an integer in [2, {KK_MAX_PEOPLE}], got {n_people!r}")
+        if check_positive_int(n_people, "n_people", minimum=2) > KK_MAX_PEOPLE:
+            raise ValueError(f"n_people must be <= {KK_MAX_PEOPLE}, got {n_people}")
         check_positive_int(depth_constraint, "depth_constraint")
         check_positive_int(width_constraint, "width_constraint")
         super().__init__(seed, vocab_size, n_people=n_people, depth_constraint=depth_constraint,
@@ -213,8 +212,8 @@ class ChainSum(Task):
                       (min_digits, "min_digits"), (max_digits, "max_digits")):
             check_positive_int(v, nm)
         if max_terms < min_terms or max_digits < min_digits:
-            raise ValueError(f"need min_terms <= max_terms and min_digits <= max_digits; got "
-                             f"terms [{min_terms}, {max_terms}], digits [{min_digits}, {max_digits}]")
+            raise ValueError(f"need min_terms <= max_terms and min_digits <= max_digits; got terms "
+                             f"[{min_terms}, {max_terms}], digits [{min_digits}, {max_digits}]")
         super().__init__(seed, vocab_size, min_terms=min_terms, max_terms=max_terms,
                          min_digits=min_digits, max_digits=max_digits)
         # |result| <= max_terms * (10**max_digits - 1): its digits, a sign and <eos>
