@@ -200,6 +200,7 @@ def _ids(task, text):
     ("T F T T <eos>", Reward(0.0, False, False)),                  # too long
     ("T P0 T <eos>", Reward(0.0, False, False)),                   # not a truth value
     ("<eos>", Reward(0.0, False, False)),
+    ("", Reward(0.0, False, False)),                               # empty response
     ("T F <unused_7> <eos>", Reward(0.0, False, False)),          # a tail token
 ])
 def test_kk_reward_hand_checked(kk3, text, expected):
@@ -239,7 +240,7 @@ _KK_PROBLEM = Problem([1], "T F T", {})
 
 @pytest.mark.parametrize("ids, match", [
     ([0, 512], r"\[0, 512\)"), ([-1], r"\[0, 512\)"), ([[5, 2]], "1-D"),
-    (torch.tensor([0.5, 2.0]), "integer")])
+    (torch.tensor([0.5, 2.0]), "integer"), ([0.5, 2.0], "integer")])
 def test_reward_bad_input(kk3, ids, match):
     with pytest.raises(ValueError, match=match):
         kk3.reward(_KK_PROBLEM, ids)

@@ -150,7 +150,9 @@ class Task:
 
 def _as_id_list(ids, V: int, name: str) -> list[int]:
     """Token ids as a list of ints inside ``[0, V)``."""
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids), dtype=torch.long)
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
+    if t.numel() == 0:
+        t = t.long()
     if t.ndim != 1 or t.is_floating_point():
         raise ValueError(f"{name} must be a 1-D sequence of integer ids, got shape "
                          f"{tuple(t.shape)} dtype {t.dtype}")
