@@ -9,7 +9,7 @@ import torch
 
 from tailtheory.engine.probes import (N_BINS, bin_gradients, bin_grad_norms, bin_means,
                                       prob_bins, prob_change_by_bin, rise_fraction,
-                                      sequence_logp, sgd_prob_change)
+                                      sequence_logp, sequential_prob_change, sgd_prob_change)
 from tailtheory.models import tiny_lm
 
 V, B, L = 128, 6, 9
@@ -110,6 +110,26 @@ def test_update_selection_only_moves_through_the_kept_bins(batch):
     assert sgd_prob_change(model, ids, mask, adv_no_low, pi_old, 1.0, "highest").abs().max() > 0
     d = prob_change_by_bin(model, ids, mask, adv, pi_old, lr=1.0, update="all")
     assert d.shape == (N_BINS,) and torch.isfinite(d).all()
+
+
+def test_sequential_passes_lopti_L5(batch):
+    """One selection = the plain step; Lopti's passes keep pi_old fixed, so a first pass with zero
+    advantages leaves the second pass exactly a single step; the order matters otherwise."""
+    model, ids, mask, adv, pi_old = batch
+    plain = sgd_prob_change(model, ids, mask, adv, pi_old, lr=0.5)
+    assert torch.equal(sequential_prob_change(model, ids, mask, adv, pi_old, 0.5, [mask]), plain)
+    low, high = pi_old < 0.5, pi_old >= 0.5
+    adv_high = torch.where(low, 0.0, adv)
+    two = sequential_prob_change(model, ids, mask, adv_high, pi_old, 0.5, [low, high])
+    one = sequential_prob_change(model, ids, mask, adv_high, pi_old, 0.5, [high])
+    assert torch.equal(two, one)
+    fwd = sequential_prob_change(model, ids, mask, adv, pi_old, 0.5, [low, high])
+    rev = sequential_prob_change(model, ids, mask, adv, pi_old, 0.5, [high, low])
+    assert not torch.equal(fwd, rev) and (fwd - plain).abs().max() > 0
+    with pytest.raises(ValueError, match="selections must be a non-empty list"):
+        sequential_prob_change(model, ids, mask, adv, pi_old, 0.5, [])
+    with pytest.raises(ValueError, match=r"selections\[0\] has shape"):
+        sequential_prob_change(model, ids, mask, adv, pi_old, 0.5, [mask[:, 1:]])
 
 
 def test_rise_fraction_and_bin_means_by_hand():

@@ -12,7 +12,9 @@ objective is the GRPO surrogate with ratio ``r = pi_theta / pi_old`` and the den
 Probes: (d) ``||grad L_b||`` per bin (:func:`bin_grad_norms`); (c), (e), (f) the per-bin mean of
 ``Delta pi = pi_theta'(y_t) - pi_theta(y_t)`` after one SGD step ``theta' = theta - lr grad L_b``
 with ``b`` = all / lowest / highest bin (:func:`prob_change_by_bin`); Figure 3: the fraction of
-``A > 0`` tokens whose probability rose, per bin (:func:`rise_fraction`).
+``A > 0`` tokens whose probability rose, per bin (:func:`rise_fraction`), after a plain step, an
+Advantage-Reweighted one (pass the reweighted ``A``) or Lopti's two passes
+(:func:`sequential_prob_change`).
 
 Per-token tensors are aligned with ``input_ids (B, L)``: token ``t`` is scored by the logits at
 ``t - 1``, so ``mask[:, 0]`` must be False. ``model`` is never modified (steps act on a copy).
@@ -84,11 +86,10 @@ def _check_batch(model, input_ids, mask, adv, pi_old, attention_mask):
     return ids.long(), m, a, p, attn
 
 
-def _surrogate(logp, pi_old, adv, mask, bins, keep_bins) -> torch.Tensor:
-    """``L_b``: the GRPO surrogate with only bins ``keep_bins`` advantaged, over all tokens."""
-    sel = mask & torch.isin(bins, torch.tensor(keep_bins, device=bins.device))
+def _surrogate(logp, pi_old, adv, mask, sel) -> torch.Tensor:
+    """``L_b``: the GRPO surrogate with only the ``sel`` tokens advantaged, over all N tokens."""
     ratio = torch.exp(logp - pi_old.log().to(logp.dtype))
-    return -(ratio * adv * sel).sum() / mask.sum()
+    return -(ratio * adv * (mask & sel)).sum() / mask.sum()
 
 
 def bin_gradients(model, input_ids, mask, adv, pi_old, attention_mask=None):
@@ -104,7 +105,8 @@ def bin_gradients(model, input_ids, mask, adv, pi_old, attention_mask=None):
         bins = prob_bins(p)
         flat = []
         for keep_bins in (UPDATES["all"], *((b,) for b in range(N_BINS))):
-            g = torch.autograd.grad(_surrogate(logp, p, a, m, bins, keep_bins), params,
+            sel = torch.isin(bins, torch.tensor(keep_bins, device=bins.device))
+            g = torch.autograd.grad(_surrogate(logp, p, a, m, sel), params,
                                     retain_graph=True, allow_unused=True)
             flat.append(torch.cat([(gi if gi is not None else torch.zeros_like(q)).reshape(-1)
                                    for gi, q in zip(g, params)]))
@@ -121,6 +123,31 @@ def bin_grad_norms(model, input_ids, mask, adv, pi_old, attention_mask=None):
     return g_all.norm(), g_bins.norm(dim=1)
 
 
+def _check_lr(lr: Any) -> float:
+    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and 0 <= lr < float("inf")):
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    return float(lr)
+
+
+def _sgd_passes(model, ids, m, a, p, attn, lr: float, selections) -> torch.Tensor:
+    """SGD steps on a copy of ``model``, one per selection, ``pi_old`` fixed; returns Delta pi."""
+    step = copy.deepcopy(model)
+    params = [q for q in step.parameters() if q.requires_grad]
+    with torch.no_grad():
+        before = sequence_logp(step, ids, attn).exp()
+    for sel in selections:
+        with torch.enable_grad():
+            loss = _surrogate(sequence_logp(step, ids, attn), p, a, m, sel)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+        with torch.no_grad():
+            for q, g in zip(params, grads):
+                if g is not None:
+                    q.sub_(lr * g)
+    with torch.no_grad():
+        after = sequence_logp(step, ids, attn).exp()
+    return (after - before) * m
+
+
 def sgd_prob_change(model, input_ids, mask, adv, pi_old, lr: float,
                     update: str = "all", attention_mask=None) -> torch.Tensor:
     """``Delta pi_t`` of every token after one SGD step on ``L_b`` (b from ``UPDATES[update]``).
@@ -131,22 +158,28 @@ def sgd_prob_change(model, input_ids, mask, adv, pi_old, lr: float,
     """
     if update not in UPDATES:
         raise ValueError(f"update must be one of {tuple(UPDATES)}, got {update!r}")
-    if not (isinstance(lr, (int, float)) and 0 <= lr < float("inf")):
-        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}")
+    lr = _check_lr(lr)
     ids, m, a, p, attn = _check_batch(model, input_ids, mask, adv, pi_old, attention_mask)
-    step = copy.deepcopy(model)
-    params = [q for q in step.parameters() if q.requires_grad]
-    with torch.enable_grad():
-        logp = sequence_logp(step, ids, attn)
-        loss = _surrogate(logp, p, a, m, prob_bins(p), UPDATES[update])
-        grads = torch.autograd.grad(loss, params, allow_unused=True)
-    with torch.no_grad():
-        before = logp.detach().exp()
-        for q, g in zip(params, grads):
-            if g is not None:
-                q.sub_(lr * g)
-        after = sequence_logp(step, ids, attn).exp()
-    return (after - before) * m
+    sel = torch.isin(prob_bins(p), torch.tensor(UPDATES[update], device=m.device))
+    return _sgd_passes(model, ids, m, a, p, attn, lr, [sel])
+
+
+def sequential_prob_change(model, input_ids, mask, adv, pi_old, lr: float, selections,
+                           attention_mask=None) -> torch.Tensor:
+    """``Delta pi_t`` after one SGD step per selection, in order, on the same batch (Lopti, L3/L5).
+
+    Source: LOPTI (L3, L5). Step ``i`` keeps only the advantages inside ``selections[i]`` (bool
+    ``(B, L)``), divides by all ``N`` response tokens, and keeps ``pi_old`` fixed (not recomputed
+    between the passes). Lopti with ``eta``: ``[pi_old < eta, pi_old >= eta]``; reversed order:
+    the list reversed. ``[mask]`` is one plain step. Shapes: (B, L) inputs -> (B, L).
+    """
+    lr = _check_lr(lr)
+    ids, m, a, p, attn = _check_batch(model, input_ids, mask, adv, pi_old, attention_mask)
+    if isinstance(selections, torch.Tensor) or not selections:
+        raise ValueError("selections must be a non-empty list of bool (B, L) masks")
+    sels = [check_mask(s, ids, f"selections[{i}]", allow_empty=True)
+            for i, s in enumerate(selections)]
+    return _sgd_passes(model, ids, m, a, p, attn, lr, sels)
 
 
 def bin_means(values: Any, pi_old: Any, mask: Any) -> torch.Tensor:
