@@ -33,7 +33,7 @@ from tailtheory.io import atomic_write_json  # noqa: E402
 
 PROMPTS, G, MAX_NEW = 2, 8, 32
 """Prompts per step, generations per prompt, response cap (CALIBRATION.md's TRL setting)."""
-WARMUP, STEPS = 1, 4
+WARMUP, STEPS = 2, 10
 """Steps run before timing, and steps timed (median reported)."""
 LR = 1e-4
 OUT = Path(__file__).resolve().parent / "results" / "trl.json"
