@@ -50,6 +50,8 @@ def test_config_hash_is_stable_and_sensitive():
     assert len({config_hash(TINY), config_hash(dataclasses.replace(TINY, lr=2e-3)),
                 config_hash(dataclasses.replace(TINY, task_kwargs={"n_people": 3})),
                 config_hash(dataclasses.replace(TINY, model=TinyLMConfig(hidden=64)))}) == 4
+    # the time budget bounds a run but does not change a run that finished inside it
+    assert config_hash(dataclasses.replace(TINY, max_seconds=1e6)) == config_hash(TINY)
 
 
 # --- data --------------------------------------------------------------------------------------

@@ -125,9 +125,23 @@ def _check_token_id(v: Any, name: str, V: int) -> None:
         raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
 
 
+def response_logits(model, rb: RolloutBatch) -> torch.Tensor:
+    """The trainer's logits at every response position: one float32 full forward.
+
+    The single place the trainer's forward is written; the trainer and the ``exact`` path both
+    go through it, which is what makes V1 hold bitwise.
+
+    Shapes: rb.input_ids (B, P+T) -> (B, T, V).
+    """
+    P, T = rb.prompt_len, rb.response.shape[1]
+    out = model(input_ids=rb.input_ids, attention_mask=rb.attention_mask.long(),
+                position_ids=position_ids(rb.attention_mask), use_cache=False)
+    return out.logits[:, P - 1:P + T - 1]                                # (B, T, V)
+
+
 def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
                       keep: Any = None) -> torch.Tensor:
-    """The trainer's log-probs of the sampled response: one float32 full forward.
+    """The trainer's log-probs of the sampled response.
 
     Source: TIM (V1: the ``exact`` rollout path calls this very function, so its log-probs are
     bitwise the trainer's). ``logp_t = log softmax_S(z_{P+t-1} / tau)[y_t]``; differentiable when
@@ -135,10 +149,7 @@ def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
 
     Shapes: rb.input_ids (B, P+T) -> (B, T).
     """
-    P, T = rb.prompt_len, rb.response.shape[1]
-    out = model(input_ids=rb.input_ids, attention_mask=rb.attention_mask.long(),
-                position_ids=position_ids(rb.attention_mask), use_cache=False)
-    z = out.logits[:, P - 1:P + T - 1]                                   # (B, T, V)
+    z = response_logits(model, rb)
     return token_stats(z, rb.response, keep=keep, temperature=temperature)["logp"]
 
 

@@ -49,7 +49,7 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class SFTConfig:
-    """What to warm-start and when to stop. Every field enters the cache hash."""
+    """What to warm-start and when to stop. Every field but the time budget enters the cache hash."""
 
     task: str = "kk"
     """Task name, one of ``tasks.TASKS``."""
@@ -120,9 +120,15 @@ class SFTConfig:
         return get_task(self.task, vocab_size=self.model.vocab_size, **self.task_kwargs)
 
 
+_BUDGET_FIELDS = ("max_seconds",)
+"""Fields that bound the run but do not change what a finished run trained: a result that entered
+the accuracy window is the same result whatever the budget was."""
+
+
 def config_hash(cfg: SFTConfig) -> str:
-    """12 hex digits of SHA-256 over the config (and ``SFT_CACHE_VERSION``)."""
-    blob = json.dumps({"version": SFT_CACHE_VERSION, **asdict(cfg)}, sort_keys=True)
+    """12 hex digits of SHA-256 over the config (less the time budget) and ``SFT_CACHE_VERSION``."""
+    fields = {k: v for k, v in asdict(cfg).items() if k not in _BUDGET_FIELDS}
+    blob = json.dumps({"version": SFT_CACHE_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

@@ -29,7 +29,7 @@ from ..mismatch import k1, k3
 from . import checkpoint as ckpt_io
 from .config import TrainConfig
 from .losses import PolicyBatch, advantages, correction_weight, parse_methods, passes
-from .rollout import RolloutConfig, RolloutEngine, position_ids
+from .rollout import RolloutConfig, RolloutEngine, response_logits
 from .stats import token_stats
 
 METRIC_KEYS = {
@@ -91,17 +91,6 @@ def rollout_config(cfg: TrainConfig, spec, task) -> RolloutConfig:
                          max_new_tokens=cfg.max_new_tokens or task.max_response_len,
                          prune_rule=cfg.dvp_rule if spec.vocab else None, rho=cfg.dvp_rho,
                          return_logits=exact_kl)
-
-
-def response_logits(model, rb) -> torch.Tensor:
-    """The trainer's logits of every response position: one float32 full forward.
-
-    Shapes: rb.input_ids (B, P+T) -> (B, T, V); the same call as ``response_logprobs``.
-    """
-    P, T = rb.prompt_len, rb.response.shape[1]
-    out = model(input_ids=rb.input_ids, attention_mask=rb.attention_mask.long(),
-                position_ids=position_ids(rb.attention_mask), use_cache=False)
-    return out.logits[:, P - 1:P + T - 1]
 
 
 def _finite(x: torch.Tensor, what: str, step: int) -> None:
