@@ -35,6 +35,7 @@ test-thorough: $(STAMP)
 
 ## bench: speed and memory benchmarks (by hand; not part of the tests)
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'   # TRL, for the side-by-side step benchmark
 	@for b in $(sort $(wildcard benchmarks/bench_*.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
 
 ## sync: re-pair notebooks/*.ipynb with their py:percent sources

@@ -184,15 +184,18 @@ class RolloutEngine:
         return safe_vocab_mask(zt, rule=self.config.prune_rule, threshold=self.config.rho)
 
     def _step(self, z: torch.Tensor, generator) -> tuple[torch.Tensor, ...]:
-        """Sample from raw next-token logits ``z (B, V)``: tokens, logp, keep."""
+        """Sample from raw next-token logits ``z (B, V)``: tokens, logp, keep.
+
+        ``logp = log_softmax(z / tau)`` on the kept set at the sampled token: the formula of
+        :func:`token_stats` (bitwise: same ops on the same rows), without its other statistics.
+        """
         tau = float(self.config.temperature)
         z = z.float()
         keep = self._keep(z / tau)                                         # (B, V) or None
         zs = z / tau if keep is None else (z / tau).masked_fill(~keep, float("-inf"))
-        tok = torch.multinomial(torch.softmax(zs, -1), 1, generator=generator).squeeze(-1)
-        lp = token_stats(z[:, None], tok[:, None], keep=None if keep is None else keep[:, None],
-                         temperature=tau)["logp"][:, 0]
-        return tok, lp, keep
+        tok = torch.multinomial(torch.softmax(zs, -1), 1, generator=generator)  # (B, 1)
+        lp = torch.log_softmax(zs, -1).gather(-1, tok)[:, 0]
+        return tok[:, 0], lp, keep
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], eos_id: int, pad_id: int,
@@ -208,11 +211,22 @@ class RolloutEngine:
         ids, attn, lens = (t.to(dev) for t in left_pad(prompts, pad_id, V))
         was_training = self.infer.training
         self.infer.eval()
+        try:
+            steps = self._decode(ids, attn, lens, eos_id, pad_id, generator)
+        finally:
+            self.infer.train(was_training)
+        return self._batch(ids, attn, lens, *steps)
+
+    def _decode(self, ids, attn, lens, eos_id: int, pad_id: int, generator):
+        """The KV-cache loop: per-step lists of tokens, masks, logp, keep and raw logits."""
+        B, P, T = ids.shape[0], ids.shape[1], self.config.max_new_tokens
         toks, masks, lps, keeps, logits = [], [], [], [], []
-        alive = torch.ones(ids.shape[0], dtype=torch.bool, device=dev)
-        out = self.infer(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn),
+        alive = torch.ones(B, dtype=torch.bool, device=ids.device)
+        full = torch.ones(B, P + T, dtype=torch.long, device=ids.device)  # prompt mask, then 1s
+        full[:, :P] = attn
+        out = self.infer(input_ids=ids, attention_mask=full[:, :P], position_ids=position_ids(attn),
                          use_cache=True)
-        for t in range(self.config.max_new_tokens):
+        for t in range(T):
             z = out.logits[:, -1].float()                                 # (B, V)
             tok, lp, keep = self._step(z, generator)
             tok = torch.where(alive, tok, pad_id)
@@ -225,14 +239,12 @@ class RolloutEngine:
             if self.config.return_logits:  # (B, V) per step: keep only when asked for
                 logits.append(z)
             alive &= tok != eos_id
-            if not alive.any() or t + 1 == self.config.max_new_tokens:
+            if t + 1 == T or not alive.any():
                 break
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], 1)
-            pos = position_ids(attn)[:, -1:]
-            out = self.infer(input_ids=tok[:, None], attention_mask=attn.long(), position_ids=pos,
-                             past_key_values=out.past_key_values, use_cache=True)
-        self.infer.train(was_training)
-        return self._batch(ids, attn, lens, toks, masks, lps, keeps, logits)
+            pos = (lens + t)[:, None]            # = position_ids of the mask grown by one column
+            out = self.infer(input_ids=tok[:, None], attention_mask=full[:, :P + t + 1],
+                             position_ids=pos, past_key_values=out.past_key_values, use_cache=True)
+        return toks, masks, lps, keeps, logits
 
     def _batch(self, ids, attn, lens, toks, masks, lps, keeps, logits) -> RolloutBatch:
         response = torch.stack(toks, 1)                                    # (B, T)

@@ -7,6 +7,8 @@ see ``engine/losses.py`` for the registry. One step:
    ``bf16`` / ``fp16`` / ``kv`` paths; none on ``exact``) with the rollout log-probs.
 2. Rewards from the task; a trainer forward at the current weights gives ``pi_old``
    (``recompute``) and the mismatch metrics; ``bypass`` uses the rollout log-probs as ``pi_old``.
+   That forward keeps its graph: the first update pass runs at the same weights, so it reuses
+   it (its detached log-probs are bitwise what a second forward would give).
 3. Advantages (group or OTB, then AR), correction weights (TIS / MIS / IcePop / TRM), the passes
    (one, or Lopti's two), one clipped-surrogate update per pass.
 4. One JSON line to ``RUN/metrics.jsonl`` (keys in :data:`METRIC_KEYS`); a checkpoint every
@@ -52,6 +54,11 @@ METRIC_KEYS = {
 PROBLEM_SEED = 1000
 """Problem stream of step ``s``: generator seed ``PROBLEM_SEED + 100_000 * seed + s`` (the warm
 start uses seeds 100 and 101, so RL never trains on its problems)."""
+
+
+_SHARE_FORWARD = True
+"""The ``pi_old`` forward keeps its graph and serves the first update pass (both run at the same
+weights, so the numbers are those of two forwards); False runs a second forward (tests)."""
 
 
 class TrainingDiverged(ValueError):
@@ -105,25 +112,32 @@ def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
 
 def old_policy(model, rb, rewards, group_ids, spec, cfg, step):
     """``pi_old`` and the step's monitoring statistics. Returns ``(PolicyBatch, keep, metrics)``."""
+    b, keep, metrics, _ = _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live=False)
+    return b, keep, metrics
+
+
+def _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live: bool):
+    """:func:`old_policy`; with ``live`` its forward keeps the graph, and the differentiable
+    ``logp (B, T)`` comes back too, for the first update pass (same weights: the same numbers)."""
     hp, mask = cfg.method_params(), rb.mask
     keep, metrics = None, {}
     if spec.vocab:
         probe = PolicyBatch(logp=rb.logp, old_logp=rb.logp, roll_logp=rb.logp, mask=mask,
                             keep=rb.keep, logits=rb.logits, tokens=rb.response)
         keep, metrics = spec.vocab.fn(probe, hp)
-    with torch.no_grad():
+    with torch.set_grad_enabled(live):
         z = response_logits(model, rb)                                   # (B, T, V)
-        _finite(z, "logits", step)
+        _finite(z.detach(), "logits", step)
         st = token_stats(z, rb.response, ref_logits=rb.logits, keep=keep,
                          temperature=cfg.temperature)
-    train_logp = st["logp"].masked_fill(~mask, 0.0)
+    train_logp = st["logp"].detach().masked_fill(~mask, 0.0)
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
                     rewards=rewards, group_ids=group_ids, sum_p2=st["sum_p2"],
                     tok_kl=st.get("kl"), logits=rb.logits, keep=keep, tokens=rb.response)
     log_rho = (train_logp - rb.logp).double()                          # log pi_train / pi_roll
     metrics.update(_monitor(b, log_rho, st, keep, cfg))
-    return b, keep, metrics
+    return b, keep, metrics, (st["logp"] if live else None)
 
 
 def _monitor(b: PolicyBatch, log_rho, st, keep, cfg) -> dict:
@@ -140,12 +154,18 @@ def _monitor(b: PolicyBatch, log_rho, st, keep, cfg) -> dict:
             "dvp/pruned_mass": _mean(st["pruned_mass"], m) if keep is not None else 0.0}
 
 
-def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step) -> dict:
-    """One optimiser step on the active tokens of ``b``; returns the loss metrics."""
+def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step, *,
+           logp: torch.Tensor | None = None) -> dict:
+    """One optimiser step on the active tokens of ``b``; returns the loss metrics.
+
+    ``logp`` (B, T), differentiable: the trainer's log-probs at the current weights when the
+    caller already has them (the first pass reuses the ``pi_old`` forward); else one forward.
+    """
     optimizer.zero_grad(set_to_none=True)
-    z = response_logits(model, rb)
-    _finite(z.detach(), "logits", step)
-    logp = token_stats(z, rb.response, keep=keep, temperature=cfg.temperature)["logp"]
+    if logp is None:
+        z = response_logits(model, rb)
+        _finite(z.detach(), "logits", step)
+        logp = token_stats(z, rb.response, keep=keep, temperature=cfg.temperature)["logp"]
     loss, metrics = spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)),
                                  cfg.method_params())
     _finite(loss.detach(), "loss", step)
@@ -153,8 +173,8 @@ def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step) -> dict:
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     _finite(gnorm, "gradient norm", step)
     optimizer.step()
-    for p in model.parameters():
-        _finite(p.detach(), "weights", step)
+    with torch.no_grad():  # one check over every weight: a NaN or inf anywhere makes it False
+        _finite(torch.cat([p.reshape(-1) for p in model.parameters()]), "weights", step)
     return {**metrics, "grad/norm": float(gnorm)}
 
 
@@ -176,14 +196,17 @@ def train_step(step: int, cfg: TrainConfig, spec, task, model, engine, optimizer
     t_roll = time.perf_counter() - t0
     rw = [task.reward(problems[i // G], rb.response[i]) for i in range(len(prompts))]
     R = torch.tensor([r.total for r in rw], dtype=torch.float64)         # (B,)
-    b, keep, metrics = old_policy(model, rb, R, group_ids, spec, cfg, step)
+    b, keep, metrics, live = _old_policy(model, rb, R, group_ids, spec, cfg, step,
+                                         live=_SHARE_FORWARD)
     hp = cfg.method_params()
     adv, m_adv = advantages(spec, b, hp)
     weight, m_cor = correction_weight(spec, replace(b, adv=adv), hp)
     b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
     groups, m_sched = passes(spec, b, hp)
-    per_pass = [update(model, optimizer, rb, replace(b, active=active), keep, spec, cfg, step)
-                for _, active in groups]
+    per_pass = []
+    for i, (_, active) in enumerate(groups):  # pass 1 runs at pi_old's weights: reuse its forward
+        per_pass.append(update(model, optimizer, rb, replace(b, active=active), keep, spec, cfg,
+                               step, logp=live if i == 0 else None))
     loss_m = _pass_mean(per_pass)
     metrics = {"step": step, "reward/mean": float(R.mean()),
                "reward/accuracy": sum(r.correct for r in rw) / len(rw),
