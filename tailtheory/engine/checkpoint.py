@@ -30,6 +30,7 @@ def rng_state(generator: torch.Generator) -> dict:
 
 
 def set_rng_state(state: dict, generator: torch.Generator) -> None:
+    """Restore the sampler's ``generator`` and the global torch, numpy and Python RNGs."""
     generator.set_state(state["generator"])
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
