@@ -185,3 +185,24 @@ def test_cli_bad_config_is_one_clear_line(flags, message, capsys):
 
 def test_group_size_one_is_fine_with_otb():
     assert TrainConfig(group_size=1, method="otb").group_size == 1
+
+
+@pytest.mark.parametrize("method, rollout, pi_old", [
+    ("ar+lopti+tis", "bf16", "recompute"),
+    ("otb+trm+dvp", "kv", "bypass"),
+])
+def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path, monkeypatch):
+    """The pi_old forward serving the first update pass gives the metrics and weights of a
+    separate forward per pass, bitwise (single and two-pass schedules, recompute and bypass)."""
+    runs = {}
+    for share in (True, False):
+        monkeypatch.setattr(trainer, "_SHARE_FORWARD", share)
+        cfg = TrainConfig(**SMALL, method=method, rollout=rollout, pi_old=pi_old, steps=2,
+                          dvp_rule="top_p", dvp_rho=0.5, out=str(tmp_path / str(share)))
+        train(cfg, progress=False, task=DenseKK())
+        runs[share] = (no_time(read_metrics(cfg.out)),
+                       torch.load(Path(cfg.out) / CHECKPOINT, weights_only=False)["model"])
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][0][-1]["grad/norm"] > 0  # real updates, so the weights can tell
+    for name, w in runs[False][1].items():
+        assert torch.equal(runs[True][1][name], w), name
