@@ -4,10 +4,12 @@ Same tiny Qwen2-style model (hidden 128, 4 layers, V = 512, ~1M parameters; both
 one saved folder), same word-level tokenizer, same batch (2 prompts x 8 generations), same
 response cap (32 new tokens; a random model rarely stops early), same loss family (clipped,
 token-mean, no KL term), AdamW, temperature 1, CPU, float32 training. A step is generation +
-loss + backward + optimizer step. Differences that remain, and are reported: this engine
-recomputes ``pi_old`` with one extra forward (TRL skips it at ``num_iterations = 1``) and
-samples with its own KV-cache loop (path ``kv``: float32, like TRL's ``generate``; ``bf16``
-also timed); TRL's gradient checkpointing is switched off to match.
+loss + backward + optimizer step. Differences that remain, and are reported: this engine's
+``pi_old`` forward (with its mismatch statistics) is also the update's forward, so both do one
+training forward per step, as TRL does at ``num_iterations = 1``; this engine samples with its
+own KV-cache loop (path ``kv``: float32, like TRL's ``generate``; ``bf16`` also timed) and runs
+eager attention (its models must compute what they saved), TRL the loader's default ``sdpa``;
+TRL's gradient checkpointing is switched off to match.
 
 Run offline: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_trl.py`` (needs the ``bench``
 extra: ``pip install -e '.[bench]'``) -> ``benchmarks/results/trl.json``.

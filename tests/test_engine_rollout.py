@@ -162,3 +162,15 @@ def test_left_pad_positions():
     assert ids.tolist() == [[4, 5, 6], [0, 0, 7]]
     assert attn.tolist() == [[True, True, True], [False, False, True]]
     assert lens.tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("path", ["bf16", "fp16", "kv"])
+def test_prebuilt_decode_mask_is_bitwise_the_2d_mask(model, path, monkeypatch):
+    """The additive 4-D decode mask built once per rollout gives the samples, log-probs and logits
+    of the 2-D padding mask the model expands itself at every step (padded prompts)."""
+    fast = _gen(model, 7, path=path, max_new_tokens=8, return_logits=True)
+    monkeypatch.setattr(RolloutEngine, "_decode_mask", lambda self, full: full)
+    slow = _gen(model, 7, path=path, max_new_tokens=8, return_logits=True)
+    for name in ("response", "mask", "logp", "logits"):
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    assert (fast.response.shape[1] == 8) and not fast.attention_mask.all()  # padding present

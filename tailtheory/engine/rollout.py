@@ -211,8 +211,9 @@ class RolloutEngine:
         ids, attn, lens = (t.to(dev) for t in left_pad(prompts, pad_id, V))
         was_training = self.infer.training
         self.infer.eval()
-        try:
-            steps = self._decode(ids, attn, lens, eos_id, pad_id, generator)
+        try:  # inference mode: no autograd bookkeeping; _batch's stacks are plain tensors again
+            with torch.inference_mode():
+                steps = self._decode(ids, attn, lens, eos_id, pad_id, generator)
         finally:
             self.infer.train(was_training)
         return self._batch(ids, attn, lens, *steps)
@@ -224,6 +225,7 @@ class RolloutEngine:
         alive = torch.ones(B, dtype=torch.bool, device=ids.device)
         full = torch.ones(B, P + T, dtype=torch.long, device=ids.device)  # prompt mask, then 1s
         full[:, :P] = attn
+        step_mask = self._decode_mask(full)                    # (B, 1, 1, P+T) or (B, P+T)
         out = self.infer(input_ids=ids, attention_mask=full[:, :P], position_ids=position_ids(attn),
                          use_cache=True)
         for t in range(T):
@@ -242,9 +244,23 @@ class RolloutEngine:
             if t + 1 == T or not alive.any():
                 break
             pos = (lens + t)[:, None]            # = position_ids of the mask grown by one column
-            out = self.infer(input_ids=tok[:, None], attention_mask=full[:, :P + t + 1],
+            out = self.infer(input_ids=tok[:, None], attention_mask=step_mask[..., :P + t + 1],
                              position_ids=pos, past_key_values=out.past_key_values, use_cache=True)
         return toks, masks, lps, keeps, logits
+
+    def _decode_mask(self, full: torch.Tensor) -> torch.Tensor:
+        """The attention mask of one decode step, built once per rollout.
+
+        With eager attention: the additive ``(B, 1, 1, P+T)`` mask that the model would build from
+        ``full`` at every step (a one-token query sees every cached position but the prompt
+        padding; 0 there, the dtype's minimum on padding), which it takes as is. Otherwise the 2-D
+        mask ``full (B, P+T)`` itself. Sliced to ``P + t + 1`` columns at step ``t``.
+        """
+        if getattr(self.infer.config, "_attn_implementation", None) != "eager":
+            return full
+        dtype = next(self.infer.parameters()).dtype
+        bias = torch.zeros(full.shape[0], 1, 1, full.shape[1], dtype=dtype, device=full.device)
+        return bias.masked_fill_(full[:, None, None, :] == 0, torch.finfo(dtype).min)
 
     def _batch(self, ids, attn, lens, toks, masks, lps, keeps, logits) -> RolloutBatch:
         response = torch.stack(toks, 1)                                    # (B, T)

@@ -173,8 +173,8 @@ def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step, *,
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     _finite(gnorm, "gradient norm", step)
     optimizer.step()
-    with torch.no_grad():  # one check over every weight: a NaN or inf anywhere makes it False
-        _finite(torch.cat([p.reshape(-1) for p in model.parameters()]), "weights", step)
+    for p in model.parameters():
+        _finite(p.detach(), "weights", step)
     return {**metrics, "grad/norm": float(gnorm)}
 
 
@@ -254,7 +254,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
         raise ValueError(f"{run} already holds a run; pass --resume or choose another --out")
     task = task or load_task(cfg)
     model = load_model(cfg, task)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  foreach=True)  # bitwise the per-tensor loop, faster on CPU
     generator = torch.Generator().manual_seed(cfg.seed)
     start = _restore(run, cfg, model, optimizer, generator) if resume else _fresh(run)
     atomic_write_json(run / "config.json", cfg.to_dict())
