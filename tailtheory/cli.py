@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as exc:  # bad input: one clear line, no traceback
+    except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"tailtheory: error: {exc}", file=sys.stderr)
         return 2
 

@@ -183,6 +183,12 @@ def test_cli_bad_config_is_one_clear_line(flags, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_cli_missing_checkpoint_is_one_clear_line(tmp_path, capsys):
+    assert main(["train", "--model", str(tmp_path / "absent"), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err
+
+
 def test_group_size_one_is_fine_with_otb():
     assert TrainConfig(group_size=1, method="otb").group_size == 1
 
