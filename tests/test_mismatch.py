@@ -122,12 +122,16 @@ def test_m3_bound_moves_right(p1, p2, e1, e2):
 
 @given(st.floats(1e-6, 1 - 1e-6), st.floats(1e-4, 3.0), st.integers(2, 64))
 @example(p_k=0.3, eps=0.25, V=8)
+@example(p_k=0.9999989999999999, eps=0.0001, V=4)  # Delta ~ 2e-10: absolute rounding dominates
 def test_m3_witness_attains_bound(p_k, eps, V):
     """M3 is tight: delta_k = -eps, delta_j = +eps attains the exact bound (ratio 1)."""
     p, delta = _witness(V, 0, eps, p_k)
-    ratio = float(mm.mismatch_identity(p, delta)[0].abs() / mm.mismatch_bound(p[0], eps))
-    target(ratio)
-    assert abs(ratio - 1) < 1e-6  # p_k near 1: Delta ~ 1e-6 carries ~1e-16/1e-6 cancellation
+    Delta = float(mm.mismatch_identity(p, delta)[0].abs())
+    bound = float(mm.mismatch_bound(p[0], eps))
+    target(Delta / bound)
+    # Delta = delta_k - log(sum_j p_j e^delta_j): the log of an O(1) sum carries an absolute
+    # float64 error of a few 1e-16, which dominates when Delta itself is tiny (p_k near 1)
+    assert abs(Delta - bound) <= 1e-9 * bound + 1e-15, (Delta, bound)
 
 
 def test_m3_optimiser_finds_the_bound():
