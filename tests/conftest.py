@@ -12,6 +12,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Figures and claims.json written during tests go to a scratch folder, not the committed ones.
 os.environ.setdefault("TAILTHEORY_FIGURES", tempfile.mkdtemp(prefix="tailtheory-figures-"))
 
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -20,3 +22,13 @@ settings.register_profile("dev", max_examples=60, **_COMMON)
 settings.register_profile("ci", max_examples=60, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op torch thread for the test (restored after): tiny tensors run faster without
+    thread hand-offs, above all on a busy machine. Use with ``pytest.mark.usefixtures``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

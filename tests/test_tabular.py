@@ -13,13 +13,7 @@ from tailtheory.tabular import (MAX_SEQUENCES, TabularPolicy, check_enumerable, 
                                 reference_enumeration, tree_size)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread (restored after) avoids hand-off stalls on a busy box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _as_dict(pol: TabularPolicy) -> dict:

@@ -35,13 +35,7 @@ def pairs(draw, max_sequences: int = 300):
     return roll, roll.perturbed(scale, frac=frac, seed=draw(st.integers(0, 2**16)))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread (restored after) avoids hand-off stalls on a busy box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _pair_from(x):
