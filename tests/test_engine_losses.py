@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tailtheory.baselines import GRPO_EPS
+from tailtheory.engine import masks
 from tailtheory.engine.losses import (METHODS, MethodParams, PolicyBatch, advantages,
                                       correction_weight, get_method, parse_methods, passes)
 
@@ -196,7 +197,7 @@ def test_trm_exact_and_sample_estimators():
                      ("both", replace(HP, trm_mode="both", trm_delta_avg=0.02))):
         w, m = get_method("trm").fn(b, hp)
         assert w.tolist() == [[1.0, 1.0], [0.0, 0.0]], mode
-        assert m["trm/accept_rate"] == 0.5
+        assert m["trm/kept_frac"] == 0.5
     b = batch(old_p=[[0.5 * math.exp(0.1), 0.5], [0.5 * math.exp(0.5), 0.5]],
               roll_p=[[0.5, 0.5], [0.5, 0.5]])
     w, _ = get_method("trm").fn(b, replace(HP, trm_estimator="k2k3"))
@@ -259,3 +260,79 @@ def test_every_method_registered_with_namespaced_metrics():
         value, metrics = method.fn(b, HP)
         assert value is not None and metrics, name
         assert all("/" in k for k in metrics), (name, list(metrics))
+
+
+def test_corrections_see_mismatch_under_bypass():
+    """V3/V4: TIS, MIS, IcePop and TRM (k2k3) weigh by pi_train / pi_roll, so bypass (pi_old =
+    pi_roll) gives the same correction weights as recompute (pi_old = pi_train), not all ones."""
+    train_p = [[0.1, 0.6, 0.5], [0.5 * math.exp(0.5), 0.5, 0.5]]
+    roll_p = [[0.2, 0.2, 0.5], [0.5, 0.5, 0.2]]
+    hp = replace(HP, trm_estimator="k2k3")
+    recompute = batch(old_p=train_p, roll_p=roll_p)
+    recompute = replace(recompute, train_logp=recompute.old_logp)
+    bypass = replace(recompute, old_logp=recompute.roll_logp)
+    assert torch.equal(bypass.log_r, recompute.log_r) and bypass.log_r.abs().max() > 0.4
+    for name in ("tis", "mis", "icepop", "trm"):
+        w_rec, m_rec = get_method(name).fn(recompute, hp)
+        w_byp, m_byp = get_method(name).fn(bypass, hp)
+        assert torch.equal(w_rec, w_byp) and m_rec == m_byp, name
+        assert (w_byp != 1).any(), name  # the mismatch is large enough for every method to act
+    legacy = batch(old_p=train_p, roll_p=roll_p)  # no train_logp: old_logp stands for pi_train
+    assert torch.equal(legacy.log_r, recompute.log_r)
+
+
+def test_trm_correction_metric_does_not_clash_with_monitor():
+    """The trm correction reports trm/kept_frac; trm/accept_rate belongs to the trainer's
+    monitor, which every metrics line carries."""
+    b = batch(old_p=[[0.5, 0.5]], tok_kl=torch.zeros(1, 2, dtype=torch.float64))
+    _, m = get_method("trm").fn(b, HP)
+    assert set(m) == {"trm/kept_frac"}
+
+
+# ---- input checks of engine/masks.py -----------------------------------------------------------
+
+NAN_CASES = [
+    ("advantage_reweight", lambda x, m: masks.advantage_reweight(torch.ones(2, 3), x, 0.3),
+     "old_logp"),
+    ("lopti_passes", lambda x, m: masks.lopti_passes(x, m, 0.5), "old_logp"),
+    ("tis_weight", lambda x, m: masks.tis_weight(x, 2.0), "log_r"),
+    ("seq_log_ratio", lambda x, m: masks.seq_log_ratio(x, m, False), "log_r"),
+    ("mis_keep", lambda x, m: masks.mis_keep(x, m, 0.5, 2.0), "log_r"),
+    ("icepop_keep", lambda x, m: masks.icepop_keep(x, 0.5, 2.0), "log_r"),
+    ("dvp_keep", lambda x, m: masks.dvp_keep(x[..., None].expand(2, 3, 4),
+                                             torch.zeros(2, 3, dtype=torch.long), "top_p", 0.5),
+     "roll_logits"),
+]
+
+
+@pytest.mark.parametrize("name, call, arg", NAN_CASES, ids=[c[0] for c in NAN_CASES])
+def test_masks_reject_nan(name, call, arg):
+    """A NaN log-prob (even at a masked position) is an error naming the argument, never a token
+    silently put in a group or kept."""
+    x = torch.full((2, 3), -0.5, dtype=torch.float64)
+    x[0, 2] = float("nan")
+    m = torch.ones(2, 3, dtype=torch.bool)
+    m[0, 2] = False
+    with pytest.raises(ValueError, match=arg):
+        call(x, m)
+
+
+SHAPE_CASES = [
+    ("advantage_reweight", lambda: masks.advantage_reweight(torch.ones(2, 3), torch.zeros(3), 0.3),
+     "old_logp"),
+    ("lopti_passes", lambda: masks.lopti_passes(torch.zeros(2, 3), torch.ones(3).bool(), 0.5),
+     "old_logp"),
+    ("seq_log_ratio", lambda: masks.seq_log_ratio(torch.zeros(2, 3), torch.ones(3).bool(), False),
+     "log_r"),
+    ("mis_keep", lambda: masks.mis_keep(torch.zeros(2, 3), torch.ones(3).bool(), 0.5, 2.0),
+     "log_r"),
+    ("dvp_keep", lambda: masks.dvp_keep(torch.zeros(2, 3, 4), torch.zeros(3, dtype=torch.long),
+                                        "top_p", 0.5), "tokens"),
+]
+
+
+@pytest.mark.parametrize("name, call, arg", SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
+def test_masks_reject_shape_mismatch(name, call, arg):
+    """``mis_keep(log_r (2, 3), mask (3,))`` and the like raise instead of broadcasting."""
+    with pytest.raises(ValueError, match=arg):
+        call()

@@ -212,3 +212,69 @@ def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path, 
     assert runs[True][0][-1]["grad/norm"] > 0  # real updates, so the weights can tell
     for name, w in runs[False][1].items():
         assert torch.equal(runs[True][1][name], w), name
+
+
+def _count_updates(monkeypatch) -> list[int]:
+    """Record the step of every optimiser update the trainer makes."""
+    calls, real_update = [], trainer.update
+
+    def counted(model, optimizer, rb, b, keep, spec, cfg, step, **kw):
+        calls.append(step)
+        return real_update(model, optimizer, rb, b, keep, spec, cfg, step, **kw)
+
+    monkeypatch.setattr(trainer, "update", counted)
+    return calls
+
+
+@pytest.mark.parametrize("schedule", ["lopti", "lopti_reversed"])
+def test_empty_lopti_pass_makes_no_update(schedule, tmp_path, monkeypatch):
+    """L3: with eta = 0.5 every token of the random model is low, so the high group is empty
+    (first in the reversed order, where the shared forward must go to the low pass). The empty
+    pass makes no optimiser step: weights and loss metrics equal those of plain ``ar``."""
+    runs = {}
+    for method in ("ar", f"ar+{schedule}"):
+        calls = _count_updates(monkeypatch)
+        cfg = TrainConfig(**SMALL, method=method, eta=0.5, steps=2, out=str(tmp_path / method))
+        train(cfg, progress=False, task=DenseKK())
+        assert calls == [0, 1], method  # one update per step, the empty pass skipped
+        lines = [{k: v for k, v in m.items() if not k.startswith("lopti/")}
+                 for m in no_time(read_metrics(cfg.out))]
+        runs[method] = (lines, torch.load(Path(cfg.out) / CHECKPOINT, weights_only=False))
+    (plain, s_plain), (lopti, s_lopti) = runs["ar"], runs[f"ar+{schedule}"]
+    assert lopti == plain and plain[-1]["grad/norm"] > 0
+    for name, w in s_plain["model"].items():
+        assert torch.equal(s_lopti["model"][name], w), name
+    assert all(s["step"] == 2 for s in s_lopti["optimizer"]["state"].values())  # AdamW steps
+
+
+def test_lopti_with_both_groups_runs_two_updates(tmp_path, monkeypatch):
+    """L3: eta = 0.002 (about 1 / V for V = 512) splits the random model's tokens into two
+    non-empty groups, so every step makes two updates; the shared forward stays bitwise."""
+    runs = {}
+    for share in (True, False):
+        monkeypatch.setattr(trainer, "_SHARE_FORWARD", share)
+        calls = _count_updates(monkeypatch)
+        cfg = TrainConfig(**SMALL, method="ar+lopti+tis", eta=0.002, steps=2,
+                          out=str(tmp_path / str(share)))
+        train(cfg, progress=False, task=DenseKK())
+        assert calls == [0, 0, 1, 1]
+        runs[share] = no_time(read_metrics(cfg.out))
+    assert all(0 < m["lopti/low_frac"] < 1 and m["grad/norm"] > 0 for m in runs[True])
+    assert runs[True] == runs[False]
+
+
+def test_bypass_corrections_see_the_mismatch(tmp_path):
+    """V3/V4: on the bf16 path TIS / MIS / IcePop / TRM (k2k3) weigh by pi_train / pi_roll under
+    bypass too: step 0 (same weights, same rollout) gives the correction metrics of recompute,
+    and TIS's weights are not all 1. The TRM correction's rate is trm/kept_frac; the monitor
+    keeps trm/accept_rate."""
+    runs = {}
+    for pi_old in ("recompute", "bypass"):
+        cfg = TrainConfig(**SMALL, method="tis+mis+icepop+trm", trm_estimator="k2k3",
+                          pi_old=pi_old, steps=1, out=str(tmp_path / pi_old))
+        train(cfg, progress=False, task=DenseKK())
+        (runs[pi_old],) = read_metrics(cfg.out)
+    keys = ("tis/weight_mean", "tis/trunc_frac", "mis/reject_rate", "icepop/mask_frac",
+            "trm/kept_frac", "trm/accept_rate")
+    assert {k: runs["bypass"][k] for k in keys} == {k: runs["recompute"][k] for k in keys}
+    assert runs["bypass"]["tis/weight_mean"] != 1.0

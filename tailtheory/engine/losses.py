@@ -63,11 +63,20 @@ class PolicyBatch:
     active: torch.Tensor | None = None
     """Tokens of the current update pass (Lopti); ``None`` means every response token. The
     loss still normalises by all response tokens (LOPTI, L3)."""
+    train_logp: torch.Tensor | None = None
+    """The trainer's recomputed log-probs at ``pi_old``'s weights (``pi_train``); ``None`` means
+    ``old_logp`` is them (recompute). Under bypass ``old_logp`` is the rollout's, so this field
+    is what keeps the mismatch ratio alive (TIM, V3/V4)."""
 
     @property
     def log_r(self) -> torch.Tensor:
-        """Mismatch log-ratio ``log pi_old - log pi_roll`` (zero under bypass)."""
-        return (self.old_logp - self.roll_logp).detach()
+        """Mismatch log-ratio ``log pi_train - log pi_roll`` in both ``pi_old`` modes (TIM, V4).
+
+        Under recompute ``pi_train = pi_old`` (bitwise the old definition); under bypass
+        ``pi_old = pi_roll``, so ``old_logp - roll_logp`` would be identically 0.
+        """
+        train = self.old_logp if self.train_logp is None else self.train_logp
+        return (train - self.roll_logp).detach()
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,15 @@ Pure formulas, one per paper idea; ``engine/losses.py`` wraps them in the method
 
 - LOPTI (L2) Advantage Reweighting ``A <- (alpha * pi_old + 1 - alpha) * A``.
 - LOPTI (L3) Low-probability token isolation: split by ``pi_old < eta``, two passes.
-- TIM (V4) mismatch corrections with ``r_t = pi_old(y_t) / pi_roll(y_t)``: token truncated IS
+- TIM (V4) mismatch corrections with ``r_t = pi_train(y_t) / pi_roll(y_t)``: token truncated IS
   ``min(r_t, C)``, sequence masking (MIS; product or geometric mean of ``r_t``), IcePop token
   masking (keep ``r_t`` inside a band).
 - DVP (P3) the kept vocabulary ``S`` of the sampler, shared with the trainer
   (:func:`dvp_keep`; the rules live in ``tailtheory/pruning.py``).
 
 Shapes: per-token tensors ``(B, T)`` with a bool ``mask (B, T)``; per-sequence ``(B,)``;
-logits ``(B, T, V)``.
+logits ``(B, T, V)``. Inputs must be finite (masked positions may hold 0, never NaN) and share
+their shapes; a bad one is a ``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from __future__ import annotations
 import math
 
 import torch
+
+from tailtheory._checks import check_finite, check_same_shape, check_tokens
+
+
+def _check_token_pair(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str]) -> None:
+    """``a`` finite (masked positions may hold 0, never NaN) and of the shape of ``b``."""
+    check_finite(a, names[0])
+    check_same_shape(a, b, names)
+
 
 def advantage_reweight(adv: torch.Tensor, old_logp: torch.Tensor, alpha: float) -> torch.Tensor:
     """Advantage Reweighting: damp the advantage of low-probability tokens.
@@ -29,6 +39,8 @@ def advantage_reweight(adv: torch.Tensor, old_logp: torch.Tensor, alpha: float) 
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    check_finite(adv, "adv")
+    _check_token_pair(old_logp, adv, ("old_logp", "adv"))
     pi_old = old_logp.detach().exp()
     return (alpha * pi_old + 1.0 - alpha) * adv
 
@@ -43,6 +55,7 @@ def lopti_passes(old_logp: torch.Tensor, mask: torch.Tensor, eta: float,
     """
     if not 0.0 < eta < 1.0:
         raise ValueError(f"eta must lie in (0, 1), got {eta}")
+    _check_token_pair(old_logp, mask, ("old_logp", "mask"))
     low = mask & (old_logp.detach() < math.log(eta))
     high = mask & ~low
     return [("low", low), ("high", high)] if low_first else [("high", high), ("low", low)]
@@ -51,11 +64,12 @@ def lopti_passes(old_logp: torch.Tensor, mask: torch.Tensor, eta: float,
 def tis_weight(log_r: torch.Tensor, cap: float) -> torch.Tensor:
     """Token-level truncated importance sampling weight ``min(r_t, C)``, detached.
 
-    Source: TIM (V4). ``r_t = pi_old(y_t) / pi_roll(y_t) = exp(log_r)``.
+    Source: TIM (V4). ``r_t = pi_train(y_t) / pi_roll(y_t) = exp(log_r)``.
     Shapes: log_r (B, T) -> (B, T).
     """
     if not cap > 0:
         raise ValueError(f"tis_cap must be > 0, got {cap}")
+    check_finite(log_r, "log_r")
     return log_r.detach().exp().clamp(max=cap)
 
 
@@ -64,6 +78,7 @@ def seq_log_ratio(log_r: torch.Tensor, mask: torch.Tensor, geometric: bool) -> t
 
     Source: TIM (V4), MIS. Shapes: log_r (B, T), mask (B, T) -> (B,).
     """
+    _check_token_pair(log_r, mask, ("log_r", "mask"))
     s = (log_r.detach() * mask).sum(-1)
     return s / mask.sum(-1).clamp(min=1) if geometric else s
 
@@ -89,6 +104,7 @@ def icepop_keep(log_r: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """
     if not 0 < low < 1 < high:
         raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {low}, {high}")
+    check_finite(log_r, "log_r")
     lr = log_r.detach()
     return (lr >= math.log(low)) & (lr <= math.log(high))
 
@@ -104,5 +120,7 @@ def dvp_keep(roll_logits: torch.Tensor, tokens: torch.Tensor, rule: str, rho: fl
     """
     from tailtheory.pruning import safe_vocab_mask
 
+    check_finite(roll_logits, "roll_logits")
+    tokens = check_tokens(tokens, roll_logits, "tokens")
     keep = safe_vocab_mask(roll_logits.detach().double() / temperature, rule, rho)
     return keep.scatter(-1, tokens.long().unsqueeze(-1), True)

@@ -104,7 +104,7 @@ def ar(b: PolicyBatch, hp: MethodParams):
 
 @register("tis", "correction", "TIM (V4), token TIS")
 def tis(b: PolicyBatch, hp: MethodParams):
-    """Token truncated importance sampling weight min(pi_old / pi_roll, C)."""
+    """Token truncated importance sampling weight min(pi_train / pi_roll, C)."""
     w = masks.tis_weight(b.log_r, hp.tis_cap)
     return w, {"tis/weight_mean": _mean(w, b.mask),
                "tis/trunc_frac": _mean(b.log_r.exp() > hp.tis_cap, b.mask)}
@@ -120,7 +120,7 @@ def mis(b: PolicyBatch, hp: MethodParams):
 
 @register("icepop", "correction", "TIM (V4), IcePop token masking")
 def icepop(b: PolicyBatch, hp: MethodParams):
-    """Token masking: drop tokens whose ratio pi_old / pi_roll leaves [icepop_low, icepop_high]."""
+    """Token masking: drop tokens whose pi_train / pi_roll leaves [icepop_low, icepop_high]."""
     keep = masks.icepop_keep(b.log_r, hp.icepop_low, hp.icepop_high)
     return keep.to(b.old_logp.dtype), {"icepop/mask_frac": 1.0 - _mean(keep, b.mask)}
 
@@ -130,7 +130,7 @@ def trm(b: PolicyBatch, hp: MethodParams):
     """Trust region masking: drop sequences whose max / avg token divergence exceeds delta."""
     keep = trm_keep(b, hp)
     w = keep[:, None].to(b.old_logp.dtype).expand_as(b.old_logp)
-    return w, {"trm/accept_rate": float(keep.float().mean())}
+    return w, {"trm/kept_frac": float(keep.float().mean())}  # trm/accept_rate is the monitor
 
 
 def trm_keep(b: PolicyBatch, hp: MethodParams) -> torch.Tensor:
@@ -143,7 +143,7 @@ def trm_keep(b: PolicyBatch, hp: MethodParams) -> torch.Tensor:
             raise ValueError("trm_estimator='exact' needs the rollout logits (PolicyBatch.tok_kl)")
         div = {"kl": b.tok_kl.double().clamp(min=0.0)}  # float32 rounding can give -1e-7
     elif hp.trm_estimator == "k2k3":
-        div = {"log_ratio": b.log_r}                     # log rho = log pi_old - log pi_roll
+        div = {"log_ratio": b.log_r}                     # log rho = log pi_train - log pi_roll
     else:
         raise ValueError(f"trm_estimator must be 'exact' or 'k2k3', got {hp.trm_estimator!r}")
     return trm_mask(b.mask, hp.trm_mode, delta_max=hp.trm_delta_max, delta_avg=hp.trm_delta_avg,

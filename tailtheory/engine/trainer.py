@@ -43,7 +43,8 @@ METRIC_KEYS = {
     "mismatch/abs_max": "max of the same",
     "mismatch/k1": "mean k1 = -log rho, rho = pi_train / pi_roll (T12)",
     "mismatch/k3": "mean k3 = rho - 1 - log rho (T12)",
-    "trm/accept_rate": "TRM's acceptance (as a monitor, k2/k3, when trm is not in the method)",
+    "trm/accept_rate": "TRM's acceptance as a monitor (k2/k3 of log pi_train / pi_roll); the trm "
+                       "correction's own rate is trm/kept_frac",
     "dvp/pruned_mass": "mean pruned mass of the trainer's distribution (0 without dvp)",
     "loss/clipfrac": "fraction of active tokens where the clip binds (mean over passes)",
     "grad/norm": "parameter-gradient norm before clipping (mean over passes)",
@@ -134,7 +135,8 @@ def _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live: bool):
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
                     rewards=rewards, group_ids=group_ids, sum_p2=st["sum_p2"],
-                    tok_kl=st.get("kl"), logits=rb.logits, keep=keep, tokens=rb.response)
+                    tok_kl=st.get("kl"), logits=rb.logits, keep=keep, tokens=rb.response,
+                    train_logp=train_logp)              # corrections use pi_train / pi_roll
     log_rho = (train_logp - rb.logp).double()                          # log pi_train / pi_roll
     metrics.update(_monitor(b, log_rho, st, keep, cfg))
     return b, keep, metrics, (st["logp"] if live else None)
@@ -203,10 +205,13 @@ def train_step(step: int, cfg: TrainConfig, spec, task, model, engine, optimizer
     weight, m_cor = correction_weight(spec, replace(b, adv=adv), hp)
     b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
     groups, m_sched = passes(spec, b, hp)
+    # A pass with no active token is skipped: no forward, no optimiser step (AdamW's momentum and
+    # step count would still move the weights), no share of the metric averages.
     per_pass = []
-    for i, (_, active) in enumerate(groups):  # pass 1 runs at pi_old's weights: reuse its forward
-        per_pass.append(update(model, optimizer, rb, replace(b, active=active), keep, spec, cfg,
-                               step, logp=live if i == 0 else None))
+    for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
+        if (active & b.mask).any():
+            per_pass.append(update(model, optimizer, rb, replace(b, active=active), keep, spec,
+                                   cfg, step, logp=None if per_pass else live))
     loss_m = _pass_mean(per_pass)
     metrics = {"step": step, "reward/mean": float(R.mean()),
                "reward/accuracy": sum(r.correct for r in rw) / len(rw),
@@ -217,7 +222,10 @@ def train_step(step: int, cfg: TrainConfig, spec, task, model, engine, optimizer
 
 
 def _pass_mean(per_pass: list[dict]) -> dict:
-    """Loss metrics averaged over the passes that had active tokens; grad norm over all."""
+    """Loss metrics averaged over the passes with a non-zero weight on some token; grad norm
+    over every pass run (empty passes are never run); zeros when no pass ran."""
+    if not per_pass:
+        return {"loss/clipfrac": 0.0, "grad/norm": 0.0, "loss/active_frac": 0.0}
     live = [m for m in per_pass if m["loss/active_frac"] > 0] or per_pass
     out = {k: sum(m[k] for m in live) / len(live) for k in live[0]}
     out["grad/norm"] = sum(m["grad/norm"] for m in per_pass) / len(per_pass)
