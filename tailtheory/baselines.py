@@ -39,6 +39,11 @@ GRPO_EPS = 1e-6
 """Added to the group std by GRPO: the ``epsilon`` default of verl's
 ``compute_grpo_outcome_advantage``."""
 
+SUM_P2_TOL = 1e-6
+"""Slack on ``pi_t^2 <= sum_v pi_t(v)^2 <= 1`` when :func:`token_energy` checks its input:
+float32 rounding of ``sum_p2`` (relative error ~ V * 2^-24 for a sum over V terms) stays well
+below it, and any larger excess is an impossible input (``w_t`` would leave ``[0, 2]``)."""
+
 
 # --- input checks shared by the advantage functions --------------------------------------------
 
@@ -94,6 +99,8 @@ def token_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Ten
     Source: OTB (O1, S2). Formula: ``w_t = 1 - 2 pi_t + sum_v pi_t(v)^2`` with
     ``pi_t = exp(token_logp)``, evaluated as ``(1 - pi_t)^2 + (sum_v pi_t(v)^2 - pi_t^2)``
     (same value, no cancellation of two numbers near 1) and clamped at 0; 0 where dead.
+    ``sum_p2`` outside ``[pi_t^2, 1]`` by more than :data:`SUM_P2_TOL` at an alive position
+    is impossible and raises (``w_t`` always lies in ``[0, 2]``).
     Shapes: logits (B, T, V) or sum_p2 (B, T); token_logp, mask (B, T) -> (B, T) float64.
     """
     lp = check_finite(as_tensor(token_logp, "token_logp"), "token_logp")
@@ -115,8 +122,21 @@ def token_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Ten
     if (lp[m] > 0).any():
         raise ValueError("token_logp must be <= 0 at alive positions (a log-probability)")
     pi = lp.exp()
+    _check_sum_p2_range(sp2[m], pi[m].double())
     w = ((1 - pi) ** 2 + (sp2 - pi**2)).clamp_min(0)
     return w * m
+
+
+def _check_sum_p2_range(sp2: torch.Tensor, pi: torch.Tensor) -> None:
+    """``pi^2 <= sum_p2 <= 1`` up to :data:`SUM_P2_TOL` at the alive positions given."""
+    if (sp2 > 1 + SUM_P2_TOL).any():
+        raise ValueError(f"logits_or_sum_p2: sum_v pi(v)^2 must be <= 1 (+{SUM_P2_TOL:g}), got "
+                         f"max {float(sp2.max()):.6g} at an alive position")
+    gap = sp2 - pi**2
+    if (gap < -SUM_P2_TOL).any():
+        raise ValueError(f"logits_or_sum_p2: sum_v pi(v)^2 must be >= pi_t^2 = exp(token_logp)^2 "
+                         f"(-{SUM_P2_TOL:g}), short by up to {float(-gap.min()):.6g} at an alive "
+                         f"position")
 
 
 def realized_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Tensor:

@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from strategies import grouped_batches, logits, tabular_policies
-from tailtheory.baselines import (ADVANTAGES, GRPO_EPS, OTB_EPS, advantage_fn,
+from tailtheory.baselines import (ADVANTAGES, GRPO_EPS, OTB_EPS, SUM_P2_TOL, advantage_fn,
                                   dr_grpo_advantages, grpo_advantages,
                                   optimal_token_baseline, otb_leave_one_out, realized_energy,
                                   rloo_advantages, token_energy)
@@ -82,6 +82,20 @@ def test_o1_realized_energy_runs_over_alive_positions_and_is_zero_when_greedy():
 def test_energy_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         realized_energy(*args)
+
+
+def test_o1_energy_rejects_impossible_sum_p2_at_alive_positions_only():
+    """O1: sum_p2 > 1 (w would exceed 2) or sum_p2 < pi^2 (w clamped) raises, naming the
+    argument; the same values at dead positions, or within SUM_P2_TOL, are accepted."""
+    logp = torch.full((1, 2), math.log(0.5))
+    alive = torch.tensor([[True, False]])
+    for bad in (3.0, 1 + 10 * SUM_P2_TOL, 0.25 - 10 * SUM_P2_TOL, 0.0):
+        with pytest.raises(ValueError, match="logits_or_sum_p2"):
+            token_energy(torch.tensor([[bad, 0.5]]), logp, alive)
+        w = token_energy(torch.tensor([[0.5, bad]]), logp, alive)   # bad value at a dead slot
+        assert w[0, 1] == 0 and torch.isclose(w[0, 0], torch.tensor(0.5, dtype=w.dtype))
+    edge = torch.tensor([[1 + SUM_P2_TOL / 2, 0.25 - SUM_P2_TOL / 2]])
+    assert (token_energy(edge, logp, torch.ones(1, 2, dtype=torch.bool)) >= 0).all()
 
 
 # --- OTB and the group estimators against loops over their definitions -------------------------

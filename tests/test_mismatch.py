@@ -234,6 +234,19 @@ def test_m6_regression_can_see_a_sqrt_T_drift():
     assert abs(fit["joint/t_sqrt_T"]) > 10 and fit["r2/sqrt_T"] > fit["r2/n_tail"]
 
 
+def test_m6_identity_check_can_fail(monkeypatch):
+    """M6's identity check compares independent sequence log-probs with -sum Delta: exact for
+    logprob_mismatch, and large when Delta is computed wrongly (here with the sign flipped)."""
+    from tailtheory.claims import mismatch as claims_mismatch
+
+    assert claims_mismatch._m6_identity_err(0.3, seed=9) < claims_mismatch.TOL_IDENTITY
+    def wrong(z, z_prime):
+        return torch.log_softmax(z, -1) - torch.log_softmax(z_prime, -1)
+
+    monkeypatch.setattr(claims_mismatch.mm, "logprob_mismatch", wrong)
+    assert claims_mismatch._m6_identity_err(0.3, seed=9) > 0.1
+
+
 # --- k1, k2, k3 ---------------------------------------------------------------------------------
 
 @given(mismatch_cases(max_v=512))

@@ -267,6 +267,20 @@ def test_p4_unpruned_row_is_the_m1_m4_mismatch():
     assert ref.abs_delta_mean == pytest.approx(float((p_prime * Delta.abs()).sum(-1).mean()), rel=1e-9)
 
 
+def test_p4_inconsistent_unpruned_row_is_an_error_not_a_refutation(monkeypatch):
+    """P4: a rho = 0 row that disagrees with tailtheory.mismatch raises (registry: ERROR)."""
+    from tailtheory import claims
+    from tailtheory.claims import pruning as claims_pruning
+
+    z, z_prime = _pair()
+    df = pruning_sweep(z, z_prime, rhos=(1e-3,))
+    df.loc[0, "abs_delta_max"] += 1e-6
+    monkeypatch.setattr(claims_pruning, "p4_measurement", lambda profile: (df, z, z_prime))
+    result = claims.run_claim(claims.all_claims()["P4"], "quick")
+    assert result.evidence is None and result.error.startswith("RuntimeError")
+    assert "rho = 0" in result.error
+
+
 def test_p4_sweep_moves_right():
     """Mass grows and the kept set shrinks with rho; no mismatch leaves nothing to remove."""
     z, z_prime = _pair(1)

@@ -80,6 +80,25 @@ def test_m7_envelope_ratio_reaches_one_on_the_witness():
     assert abs(s["max_ratio_exact"] - 1) < 1e-12 and s["frac_under_exact"] == 1.0
 
 
+def test_m7_envelope_slope_is_one_for_small_noise_and_can_fail(monkeypatch):
+    """M7: the binned log-log slope of mean |Delta| vs (1-p) is ~1 on the real bf16 pair of
+    M7's quick setup, and falls outside M7_SLOPE_RANGE for a |Delta| that ignores p (the shape
+    check can fail)."""
+    from tailtheory.claims import mismatch as claims_mismatch
+
+    m7_model = rm.sharpen(tiny_lm(vocab_size=V, seed=0), rm.SHARPEN_SCALE)
+    pair = rm.paired_logits(m7_model, rm.random_input_ids(V, 8, 24, seed=0), "bf16")
+    lo, hi = claims_mismatch.M7_SLOPE_RANGE
+    slope, n_bins = claims_mismatch._envelope_slope(*pair)
+    assert n_bins >= 3 and lo <= slope <= hi
+    def flat(z, z_prime):
+        return torch.ones_like(torch.as_tensor(z, dtype=torch.float64))
+
+    monkeypatch.setattr(claims_mismatch.mm, "logprob_mismatch", flat)
+    slope, _ = claims_mismatch._envelope_slope(*pair)
+    assert abs(slope) < 1e-9
+
+
 def test_plot_mismatch_vs_p(pairs):
     import matplotlib.pyplot as plt
 
