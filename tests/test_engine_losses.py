@@ -94,6 +94,20 @@ def test_otb_advantage_by_hand():
                                atol=1e-6, rtol=0)
 
 
+def test_otb_under_bypass_pairs_sum_p2_with_the_trainer_logp():
+    """Under bypass old_logp is the rollout's; the energy must use the trainer's log-probs, whose
+    distribution sum_p2 describes: same advantages as recompute, no range error from pi_roll."""
+    kw = dict(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
+              sum_p2=torch.tensor([[0.5], [0.375]]))
+    train = torch.tensor([[0.5], [0.25]], dtype=torch.float64).log()
+    recompute = batch(old_p=[[0.5], [0.25]], **kw)
+    # rollout put 0.9 on the first token: 0.81 > the trainer's sum p^2 of 0.5
+    bypass = batch(old_p=[[0.9], [0.25]], roll_p=[[0.9], [0.25]], train_logp=train, **kw)
+    a_re, _ = advantages(parse_methods("otb"), recompute, HP)
+    a_by, _ = advantages(parse_methods("otb"), bypass, HP)
+    torch.testing.assert_close(a_by, a_re, atol=ATOL, rtol=0)
+
+
 # ---- advantage reweighting and Lopti ----------------------------------------------------------
 
 def test_ar_reweights_both_signs_detached():

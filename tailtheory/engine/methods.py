@@ -86,7 +86,10 @@ def otb(b: PolicyBatch, hp: MethodParams):
 
     if b.sum_p2 is None:
         raise ValueError("otb needs sum_p2 (sum_v pi_old(v)^2 per token) in the PolicyBatch")
-    W = baselines.realized_energy(b.sum_p2, b.old_logp, b.mask)        # (B, T)
+    # sum_p2 is the trainer's: pair it with the trainer's log-probs (old_logp is the rollout's
+    # under bypass, and pi_roll^2 may exceed the trainer's sum p^2)
+    logp = b.train_logp if b.train_logp is not None else b.old_logp
+    W = baselines.realized_energy(b.sum_p2, logp, b.mask)               # (B, T)
     adv = baselines.optimal_token_baseline(b.rewards, W, b.mask, b.group_ids)
     adv = adv.to(b.old_logp.dtype)
     return adv, {"adv/abs_mean": _mean(adv.abs(), b.mask)}
