@@ -60,7 +60,7 @@ def _call(fn, z, ref, k, mode: str) -> None:
 
 def child_memory(V: int, B: int, T: int, variant: str, mode: str) -> dict:
     """Peak extra RSS of one call, in this (fresh) process."""
-    from tailtheory.engine.stats import naive_token_stats, token_stats
+    from tailtheory.core.stats import naive_token_stats, token_stats
 
     z, ref, k = _inputs(V, B, T, mode)
     base = _rss_mib()
@@ -71,7 +71,7 @@ def child_memory(V: int, B: int, T: int, variant: str, mode: str) -> dict:
 
 def child_time(V: int, B: int, T: int, mode: str) -> dict:
     """Best-of-REPEATS time of each variant, interleaved so that load on the machine hits both."""
-    from tailtheory.engine.stats import naive_token_stats, token_stats
+    from tailtheory.core.stats import naive_token_stats, token_stats
 
     z, ref, k = _inputs(V, B, T, mode)
     times = {"naive": [], "chunked": []}
@@ -116,7 +116,7 @@ def ratios(rows: list[dict]) -> list[dict]:
 def main() -> None:
     import torch
 
-    from tailtheory.io import atomic_write_json
+    from tailtheory.core.io import atomic_write_json
 
     rows = run_all()
     summary = ratios(rows)

@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from tailtheory.io import atomic_write_json  # noqa: E402
+from tailtheory.core.io import atomic_write_json  # noqa: E402
 
 PROMPTS, G, MAX_NEW = 2, 8, 32
 """Prompts per step, generations per prompt, response cap (CALIBRATION.md's TRL setting)."""
@@ -42,7 +42,7 @@ OUT = Path(__file__).resolve().parent / "results" / "trl.json"
 
 
 def save_model(folder: Path) -> Path:
-    from tailtheory.models import num_params, tiny_lm
+    from tailtheory.core.models import num_params, tiny_lm
 
     model = tiny_lm(vocab_size=512, hidden=128, layers=4, heads=4, kv_heads=2, seed=0)
     model.save_pretrained(folder)

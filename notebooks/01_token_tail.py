@@ -34,23 +34,23 @@ PRESET = "quick"
 import matplotlib
 
 matplotlib.use("Agg")
-import tailtheory.io
+import tailtheory.core.io
 
-PRESET = tailtheory.io.preset(PRESET)
+PRESET = tailtheory.core.io.preset(PRESET)
 SIZE = {"quick": dict(B=8, T=32, n_ctx=4000, B_seq=300, n_s4=1000, T_s5=8),
         "full": dict(B=64, T=64, n_ctx=40_000, B_seq=2000, n_s4=5000, T_s5=32)}[PRESET]
 
 # %%
-from tailtheory.claims.pruning import MASS_NEGLIGIBLE, MOST, P4_VOCAB
-from tailtheory.io import save_figure
-from tailtheory._checks import ATOL_F64
-from tailtheory.mismatch import sampled_mismatch_bias
-from tailtheory.models import tiny_lm
-from tailtheory.plots.mismatch import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
-from tailtheory.plots.pruning import plot_pruning_tradeoff
-from tailtheory.plots.softmax import plot_layer_wedge, plot_score_norm
-from tailtheory.pruning import pruning_knee, pruning_sweep
-from tailtheory.real_mismatch import PATHS, SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
+from tailtheory.pruning.claims import MASS_NEGLIGIBLE, MOST, P4_VOCAB
+from tailtheory.core.io import save_figure
+from tailtheory.core.checks import ATOL_F64
+from tailtheory.mismatch.logprob import sampled_mismatch_bias
+from tailtheory.core.models import tiny_lm
+from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
+from tailtheory.pruning.figures import plot_pruning_tradeoff
+from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
+from tailtheory.pruning.vocab import pruning_knee, pruning_sweep
+from tailtheory.mismatch.real import PATHS, SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
 
 # %% [markdown]
 # The real mismatch source: M7's tiny Qwen2-style LM (random init, lm_head sharpened so that it

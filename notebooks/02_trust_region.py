@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -32,16 +34,16 @@ PRESET = "quick"
 import matplotlib
 
 matplotlib.use("Agg")
-import tailtheory.io
+import tailtheory.core.io
 
-PRESET = tailtheory.io.preset(PRESET)
+PRESET = tailtheory.core.io.preset(PRESET)
 SIZE = {"quick": dict(pairs=60, seeds=3, T_max=12, B=4000),
         "full": dict(pairs=600, seeds=10, T_max=14, B=40_000)}[PRESET]
 
 # %%
-from tailtheory import trm_experiments as tx
-from tailtheory.io import save_figure
-from tailtheory.plots.trust_region import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
+from tailtheory.trm import experiments as tx
+from tailtheory.core.io import save_figure
+from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
 
 # %% [markdown]
 # ## (1) The bounds against T in two regimes

@@ -34,19 +34,19 @@ PRESET = "quick"
 import matplotlib
 
 matplotlib.use("Agg")
-import tailtheory.io
+import tailtheory.core.io
 
-PRESET = tailtheory.io.preset(PRESET)
+PRESET = tailtheory.core.io.preset(PRESET)
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 
 # %%
 import pandas as pd
 
-from tailtheory.baseline_variance import matching_group_size
-from tailtheory.claims import all_claims, run_claim
-from tailtheory.claims.baselines import group_table, variance_table
-from tailtheory.io import save_figure
-from tailtheory.plots.baselines import (plot_baseline_variance, plot_group_study,
+from tailtheory.otb.variance import matching_group_size
+from tailtheory.core.registry import all_claims, run_claim
+from tailtheory.otb.claims import group_table, variance_table
+from tailtheory.core.io import save_figure
+from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
                                         plot_proxy_vs_true)
 
 # %% [markdown]

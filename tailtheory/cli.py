@@ -10,14 +10,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from .io import figures_dir
+from tailtheory.core.io import figures_dir
 
 
 def _verify(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from .claims import PROFILES, run_claim, select
-    from .claims._format import table, write_claims_json
+    from tailtheory.core.registry import PROFILES, run_claim, select
+    from tailtheory.core.report import table, write_claims_json
 
     only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
     if args.profile not in PROFILES:
@@ -42,8 +42,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .engine.config import config_from_args
-    from .engine.trainer import train
+    from tailtheory.engine.config import config_from_args
+    from tailtheory.engine.trainer import train
 
     cfg = config_from_args(args)
     run = train(cfg, resume=args.resume, progress=not args.quiet)
@@ -52,7 +52,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _methods(args: argparse.Namespace) -> int:
-    from .engine.losses import METHODS, STAGES
+    from tailtheory.engine.losses import METHODS, STAGES
 
     rows = sorted(METHODS.values(), key=lambda m: (STAGES.index(m.stage), m.name))
     width = max(len(m.name) for m in rows)
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     v.set_defaults(func=_verify)
     t = sub.add_parser("train", help="GRPO training with a method spec on a rollout path")
-    from .engine.config import add_config_arguments
+    from tailtheory.engine.config import add_config_arguments
     add_config_arguments(t)
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("methods", help="list the registered training methods")
     m.set_defaults(func=_methods)
     s = sub.add_parser("sft", help="supervised warm start of a tiny LM on a task (cached)")
-    from .engine.sft import add_sft_arguments, sft_main
+    from tailtheory.engine.sft import add_sft_arguments, sft_main
     add_sft_arguments(s)
     s.set_defaults(func=sft_main)
     return p

@@ -64,7 +64,7 @@ def tabular_policies(draw, max_v: int = 4, max_t: int = 6, max_sequences: int = 
                      allow_eos: bool = True, max_scale: float = 30.0):
     """A ``TabularPolicy`` small enough to enumerate: ``V^T <= max_sequences`` by construction,
     logits from nearly uniform to extremely peaked, optionally an EOS token."""
-    from tailtheory.tabular import TabularPolicy
+    from tailtheory.core.tabular import TabularPolicy
 
     V = draw(st.integers(2, max_v))
     t_cap = max(1, min(max_t, int(np.floor(np.log(max_sequences) / np.log(V)))))

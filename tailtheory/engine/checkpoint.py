@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import atomic_write_bytes, atomic_write_text
-from .config import RESUME_FREE, TrainConfig
+from tailtheory.core.io import atomic_write_bytes, atomic_write_text
+from tailtheory.engine.config import RESUME_FREE, TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"

@@ -11,8 +11,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
-from .._checks import check_positive_int
-from .losses import MethodParams, parse_methods
+from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.losses import MethodParams, parse_methods
 
 PI_OLD = ("recompute", "bypass")
 """How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
@@ -83,8 +83,8 @@ def _in_open_unit(x: float, name: str) -> None:
 
 
 def _validate(c: TrainConfig) -> None:
-    from .rollout import PATHS
-    from .tasks import TASKS
+    from tailtheory.engine.rollout import PATHS
+    from tailtheory.engine.tasks import TASKS
 
     if c.task not in TASKS:
         raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
@@ -104,8 +104,8 @@ def _validate(c: TrainConfig) -> None:
 
 
 def _validate_numbers(c: TrainConfig) -> None:
-    from tailtheory.pruning import RULES
-    from tailtheory.trm_mask import CRITERIA
+    from tailtheory.pruning.vocab import RULES
+    from tailtheory.trm.mask import CRITERIA
 
     _in_open_unit(c.eta, "eta")
     _in_open_unit(c.dvp_rho, "dvp_rho")  # rho >= 1 would prune everything but the argmax

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from . import masks
+from tailtheory.mismatch import corrections as masks
 
 STAGES = ("vocab", "advantage", "reweight", "correction", "schedule", "loss")
 """The order in which the trainer applies the stages of a method spec."""
@@ -102,14 +102,14 @@ class MethodParams:
     icepop_high: float = 2.0
     """IcePop token band on ``r_t``; our choice, symmetric in log space."""
     trm_mode: str = "max"
-    """TRM criterion (``tailtheory.trm_mask.CRITERIA``): ``max``, ``avg`` or ``both``."""
+    """TRM criterion (``tailtheory.trm.mask.CRITERIA``): ``max``, ``avg`` or ``both``."""
     trm_estimator: str = "exact"
     """``exact`` (full-vocabulary KL, needs the rollout logits) or ``k2k3`` (sampled token)."""
     trm_delta_max: float = 0.05
     trm_delta_avg: float = 0.01
     """TRM thresholds on the max / average token KL; our choice at toy scale."""
     dvp_rule: str = "min_p"
-    """DVP pruning rule (``tailtheory.pruning.RULES``); min-p is THEORY.md's default."""
+    """DVP pruning rule (``tailtheory.pruning.vocab.RULES``); min-p is THEORY.md's default."""
     dvp_rho: float = 1e-6
     """DVP threshold: inside the 1e-4 .. 1e-8 range of THEORY.md section 3."""
     temperature: float = 1.0
@@ -226,4 +226,4 @@ def passes(spec: MethodSpec, b: PolicyBatch, hp: MethodParams):
     return spec.schedule.fn(b, hp)
 
 
-from . import methods as _methods  # noqa: E402,F401  (registers every method)
+from tailtheory.engine import methods as _methods  # noqa: E402,F401  (registers every method)

@@ -2,15 +2,15 @@
 
 Each function's first docstring line is what ``tailtheory methods`` prints. Formulas live in
 ``engine/masks.py`` (weights, masks, passes) and below (the clipped surrogate); advantages in
-``tailtheory/baselines.py``; TRM's mask in ``tailtheory/trm_mask.py``.
+``tailtheory/otb/baselines.py``; TRM's mask in ``tailtheory/trm/mask.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import masks
-from .losses import MethodParams, PolicyBatch, register
+from tailtheory.mismatch import corrections as masks
+from tailtheory.engine.losses import MethodParams, PolicyBatch, register
 
 
 def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -49,7 +49,7 @@ def _policy_loss(b: PolicyBatch, hp: MethodParams, denom: float):
 
 
 def _group_adv(b: PolicyBatch, std: bool):
-    from tailtheory.baselines import grpo_advantages
+    from tailtheory.otb.baselines import grpo_advantages
 
     adv = grpo_advantages(b.rewards, b.group_ids, b.mask, std=std).to(b.old_logp.dtype)
     return adv, {"adv/abs_mean": _mean(adv.abs(), b.mask)}
@@ -82,7 +82,7 @@ def dr_grpo(b: PolicyBatch, hp: MethodParams):
 @register("otb", "advantage", "OTB")
 def otb(b: PolicyBatch, hp: MethodParams):
     """Optimal token baseline: A_t = (G_t - B*_t) m_t with energy-weighted B*_t."""
-    from tailtheory import baselines
+    from tailtheory.otb import baselines
 
     if b.sum_p2 is None:
         raise ValueError("otb needs sum_p2 (sum_v pi_old(v)^2 per token) in the PolicyBatch")
@@ -138,8 +138,8 @@ def trm(b: PolicyBatch, hp: MethodParams):
 
 def trm_keep(b: PolicyBatch, hp: MethodParams) -> torch.Tensor:
     """TRM's per-sequence keep mask (B,): exact token KL(pi_roll || pi_old), or k2 / k3 of the
-    sampled log-ratio (``tailtheory.trm_mask``)."""
-    from tailtheory.trm_mask import trm_mask
+    sampled log-ratio (``tailtheory.trm.mask``)."""
+    from tailtheory.trm.mask import trm_mask
 
     if hp.trm_estimator == "exact":
         if b.tok_kl is None:

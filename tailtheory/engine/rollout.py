@@ -15,7 +15,7 @@ distribution it actually sampled from (after temperature and pruning). Paths:
   :meth:`RolloutEngine.sync` every step (V2: rounding in every matmul).
 - ``kv``: the float32 trainer weights, incremental decoding (V2: another reduction order).
 
-Sign convention as in ``tailtheory.mismatch``: ``Delta = logp_rollout - logp_trainer``.
+Sign convention as in ``tailtheory.mismatch.logprob``: ``Delta = logp_rollout - logp_trainer``.
 
 Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 """
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from .._checks import check_positive_int
-from .stats import token_stats
+from tailtheory.core.checks import check_positive_int
+from tailtheory.core.stats import token_stats
 
 PATHS = ("exact", "bf16", "fp16", "kv")
 """Rollout paths :class:`RolloutEngine` knows."""
@@ -49,13 +49,13 @@ class RolloutConfig:
     max_new_tokens: int = 16
     """Response length cap ``T``."""
     prune_rule: str | None = None
-    """``None`` (full vocabulary) or a rule of ``tailtheory.pruning.RULES`` (DVP: ``min_p``)."""
+    """``None`` (full vocabulary) or a rule of ``tailtheory.pruning.vocab.RULES`` (DVP: ``min_p``)."""
     rho: float = 1e-6
     """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; THEORY.md
     section 3 uses 1e-4 ... 1e-8)."""
     return_logits: bool = False
     """Also return the raw rollout logits ``(B, T, V)`` (before temperature and pruning) for the
-    exact token KL of :func:`tailtheory.engine.stats.token_stats`."""
+    exact token KL of :func:`tailtheory.core.stats.token_stats`."""
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -64,7 +64,7 @@ class RolloutConfig:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         check_positive_int(self.max_new_tokens, "max_new_tokens")
         if self.prune_rule is not None:
-            from ..pruning import RULES
+            from tailtheory.pruning.vocab import RULES
             if self.prune_rule not in RULES:
                 raise ValueError(f"prune_rule must be None or one of {RULES}, "
                                  f"got {self.prune_rule!r}")
@@ -180,7 +180,7 @@ class RolloutEngine:
     def _keep(self, zt: torch.Tensor) -> torch.Tensor | None:
         if self.config.prune_rule is None:
             return None
-        from ..pruning import safe_vocab_mask
+        from tailtheory.pruning.vocab import safe_vocab_mask
         return safe_vocab_mask(zt, rule=self.config.prune_rule, threshold=self.config.rho)
 
     def _step(self, z: torch.Tensor, generator) -> tuple[torch.Tensor, ...]:

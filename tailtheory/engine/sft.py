@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from .._checks import check_positive_int
-from ..io import REPO_ROOT, atomic_write_json
-from ..models import TinyLMConfig, load_lm, num_params, tiny_lm
-from .rollout import RolloutConfig, RolloutEngine
-from .tasks import TASKS, Problem, Task, get_task
+from tailtheory.core.checks import check_positive_int
+from tailtheory.core.io import REPO_ROOT, atomic_write_json
+from tailtheory.core.models import TinyLMConfig, load_lm, num_params, tiny_lm
+from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+from tailtheory.engine.tasks import TASKS, Problem, Task, get_task
 
 CACHE_ENV = "TAILTHEORY_CACHE"
 """Environment variable that moves the cache (tests point it at a temporary folder)."""

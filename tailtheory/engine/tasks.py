@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from .._checks import check_positive_int
-from .tokenizer import DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer
+from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.tokenizer import DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer
 
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""

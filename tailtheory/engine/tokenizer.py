@@ -12,7 +12,7 @@ Words are separated by whitespace; ``decode`` joins them with single spaces, so
 
 from __future__ import annotations
 
-from .._checks import check_positive_int
+from tailtheory.core.checks import check_positive_int
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)

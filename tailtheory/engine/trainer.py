@@ -26,13 +26,13 @@ from pathlib import Path
 
 import torch
 
-from ..io import atomic_write_bytes, atomic_write_json
-from ..mismatch import k1, k3
-from . import checkpoint as ckpt_io
-from .config import TrainConfig
-from .losses import PolicyBatch, advantages, correction_weight, parse_methods, passes
-from .rollout import RolloutConfig, RolloutEngine, response_logits
-from .stats import token_stats
+from tailtheory.core.io import atomic_write_bytes, atomic_write_json
+from tailtheory.mismatch.logprob import k1, k3
+from tailtheory.engine import checkpoint as ckpt_io
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.losses import PolicyBatch, advantages, correction_weight, parse_methods, passes
+from tailtheory.engine.rollout import RolloutConfig, RolloutEngine, response_logits
+from tailtheory.core.stats import token_stats
 
 METRIC_KEYS = {
     "step": "0-based step index",
@@ -67,7 +67,7 @@ class TrainingDiverged(ValueError):
 
 
 def load_task(cfg: TrainConfig):
-    from .tasks import get_task
+    from tailtheory.engine.tasks import get_task
 
     return get_task(cfg.task, seed=cfg.seed, **_task_kwargs(cfg))
 
@@ -78,13 +78,13 @@ def _task_kwargs(cfg: TrainConfig) -> dict:
 
 def load_model(cfg: TrainConfig, task):
     """The float32 trainer model named by ``cfg.model`` (see :class:`TrainConfig`)."""
-    from ..models import load_lm, tiny_lm
+    from tailtheory.core.models import load_lm, tiny_lm
 
     if cfg.model == "tiny":
         model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
                         seed=cfg.seed)
     elif cfg.model == "warm":
-        from .sft import SFTConfig, warm_start
+        from tailtheory.engine.sft import SFTConfig, warm_start
 
         model = load_lm(warm_start(SFTConfig(task=cfg.task, task_kwargs=_task_kwargs(cfg))),
                         device="cpu")
@@ -143,7 +143,7 @@ def _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live: bool):
 
 
 def _monitor(b: PolicyBatch, log_rho, st, keep, cfg) -> dict:
-    from ..trm_mask import trm_mask
+    from tailtheory.trm.mask import trm_mask
 
     m = b.mask
     accept = trm_mask(m, cfg.trm_mode, log_ratio=log_rho, delta_max=cfg.trm_delta_max,

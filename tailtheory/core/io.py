@@ -1,0 +1,87 @@
+"""Atomic writes and figure output.
+
+Nothing a user produced is lost to a crash: every file is written to a temporary file in the
+same directory and moved into place with ``os.replace``. Figures are saved with the data behind
+them (CSV) so a reader can re-plot without rerunning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+FIGURES_ENV = "TAILTHEORY_FIGURES"
+"""Environment variable that redirects figure output (tests point it at a temporary folder)."""
+
+PRESET_ENV = "TAILTHEORY_PRESET"
+"""Environment variable that overrides a notebook's ``PRESET`` parameter."""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def figures_dir() -> Path:
+    """Where figures go: ``$TAILTHEORY_FIGURES``, else ``figures/`` of the checkout (or of the
+    working directory when the package is installed outside one)."""
+    default = REPO_ROOT / "figures" if (REPO_ROOT / "pyproject.toml").exists() else Path("figures")
+    d = Path(os.environ.get(FIGURES_ENV, default))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def preset(default: str, allowed: tuple[str, ...] = ("quick", "full")) -> str:
+    """A notebook's preset: ``$TAILTHEORY_PRESET`` if set, else ``default``."""
+    name = os.environ.get(PRESET_ENV, default)
+    if name not in allowed:
+        raise ValueError(f"PRESET must be one of {allowed}, got {name!r}")
+    return name
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)  # mkstemp makes 0600; use the usual mode
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=float) + "\n")
+
+
+def save_figure(fig, name: str, data=None, directory: str | os.PathLike | None = None) -> Path:
+    """Save ``fig`` as ``NAME.png`` and ``data`` (a DataFrame) as ``NAME.csv``, atomically.
+
+    Returns the PNG path. ``directory`` defaults to :func:`figures_dir`.
+    """
+    import io as _io
+
+    d = Path(directory) if directory is not None else figures_dir()
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight",
+                metadata={"Software": None})  # no version stamp: reruns give the same bytes
+    png = atomic_write_bytes(d / f"{name}.png", buf.getvalue())
+    if data is not None:
+        # 8 significant digits: enough to re-plot, a third of the bytes of full repr
+        atomic_write_text(d / f"{name}.csv", data.to_csv(index=False, float_format="%.8g"))
+    return png

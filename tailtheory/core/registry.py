@@ -1,0 +1,187 @@
+"""The claims registry: every claim id of THEORY.md, registered once, with a check.
+
+A check is a pure function ``check(profile) -> Evidence``: it measures, then derives its
+verdict from the numbers (never the other way round). ``profile`` is ``"quick"`` (seconds, the
+default of ``make repro`` and the tests) or ``"thorough"`` (more samples, larger sweeps).
+
+Each claim also records the verdict the ledger ``paper_repro.md`` carries (``expected``). The
+tests run every quick check and fail when a measured verdict differs from it, so the ledger
+cannot drift from the code; ``tailtheory verify`` exits non-zero when a check raises or a claim
+expected to HOLD (or HOLD-UNDER its assumption) no longer does.
+
+Claim checks live in the submodules of this package (one per theory module) and register
+themselves on import; :func:`all_claims` imports them all.
+
+Example::
+
+    @register("S2", paper="OTB", statement="||e_k - p||^2 = 1 - 2 p_k + sum_j p_j^2",
+              expected=Verdict.HOLDS)
+    def _s2(profile: str) -> Evidence:
+        err = ...
+        return Evidence(Verdict.HOLDS if err < ATOL_F64 else Verdict.REFUTED, {"max_err": err})
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable
+
+PROFILES = ("quick", "thorough")
+
+
+class Verdict(str, Enum):
+    """The verdicts of THEORY.md."""
+
+    HOLDS = "HOLDS"
+    HOLDS_UNDER = "HOLDS-UNDER"
+    REFUTED = "REFUTED"
+    TOY_SCALE = "TOY-SCALE"
+    NOT_REPRODUCED = "NOT-REPRODUCED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a check measured: its verdict, the numbers behind it, one line of context."""
+
+    verdict: Verdict
+    numbers: dict[str, float | int | str]
+    note: str = ""
+    """A counterexample, the assumption of a HOLDS-UNDER, or a deviation from the paper."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of THEORY.md and the function that checks it."""
+
+    id: str
+    paper: str
+    statement: str
+    check: Callable[[str], Evidence]
+    expected: Verdict
+    """The verdict recorded in ``paper_repro.md``."""
+
+
+@dataclass
+class ClaimResult:
+    """A claim after its check ran (or raised)."""
+
+    claim: Claim
+    evidence: Evidence | None
+    seconds: float
+    error: str | None = None
+    traceback: str | None = field(default=None, repr=False)
+
+    @property
+    def verdict(self) -> str:
+        return "ERROR" if self.evidence is None else self.evidence.verdict.value
+
+    @property
+    def failed(self) -> bool:
+        """A check that raised, or a HOLDS / HOLDS-UNDER claim that no longer does."""
+        if self.evidence is None:
+            return True
+        held = (Verdict.HOLDS, Verdict.HOLDS_UNDER)
+        return self.claim.expected in held and self.evidence.verdict != self.claim.expected
+
+    @property
+    def drifted(self) -> bool:
+        """The measured verdict differs from the ledger's."""
+        return self.evidence is not None and self.evidence.verdict != self.claim.expected
+
+    def to_json(self) -> dict:
+        ev = self.evidence
+        return {
+            "id": self.claim.id, "paper": self.claim.paper, "statement": self.claim.statement,
+            "verdict": self.verdict, "expected": self.claim.expected.value,
+            "numbers": {} if ev is None else dict(ev.numbers),
+            "note": "" if ev is None else ev.note,
+            "seconds": round(self.seconds, 3), "error": self.error,
+        }
+
+
+_REGISTRY: dict[str, Claim] = {}
+_ID = re.compile(r"^[A-Z]\d{1,2}$")
+
+
+def register(claim_id: str, *, paper: str, statement: str, expected: Verdict):
+    """Decorator: register ``fn(profile) -> Evidence`` as the check of ``claim_id``."""
+    if not _ID.match(claim_id):
+        raise ValueError(f"claim id {claim_id!r} must look like 'M3' (a letter and a number)")
+
+    def wrap(fn: Callable[[str], Evidence]) -> Callable[[str], Evidence]:
+        if claim_id in _REGISTRY:
+            raise ValueError(f"claim {claim_id} is registered twice")
+        _REGISTRY[claim_id] = Claim(claim_id, paper, statement, fn, Verdict(expected))
+        return fn
+
+    return wrap
+
+
+SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "engine")
+"""The sections of the claims, one subpackage each; a section's checks live in its ``claims.py``."""
+
+
+def _load_all() -> None:
+    for section in SECTIONS:
+        name = f"tailtheory.{section}.claims"
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+
+
+def _sort_key(claim_id: str) -> tuple[int, int]:
+    order = "SMPLTOV"  # the sections of THEORY.md, in order
+    letter = claim_id[0]
+    return (order.index(letter) if letter in order else len(order), int(claim_id[1:]))
+
+
+def all_claims() -> dict[str, Claim]:
+    """Every registered claim, in THEORY.md order."""
+    _load_all()
+    return {k: _REGISTRY[k] for k in sorted(_REGISTRY, key=_sort_key)}
+
+
+def select(only: list[str] | None = None) -> list[Claim]:
+    """The claims named in ``only`` (all when ``None``); unknown ids raise, listing the valid ones."""
+    claims = all_claims()
+    if not only:
+        return list(claims.values())
+    unknown = [c for c in only if c not in claims]
+    if unknown:
+        raise ValueError(f"unknown claim id(s) {', '.join(unknown)}; registered: "
+                         f"{', '.join(claims)}")
+    return [claims[c] for c in sorted(set(only), key=_sort_key)]
+
+
+def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
+    """Run one check, timing it and catching its exception into the result."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    t0 = time.perf_counter()
+    try:
+        ev = claim.check(profile)
+        if not isinstance(ev, Evidence):
+            raise TypeError(f"check of {claim.id} returned {type(ev).__name__}, not Evidence")
+        return ClaimResult(claim, ev, time.perf_counter() - t0)
+    except Exception as exc:  # a failing check is reported, not fatal to the others
+        return ClaimResult(claim, None, time.perf_counter() - t0, error=f"{type(exc).__name__}: "
+                           f"{exc}", traceback=traceback.format_exc())
+
+
+def pick(profile: str, quick, thorough):
+    """``quick`` or ``thorough`` by profile: the one place sizes depend on the profile."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    return quick if profile == "quick" else thorough
+
+
+__all__ = ["Verdict", "Evidence", "Claim", "ClaimResult", "register", "all_claims", "select",
+           "run_claim", "pick", "PROFILES"]

@@ -1,0 +1,351 @@
+"""Training-inference mismatch of token log-probabilities (DVP, TIM; claims M1-M6).
+
+Source: DVP (Li et al., *Dynamic Vocabulary Pruning: Stable LLM-RL by Taming the Tail*,
+arXiv 2512.23087) for the (1-p) law; TIM (Zhong et al., arXiv 2605.14220) for the sign
+convention of the per-token mismatch and the k1/k2/k3 estimators.
+
+Notation. The trainer computes logits ``z`` (probabilities ``p``); the inference engine computes
+``z + delta`` (probabilities ``p'``). Every numerical source is folded into ``delta``.
+
+Sign convention (used everywhere in tailtheory)::
+
+    Delta_k = log p'_k - log p_k        (inference minus trainer)
+
+TIM's ``delta_t = log pi_train - log pi_rollout`` is ``-Delta``.
+
+Claims:
+
+- M1 (exact) ``Delta_k = delta_k - log sum_j p_j e^{delta_j}``, invariant to ``delta + c``.
+- M2 (first order) ``Delta_k = sum_{j != k} p_j (delta_k - delta_j) + O(||delta||^2)``, so
+  ``|Delta_k| <= 2 eps (1 - p_k) + O(eps^2)`` when ``||delta||_inf <= eps``.
+- M3 (exact) ``max_j |delta_j - delta_k| <= 2 eps`` implies
+  ``|Delta_k| <= log(1 + (1 - p_k)(e^{2 eps} - 1)) <= (1 - p_k)(e^{2 eps} - 1)``.
+- M4 (exact) ``E_{k ~ p'}[Delta_k] = KL(p' || p) >= 0``.
+- M5 (second order, ``delta_j ~ N(0, sigma^2)`` i.i.d.)
+  ``E[Delta_k | k sampled] ~ sigma^2 [(1 - p_k)^2 + sum_{j != k} p_j^2]
+  - sigma^2 (1 - sum_j p_j^2) / 2``.
+  Checked by Monte Carlo (:func:`sampled_bias_monte_carlo`).
+- M6 ``log pi_train(y) / pi_infer(y) = -sum_t Delta_t``; its mean drifts linearly in the number
+  of sampled tail tokens, not like ``sqrt(T)`` (simulated sequences, :func:`simulate_sequences`).
+
+Per-token KL estimators of a log-ratio (TIM; used by TRM's T12): ``k1``, ``k2``, ``k3``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check_nonneg, check_positive_int,
+                      check_probs, check_same_shape, check_unit_interval)
+
+BOUND_ORDERS = ("exact", "first", "linear")
+"""``exact``: M3's log form; ``first``: its first-order bound (1-p)(e^{2eps}-1); ``linear``:
+M2's 2 eps (1-p) (valid only up to O(eps^2))."""
+
+
+def logprob_mismatch(logits, perturbed_logits) -> torch.Tensor:
+    """Per-token log mismatch of every vocabulary entry (M1, the exact quantity).
+
+    Source: DVP (M1). ``Delta = log_softmax(z') - log_softmax(z)`` with ``z'`` the inference
+    engine's logits. Sign: inference minus trainer (TIM's ``delta_t = -Delta``).
+
+    Shapes: logits (..., V), perturbed_logits (..., V) -> Delta (..., V), float64.
+    """
+    z = check_logits(logits, "logits")
+    z_prime = check_logits(perturbed_logits, "perturbed_logits")
+    check_same_shape(z, z_prime, ("logits", "perturbed_logits"))
+    return torch.log_softmax(z_prime, -1) - torch.log_softmax(z, -1)
+
+
+def mismatch_identity(p, delta) -> torch.Tensor:
+    """The right-hand side of M1: ``Delta_k = delta_k - log sum_j p_j e^{delta_j}``.
+
+    Source: DVP (M1). Computed stably as ``delta - logsumexp(log p + delta)``; tokens with
+    ``p_j = 0`` drop out of the sum.
+
+    Shapes: p (..., V) probabilities, delta (..., V) logit perturbation -> Delta (..., V).
+    """
+    p = check_probs(p, "p")
+    delta = check_logits(delta, "delta")
+    check_same_shape(p, delta, ("p", "delta"))
+    log_Z = torch.logsumexp(torch.log(p) + delta, -1, keepdim=True)  # (..., 1)
+    return delta - log_Z
+
+
+def first_order_mismatch(p, delta) -> torch.Tensor:
+    """M2's first-order term ``sum_{j != k} p_j (delta_k - delta_j) = delta_k - <p, delta>``.
+
+    Source: DVP (M2). The remainder ``Delta - first_order_mismatch`` is O(||delta||^2).
+
+    Shapes: p (..., V), delta (..., V) -> (..., V).
+    """
+    p = check_probs(p, "p")
+    delta = check_logits(delta, "delta")
+    check_same_shape(p, delta, ("p", "delta"))
+    return delta - (p * delta).sum(-1, keepdim=True)
+
+
+def mismatch_bound(p, eps, order: str = "exact") -> torch.Tensor:
+    """Bound on ``|Delta_k|`` given the token's probability and the logit mismatch size (M2, M3).
+
+    Source: DVP (M3 exact, derived; M2 first order). With ``max_j |delta_j - delta_k| <= 2 eps``
+    (implied by ``||delta||_inf <= eps``)::
+
+        exact:  log(1 + (1 - p_k)(e^{2 eps} - 1))
+        first:  (1 - p_k)(e^{2 eps} - 1)          >= exact
+        linear: 2 eps (1 - p_k)                   M2; exceeded by O(eps^2)
+
+    Shapes: p (...) probabilities of single tokens, eps broadcastable to p -> (...).
+    """
+    if order not in BOUND_ORDERS:
+        raise ValueError(f"order must be one of {BOUND_ORDERS}, got {order!r}")
+    p = check_unit_interval(p, "p")
+    eps = check_nonneg(eps, "eps")
+    if order == "linear":
+        return 2 * eps * (1 - p)
+    first = (1 - p) * torch.expm1(2 * eps)
+    return first if order == "first" else torch.log1p(first)
+
+
+def mismatch_eps(delta, per: str = "token") -> torch.Tensor:
+    """The ``eps`` that M3 needs, measured from a logit perturbation.
+
+    Source: DVP (M3). ``per="token"``: ``eps_k = max_j |delta_j - delta_k| / 2`` (the tightest
+    valid value for token k); ``per="position"``: ``(max_j delta_j - min_j delta_j) / 2`` for
+    all tokens of the position (looser, valid for every k).
+
+    Shapes: delta (..., V) -> (..., V) for ``token``, (...) for ``position``.
+    """
+    delta = check_logits(delta, "delta")
+    hi = delta.max(-1, keepdim=True).values
+    lo = delta.min(-1, keepdim=True).values
+    if per == "token":
+        return torch.maximum(hi - delta, delta - lo) / 2
+    if per == "position":
+        return ((hi - lo) / 2).squeeze(-1)
+    raise ValueError(f"per must be 'token' or 'position', got {per!r}")
+
+
+def sampled_mismatch_bias(logits, perturbed_logits) -> torch.Tensor:
+    """Mean mismatch of the tokens the engine samples: ``E_{k ~ p'}[Delta_k]`` (M4).
+
+    Source: DVP (M4). ``sum_k p'_k (log p'_k - log p_k)``; M4 says it equals ``KL(p' || p)``
+    (:func:`kl_divergence`) and is therefore ``>= 0``.
+
+    Shapes: logits (..., V), perturbed_logits (..., V) -> (...).
+    """
+    Delta = logprob_mismatch(logits, perturbed_logits)  # (..., V)
+    p_prime = torch.softmax(as_tensor(perturbed_logits, "perturbed_logits"), -1)
+    return (p_prime * Delta).sum(-1)
+
+
+def kl_divergence(q, p) -> torch.Tensor:
+    """``KL(q || p) = sum_k q_k log(q_k / p_k)`` of probability vectors, with ``0 log 0 = 0``.
+
+    Source: reference for M4. Raises when ``q`` puts mass where ``p`` has none (KL infinite).
+
+    Shapes: q (..., V), p (..., V) -> (...).
+    """
+    q = check_probs(q, "q")
+    p = check_probs(p, "p")
+    check_same_shape(q, p, ("q", "p"))
+    if ((q > 0) & (p == 0)).any():
+        raise ValueError("q puts mass on tokens where p is 0: KL(q || p) is infinite")
+    terms = torch.where(q > 0, q * (torch.log(q) - torch.log(p)), torch.zeros_like(q))
+    return terms.sum(-1)
+
+
+# --- per-token KL estimators of a log-ratio (TIM, TRM T12) ------------------------------------
+
+def _log_ratio(log_ratio) -> torch.Tensor:
+    return check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
+
+
+def k1(log_ratio) -> torch.Tensor:
+    """``k1 = -log rho`` with ``rho = pi_theta / pi_roll`` of the sampled token.
+
+    Source: TIM / TRM (T12). Unbiased for ``KL(pi_roll || pi_theta)`` when tokens come from
+    ``pi_roll``; can be negative. With trainer ``pi_theta`` and engine ``pi_roll``,
+    ``log rho = -Delta`` so ``k1 = Delta``.
+
+    Shapes: log_ratio (...) -> (...).
+    """
+    return -_log_ratio(log_ratio)
+
+
+def k2(log_ratio) -> torch.Tensor:
+    """``k2 = (log rho)^2 / 2``: biased, ``>= 0``; TRM's max filter. Source: TRM (T12).
+
+    Shapes: log_ratio (...) -> (...).
+    """
+    return 0.5 * _log_ratio(log_ratio) ** 2
+
+
+def k3(log_ratio) -> torch.Tensor:
+    """``k3 = rho - 1 - log rho``: unbiased for ``KL(pi_roll || pi_theta)`` under ``pi_roll`` and
+    ``>= 0``. Source: TIM / TRM (T12). ``expm1`` keeps it accurate for small ``log rho``.
+
+    Shapes: log_ratio (...) -> (...).
+    """
+    r = _log_ratio(log_ratio)
+    return torch.expm1(r) - r
+
+
+# --- M5: selection bias under Gaussian logit noise ---------------------------------------------
+
+def sampled_bias_second_order(p, sigma) -> torch.Tensor:
+    """M5's second-order prediction of ``E[Delta_k | k sampled]`` for ``delta_j ~ N(0, sigma^2)``.
+
+    Source: DVP (M5, derived)::
+
+        sigma^2 [(1 - p_k)^2 + sum_{j != k} p_j^2] - sigma^2 (1 - sum_j p_j^2) / 2
+
+    Shapes: p (..., V), sigma scalar -> (..., V).
+    """
+    p = check_probs(p, "p")
+    s2 = check_nonneg(sigma, "sigma") ** 2
+    sum_sq = (p ** 2).sum(-1, keepdim=True)  # (..., 1)
+    return s2 * ((1 - p) ** 2 + sum_sq - p ** 2) - 0.5 * s2 * (1 - sum_sq)
+
+
+def sampled_bias_monte_carlo(p, sigma, n_draws: int = 20_000, seed: int = 0) -> torch.Tensor:
+    """Monte Carlo ``E[Delta_k | k sampled]`` with ``delta_j ~ N(0, sigma^2)`` i.i.d. (checks M5).
+
+    Source: DVP (M5). ``P(k sampled | delta) = p'_k``, so the conditional mean is
+    ``E[Delta_k p'_k] / E[p'_k]``, estimated over antithetic pairs ``(delta, -delta)`` (the
+    first-order term of ``Delta`` cancels exactly within a pair).
+
+    Shapes: p (V,) -> (V,).
+    """
+    p = check_probs(p, "p")
+    if p.ndim != 1:
+        raise ValueError(f"p must be one probability vector (V,), got shape {tuple(p.shape)}")
+    sigma = float(check_nonneg(sigma, "sigma"))
+    g = torch.Generator().manual_seed(seed)
+    half = torch.randn(max(n_draws // 2, 1), p.shape[0], generator=g, dtype=torch.float64)
+    delta = sigma * torch.cat([half, -half])  # (n, V)
+    Delta = delta - torch.logsumexp(torch.log(p) + delta, -1, keepdim=True)  # (n, V), M1
+    w = p * torch.exp(Delta)  # p'_k of each draw, (n, V)
+    return (w * Delta).sum(0) / w.sum(0)
+
+
+# --- M6: accumulation along sequences -----------------------------------------------------------
+
+TAIL_P = 0.1
+"""A sampled token is a *tail token* when the trainer gave it ``p < TAIL_P`` (M6's regressor)."""
+
+
+def sequence_log_ratio(Delta_tok, mask=None) -> torch.Tensor:
+    """``log pi_train(y) / pi_infer(y) = -sum_t Delta_t`` over the response tokens (M6).
+
+    Source: DVP (M6); TIM's sequence-level mismatch (``sum_t delta_t`` in its sign).
+
+    Shapes: Delta_tok (B, T), mask (B, T) bool or None -> (B,).
+    """
+    D = check_finite(as_tensor(Delta_tok, "Delta_tok"), "Delta_tok")
+    if D.ndim != 2:
+        raise ValueError(f"Delta_tok must have shape (B, T), got {tuple(D.shape)}")
+    if mask is None:
+        return -D.sum(-1)
+    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
+    check_same_shape(D, m, ("Delta_tok", "mask"))
+    return -(D * m.to(D.dtype)).sum(-1)
+
+
+HEAD_LOGIT = 12.0
+"""Logit margin of the top token in a *head context* of :func:`simulate_sequences` (p ~ 0.9998)."""
+
+
+def simulate_sequences(B: int, T_max: int, V: int, sigma: float, seed: int = 0) -> dict:
+    """Sequences sampled by an engine whose logits carry Gaussian noise ``N(0, sigma^2)`` (M6).
+
+    Each sequence has a length ``T`` in ``[T_max/8, T_max]`` and a tail fraction ``f ~ U(0, 1)``,
+    drawn independently. Each step is a *tail context* with probability ``f`` (trainer logits
+    ``0.3 N(0, I)``: nearly uniform, every token is a tail token) or else a *head context* (one
+    token ``HEAD_LOGIT`` above the rest). The engine samples ``y_t ~ softmax(z + delta)``.
+
+    Shapes: -> dict with Delta_tok, p_tok (B, T_max) float64, mask (B, T_max) bool,
+    T, n_tail (B,) int64.
+    """
+    B, T_max = check_positive_int(B, "B"), check_positive_int(T_max, "T_max")
+    V, sigma = check_positive_int(V, "V", 2), float(check_nonneg(sigma, "sigma"))
+    g = torch.Generator().manual_seed(seed)
+    f = torch.rand(B, 1, generator=g, dtype=torch.float64)  # (B, 1)
+    T = torch.randint(max(T_max // 8, 1), T_max + 1, (B,), generator=g)  # (B,)
+    z = 0.3 * torch.randn(B, T_max, V, generator=g, dtype=torch.float64)  # (B, T, V)
+    head_ctx = torch.rand(B, T_max, generator=g, dtype=torch.float64) >= f  # (B, T)
+    z[..., 0] += HEAD_LOGIT * head_ctx
+    delta = sigma * torch.randn(B, T_max, V, generator=g, dtype=torch.float64)
+    p_prime = torch.softmax(z + delta, -1)
+    y = torch.multinomial(p_prime.reshape(-1, V), 1, generator=g).reshape(B, T_max)  # (B, T)
+    Delta = logprob_mismatch(z, z + delta).gather(-1, y[..., None])[..., 0]  # (B, T)
+    p_tok = torch.softmax(z, -1).gather(-1, y[..., None])[..., 0]  # (B, T)
+    mask = torch.arange(T_max)[None, :] < T[:, None]  # (B, T)
+    n_tail = ((p_tok < TAIL_P) & mask).sum(-1)
+    return dict(Delta_tok=Delta, p_tok=p_tok, mask=mask, T=T, n_tail=n_tail)
+
+
+def _ols(X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Least squares ``y ~ [1, X]``: coefficients, their standard errors, R^2."""
+    X = torch.cat([torch.ones(len(y), 1, dtype=torch.float64), X.reshape(len(y), -1)], 1)
+    coef = torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
+    resid = y - X @ coef
+    s2 = (resid ** 2).sum() / (len(y) - X.shape[1])
+    se = torch.sqrt(torch.diag(s2 * torch.linalg.inv(X.T @ X)))
+    return coef, se, float(1 - resid.var() / y.var())
+
+
+def accumulation_regression(log_ratio, n_tail, T) -> dict[str, float]:
+    """Regress the sequence log-ratio on the number of tail tokens and on ``sqrt(T)`` (M6).
+
+    Source: DVP (M6). One-regressor fits (slope, R^2) on ``n_tail``, ``sqrt(T)`` and ``T``, and
+    the joint fit on ``(n_tail, sqrt(T))`` with t-statistics: M6 predicts the drift is carried
+    by ``n_tail`` (slope about ``-sigma^2/2``) and the ``sqrt(T)`` coefficient is about 0.
+
+    Shapes: log_ratio, n_tail, T (B,) -> dict of floats.
+    """
+    y = check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
+    n_tail, T = as_tensor(n_tail, "n_tail"), as_tensor(T, "T")
+    check_same_shape(y, n_tail, ("log_ratio", "n_tail"))
+    check_same_shape(y, T, ("log_ratio", "T"))
+    out: dict[str, float] = {}
+    for name, x in (("n_tail", n_tail), ("sqrt_T", T.sqrt()), ("T", T)):
+        coef, _, r2 = _ols(x, y)
+        out[f"slope/{name}"], out[f"r2/{name}"] = float(coef[1]), r2
+    coef, se, r2 = _ols(torch.stack([n_tail, T.sqrt()], 1), y)
+    t = coef / se
+    out.update({"joint/slope_tail": float(coef[1]), "joint/t_tail": float(t[1]),
+                "joint/slope_sqrt_T": float(coef[2]), "joint/t_sqrt_T": float(t[2]),
+                "r2/joint": r2})
+    return out
+
+
+def worst_case_mismatch(p, k: int, eps: float, seed: int = 0) -> tuple[float, torch.Tensor]:
+    """Search the ``delta`` maximising ``|Delta_k|`` given ``max_j |delta_j - delta_k| <= 2 eps``.
+
+    Source: DVP (M3, tightness). Parameterises ``delta_j = 2 eps tanh(u_j)`` (``delta_k = 0``,
+    allowed by M1's shift invariance) and runs L-BFGS on ``-|Delta_k|`` from a random start.
+    Returns the ratio ``|Delta_k| / bound`` reached and the maximiser.
+
+    Shapes: p (V,) -> (float, delta (V,)).
+    """
+    from scipy.optimize import minimize
+
+    p = check_probs(p, "p")
+    bound = float(mismatch_bound(p[k], eps, "exact"))
+    if bound == 0:
+        raise ValueError(f"the bound is 0 at p_k = {float(p[k]):g}, eps = {eps:g}: no ratio")
+    others = torch.arange(p.shape[0]) != k
+
+    def delta_of(u):
+        d = torch.zeros_like(p)
+        d[others] = 2 * eps * torch.tanh(torch.as_tensor(u))
+        return d
+
+    def loss(u):
+        return -float(mismatch_identity(p, delta_of(u))[k].abs())
+
+    u0 = torch.randn(int(others.sum()), generator=torch.Generator().manual_seed(seed),
+                     dtype=torch.float64).numpy()
+    res = minimize(loss, u0, method="L-BFGS-B")
+    return -res.fun / bound, delta_of(res.x)

@@ -1,0 +1,227 @@
+"""Checks of the optimal token baseline O1-O6 (THEORY.md section 6).
+
+O1, O2, O5 are identities checked to machine precision on exact tabular policies; O3, O4 are
+exact variances over a sweep of random policies (seeds, sharpness, horizon, with and without
+EOS) plus a gradient-ascent search for a counterexample; O6 is a Monte Carlo study of finite
+groups against the exact gradient.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy as sp
+import torch
+
+from tailtheory.otb import variance as bv
+from tailtheory.core.checks import ATOL_F64
+from tailtheory.otb.baselines import optimal_token_baseline, otb_leave_one_out, token_energy
+from tailtheory.core.tabular import TabularPolicy
+from tailtheory.core.registry import Evidence, Verdict, pick, register
+
+FD_H = 1e-5
+"""Central finite-difference step for dJ/dB: exact on a quadratic up to rounding."""
+
+FD_RTOL = 1e-8
+"""``|dJ/dB| / E[sum_t ||S_<=t||^2]`` below which the derivative counts as zero (rounding of
+the finite difference with ``FD_H``)."""
+
+RATIO_ATOL = 1e-9
+"""Variance ratios within this of 1 count as equal (exact float64 sums)."""
+
+O6_CLAIM_N = 4
+"""The headline: OTB at N = 4 matches N = 32 without it (OTB abstract)."""
+
+
+def _o1_policies(profile):
+    pols = [TabularPolicy.random(3, 3, sharpness=1.0, seed=0),
+            TabularPolicy.random(3, 3, eos=0, sharpness=30.0, seed=1),
+            TabularPolicy.random(2, 4, sharpness=5.0, seed=2)]
+    return pols + pick(profile, [], [TabularPolicy.random(3, 4, eos=2, sharpness=s, seed=4)
+                                     for s in (0.1, 10.0)])
+
+
+@register("O1", paper="OTB", statement="w_t equals the exact squared score norm of a tabular "
+          "policy", expected=Verdict.HOLDS)
+def check_o1(profile: str) -> Evidence:
+    """O1: w_t (from sum p^2 and pi_t) against the autograd score over the whole logit table."""
+    err, n = 0.0, 0
+    for pol in _o1_policies(profile):
+        w = token_energy(pol.probs().pow(2).sum(-1)[pol.ctx], pol.token_logp, pol.mask)
+        for i, t in pol.mask.nonzero().tolist():
+            z = pol.logits.clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(torch.log_softmax(z[pol.ctx[i, t]], -1)[pol.seqs[i, t]],
+                                       z)
+            err = max(err, abs(g.pow(2).sum().item() - w[i, t].item()))
+            n += 1
+    ok = err <= ATOL_F64
+    return Evidence(Verdict.HOLDS if ok else Verdict.REFUTED,
+                    {"max_abs_err": err, "tokens_checked": n, "atol": ATOL_F64})
+
+
+def _fd_grad(f, B):
+    e = torch.eye(len(B), dtype=torch.float64) * FD_H
+    return torch.stack([(f(B + e[t]) - f(B - e[t])) / (2 * FD_H) for t in range(len(B))])
+
+
+def _sympy_closed_form(n: int = 4) -> bool:
+    a = sp.symbols(f"a0:{n}", positive=True)
+    g = sp.symbols(f"g0:{n}", real=True)
+    b = sp.Symbol("b", real=True)
+    J = sum(ai * (gi - b) ** 2 for ai, gi in zip(a, g))
+    (sol,) = sp.solve(sp.diff(J, b), b)
+    return (sp.simplify(sol - sum(x * y for x, y in zip(a, g)) / sum(a)) == 0
+            and sp.simplify(sp.diff(J, b, 2) - 2 * sum(a)) == 0)
+
+
+@register("O2", paper="OTB", statement="OTB minimises J(B) = sum_t E[||S_<=t||^2 (G_t - B_t)^2 "
+          "m_t]", expected=Verdict.HOLDS_UNDER)
+def check_o2(profile: str) -> Evidence:
+    """O2: dJ/dB = 0 at OTB; the proxy W_t equals ||S_<=t||^2 only under orthogonal scores."""
+    fd_true, proxy_err, fd_tied = 0.0, 0.0, float("inf")
+    cases = pick(profile, [(3, 3, None, 1.0), (3, 4, 0, 2.0)],
+                 [(3, 3, None, 1.0), (3, 4, 0, 2.0), (4, 3, None, 0.5), (2, 6, 1, 4.0)])
+    for seed, (V, T, eos, sh) in enumerate(cases):
+        pol = TabularPolicy.random(V, T, eos=eos, sharpness=sh, seed=seed)
+        R = bv.binary_rewards(pol, seed=seed)
+        for tied in (False, True):
+            S2 = bv.prefix_sq_norms(bv.score_gram(pol, tied=tied), pol.mask)
+            scale = float(pol.expect(S2.sum(-1)))
+            J = lambda b: bv.prefix_surrogate(pol, R, b, S2)  # noqa: E731
+            d_true = _fd_grad(J, bv.weighted_baseline(pol, R, S2)).abs().max().item() / scale
+            fd_true = max(fd_true, d_true)
+            if tied:
+                proxy = bv.population_baselines(pol, R)["otb"]
+                fd_tied = min(fd_tied, _fd_grad(J, proxy).abs().max().item() / scale)
+            else:
+                proxy_err = max(proxy_err, (S2 - bv.tabular_energy(pol) * pol.mask).abs().max()
+                                .item())
+    sym = _sympy_closed_form()
+    holds = fd_true <= FD_RTOL and proxy_err <= ATOL_F64 and sym
+    verdict = (Verdict.HOLDS_UNDER if holds and fd_tied > FD_RTOL else
+               Verdict.HOLDS if holds else Verdict.REFUTED)
+    return Evidence(verdict, {"rel_dJdB_at_otb_true_norms": fd_true,
+                              "proxy_vs_true_prefix_norm_err": proxy_err,
+                              "sympy_closed_form": str(sym),
+                              "rel_dJdB_at_proxy_otb_tied_min": fd_tied},
+                    "assumption: cross-token orthogonality of scores (exact for tabular policies); "
+                    "with one logit bias shared by all contexts the proxy W_t misses the cross "
+                    "terms and dJ/dB at proxy-OTB is no longer 0")
+
+
+@functools.lru_cache(maxsize=2)
+def variance_table(profile: str) -> tuple[dict, ...]:
+    """The O3/O4 sweep: exact variance ratios over random tabular policies (cached per profile)."""
+    return tuple(bv.variance_sweep(Ts=pick(profile, (2, 3, 4, 5), (2, 3, 4, 5, 6)),
+                                   Vs=pick(profile, (3,), (3, 4)),
+                                   seeds=pick(profile, (0,), (0, 1, 2, 3))))
+
+
+@register("O3", paper="OTB", statement="B = M^-1 c, not OTB, minimises the true estimator variance",
+          expected=Verdict.HOLDS)
+def check_o3(profile: str) -> Evidence:
+    """O3: V(B) >= V(M^-1 c) for every baseline of the sweep; V(OTB) > V(M^-1 c) somewhere."""
+    rows = variance_table(profile)
+    names = [k for k in rows[0] if k.startswith("ratio_")]
+    lowest = min(r[k] for r in rows for k in names)
+    otb = [r["ratio_otb"] for r in rows]
+    token = max(abs(r["ratio_token"] - 1) for r in rows)
+    sharp = sorted({r["sharpness"] for r in rows})
+    med = {sh: _median([r["ratio_otb"] for r in rows if r["sharpness"] == sh]) for sh in sharp}
+    ok = lowest >= 1 - RATIO_ATOL and max(otb) > 1 + RATIO_ATOL
+    grows = all(med[a] <= med[b] for a, b in zip(sharp, sharp[1:]))
+    return Evidence(Verdict.HOLDS if ok else Verdict.REFUTED,
+                    {"V_otb_over_V_opt_min": min(otb), "V_otb_over_V_opt_max": max(otb),
+                     "V_otb_over_V_opt_median": _median(otb),
+                     f"median_at_sharpness_{sharp[0]:g}": med[sharp[0]],
+                     f"median_at_sharpness_{sharp[-1]:g}": med[sharp[-1]],
+                     "min_ratio_any_baseline": lowest, "token_weighted_vs_opt_max_dev": token,
+                     "policies": len(rows)},
+                    f"tabular: M is diagonal and M^-1 c is the per-token-energy (w_t) weighted "
+                    f"mean, not the cumulative-W_t one; V(OTB)/V(opt) spans {min(otb):.5f}-"
+                    f"{max(otb):.4f} (earlier estimate 1.05-1.08), its median "
+                    f"{'rising' if grows else 'not monotone'} with sharpness "
+                    f"({med[sharp[0]]:.4g} at {sharp[0]:g}, {med[sharp[-1]]:.4g} at {sharp[-1]:g})")
+
+
+def _median(xs):
+    return sorted(xs)[len(xs) // 2]
+
+
+@register("O4", paper="OTB", statement="V(OTB) / V(group mean) < 1", expected=Verdict.REFUTED)
+def check_o4(profile: str) -> Evidence:
+    """O4: the exact ratio over the sweep, then a gradient-ascent search for ratio >= 1."""
+    rows = variance_table(profile)
+    ratios = [r["otb_over_mean"] for r in rows]
+    steps = pick(profile, 40, 300)
+    adv_eos, pol, _ = bv.adversarial_otb_ratio(3, 3, eos=0, seed=0, steps=steps)
+    adv_free = max(bv.adversarial_otb_ratio(3, 3, eos=None, seed=s, steps=steps)[0]
+                   for s in pick(profile, (0,), (0, 1, 2)))
+    worst = max(max(ratios), adv_eos, adv_free)
+    verdict = Verdict.REFUTED if worst > 1 + RATIO_ATOL else Verdict.HOLDS
+    return Evidence(verdict, {"sweep_ratio_min": min(ratios), "sweep_ratio_max": max(ratios),
+                              "adversarial_ratio_eos": adv_eos,
+                              "adversarial_ratio_no_eos": adv_free, "policies": len(rows)},
+                    f"counterexample: V=3, T=3, eos=0, logits and rewards from "
+                    f"adversarial_otb_ratio(3, 3, eos=0, seed=0, steps={steps}) give "
+                    f"V(OTB)/V(mean) = {adv_eos:.3g} (mean = E[R], GRPO's limit); random "
+                    f"policies give {min(ratios):.3g}-{max(ratios):.3g} (earlier toy estimate "
+                    f"0.66-0.75); without EOS the search reaches {adv_free:.6g}")
+
+
+@register("O5", paper="OTB", statement="G^i - B* = W^-i/(W^i + W^-i) (G^i - B^-i): a shrunk "
+          "weighted RLOO", expected=Verdict.HOLDS)
+def check_o5(profile: str) -> Evidence:
+    """O5: the identity (eps = 0) on random groups with energies from 1e-12 to 2 per token."""
+    g = torch.Generator().manual_seed(0)
+    err, n = 0.0, 0
+    for _ in range(pick(profile, 50, 1000)):
+        B, T = int(torch.randint(2, 17, (1,), generator=g)), int(torch.randint(1, 9, (1,),
+                                                                              generator=g))
+        gid = torch.randint(0, 3, (B,), generator=g)
+        mask = torch.arange(T)[None] < torch.randint(1, T + 1, (B, 1), generator=g)
+        R = (torch.rand(B, generator=g) < 0.5).double()
+        w = 2 * torch.rand(B, T, generator=g, dtype=torch.float64) ** 8
+        W = (w * mask).cumsum(-1)
+        lhs = optimal_token_baseline(R, W, mask, gid, eps=0.0)
+        shrink, B_loo = otb_leave_one_out(R, W, mask, gid)
+        ok = torch.isfinite(B_loo) & mask
+        rhs = shrink * (R[:, None] - torch.nan_to_num(B_loo))
+        err = max(err, (lhs - rhs)[ok].abs().max().item() if ok.any() else 0.0)
+        n += int(ok.sum())
+    holds = err <= ATOL_F64
+    return Evidence(Verdict.HOLDS if holds else Verdict.REFUTED,
+                    {"max_abs_err": err, "positions_checked": n, "atol": ATOL_F64})
+
+
+@functools.lru_cache(maxsize=2)
+def group_table(profile: str) -> tuple[dict, ...]:
+    """The O6 table: the finite-group study averaged over the profile's policies (cached)."""
+    return tuple(bv.group_sweep(
+        policies=pick(profile, ((3, 4, None, 1.0), (3, 4, 0, 2.0)),
+                      ((3, 4, None, 1.0), (3, 4, 0, 2.0), (3, 5, None, 2.0), (4, 4, 0, 1.0))),
+        n_groups=pick(profile, 200, 2000)))
+
+
+@register("O6", paper="OTB", statement="N = 4 with OTB matches N = 32 without",
+          expected=Verdict.NOT_REPRODUCED)
+def check_o6(profile: str) -> Evidence:
+    """O6: smallest N at which each method reaches GRPO's N = 32 cosine (and RLOO's N = 32
+    relative MSE, since GRPO's std rescales its gradient)."""
+    rows = group_table(profile)
+    by_cos = bv.matching_group_size(rows, "cosine", ("grpo", 32))
+    by_mse = bv.matching_group_size(rows, "rel_mse", ("rloo", 32))
+    cell = {(r["method"], r["N"]): r for r in rows}
+    n_otb = by_cos["otb"]
+    ok = n_otb is not None and n_otb <= O6_CLAIM_N
+    return Evidence(Verdict.TOY_SCALE if ok else Verdict.NOT_REPRODUCED,
+                    {"cos_otb_N4": cell[("otb", 4)]["cosine"],
+                     "cos_grpo_N32": cell[("grpo", 32)]["cosine"],
+                     "N_match_cos_otb": str(n_otb), "N_match_mse_otb": str(by_mse["otb"]),
+                     "cos_otb_N32": cell[("otb", 32)]["cosine"],
+                     "relmse_otb_N4": cell[("otb", 4)]["rel_mse"],
+                     "relmse_rloo_N32": cell[("rloo", 32)]["rel_mse"]},
+                    "tabular policies (V 3-4, T 4-5, with and without EOS), binary rewards, Monte "
+                    "Carlo over groups; cosine "
+                    "is scale-free (GRPO, Dr. GRPO and RLOO share one direction per group); a zero "
+                    "update counts as cosine 0")

@@ -1,0 +1,368 @@
+"""Dynamic vocabulary pruning: a safe token set, its exact cost, and what it buys (DVP; P1-P4).
+
+Paper card
+    DVP: Li et al., *Taming the Tail: Stable LLM RL via Dynamic Vocabulary Pruning*,
+    arXiv 2512.23087 (v2: *Dynamic Vocabulary Pruning: Stable LLM-RL by Taming the Tail*).
+
+Notation. Logits ``z`` of a state ``s`` (one row ``(V,)``), ``pi = softmax(z)``, a safe set
+``S(s)`` of kept tokens, the pruned policy ``pi~(a|s) = pi(a|s) 1[a in S] / pi(S|s)`` (in logits:
+``-inf`` outside ``S`` before the log-softmax) and the pruned mass ``m(s) = 1 - pi(S|s)``.
+
+Rules for ``S`` (the paper's exact rule could not be read, so the rule is a parameter):
+
+- ``min_p``    keep ``pi(a) >= rho * max_b pi(b)``; valid ``rho`` in ``[0, 1]`` (the argmax is
+  always kept; ``rho > 1`` would remove every token and raises). The default, ``rho = 1e-4``.
+- ``top_p``    the smallest set, in order of decreasing ``pi``, with mass ``>= 1 - eta``;
+  valid ``eta`` in ``[0, 1)`` (``eta >= 1`` is met by the empty set and raises).
+- ``absolute`` keep ``pi(a) >= tau``; valid ``tau`` in ``[0, max_a pi(a)]`` for every row.
+
+Claims (ids of THEORY.md section 3):
+    P1  TV(pi~, pi) = m, KL(pi~ || pi) = -log(1 - m)     :func:`pruned_tv`, :func:`pruned_kl`
+    P2  TV(P~, P) <= sum_t E_pi~[m(s_t)]; |J(pi~) - J(pi)| <= R_max sum_t E[m] <= R_max T max m;
+        min-p: m(s) <= (V - |S(s)|) rho max_b pi(b|s)   :func:`trajectory_bias_bound`
+    P3  truncating only the sampler shifts every log-ratio by exactly log pi(S|s)
+                                                       :func:`truncation_log_ratio`
+    P4  sweeping rho: pruned mass against the remaining mismatch   :func:`pruning_sweep`
+
+Shapes: logits (..., V), masks (..., V) bool, per-state quantities (...).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from tailtheory.core.checks import check_logits, check_same_shape, check_tokens
+
+RULES = ("min_p", "top_p", "absolute")
+"""The pruning rules :func:`safe_vocab_mask` knows."""
+
+RHO_DEFAULT = 1e-4
+"""Default min-p ratio: inside the ``1e-4 .. 1e-8`` range THEORY.md gives for DVP."""
+
+
+# --- the safe set ------------------------------------------------------------------------------
+
+def _min_p(logp: torch.Tensor, rho: float) -> torch.Tensor:
+    if rho == 0:
+        return torch.ones_like(logp, dtype=torch.bool)
+    # log pi(a) - log max pi >= log rho, in log space so no probability underflows
+    return logp - logp.amax(-1, keepdim=True) >= math.log(rho)
+
+
+def _top_p(logp: torch.Tensor, eta: float) -> torch.Tensor:
+    if eta == 0:  # every token has pi > 0, so only the whole vocabulary has mass 1
+        return torch.ones_like(logp, dtype=torch.bool)
+    order = torch.sort(logp, dim=-1, descending=True, stable=True).indices          # (..., V)
+    sorted_lp = logp.gather(-1, order)
+    # mass of a token and every token after it in the order; keep while it exceeds eta.
+    # Summed from the small end in log space, so tail masses near eta are accurate.
+    tail = torch.logcumsumexp(sorted_lp.flip(-1), -1).flip(-1)                  # (..., V)
+    keep_sorted = tail > math.log(eta)
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+def _absolute(logp: torch.Tensor, tau: float) -> torch.Tensor:
+    if tau == 0:
+        return torch.ones_like(logp, dtype=torch.bool)
+    pi = logp.exp()
+    top = pi.amax(-1)
+    if (top < tau).any():
+        raise ValueError(f"threshold tau={tau:g} exceeds max_a pi(a) = {float(top.min()):.4g} in "
+                         f"{int((top < tau).sum())} row(s): the absolute rule would remove every "
+                         f"token there")
+    return pi >= tau
+
+
+_RULE_FNS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
+    "min_p": _min_p, "top_p": _top_p, "absolute": _absolute}
+_VALID = {"min_p": (0.0, 1.0, True), "top_p": (0.0, 1.0, False), "absolute": (0.0, 1.0, True)}
+# (low, high, high included): thresholds outside would empty S in every state
+
+
+def _check_threshold(rule: str, threshold: Any) -> float:
+    if rule not in _RULE_FNS:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    try:
+        x = float(threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"threshold must be a number, got {threshold!r}") from None
+    lo, hi, closed = _VALID[rule]
+    if not (lo <= x <= hi if closed else lo <= x < hi):
+        interval = f"[{lo:g}, {hi:g}{']' if closed else ')'}"
+        raise ValueError(f"threshold for rule {rule!r} must lie in {interval}, got {threshold!r}: "
+                         f"outside it the safe set would be empty")
+    return x
+
+
+def safe_vocab_mask(logits, rule: str = "min_p", threshold: float = RHO_DEFAULT) -> torch.Tensor:
+    """The safe set ``S(s)`` of each state as a keep-mask; never empty.
+
+    Source: DVP (P1-P4). ``min_p``: ``pi(a) >= rho max_b pi(b)``, ``rho`` in [0, 1];
+    ``top_p``: smallest set (ties broken by token id) with mass ``>= 1 - eta``, ``eta`` in [0, 1);
+    ``absolute``: ``pi(a) >= tau``, ``tau <= max_a pi(a)`` in every row (``pi`` as
+    ``exp(log_softmax(z))``). A threshold that would
+    empty ``S`` raises ``ValueError``. A vocabulary of one keeps its only token (``pi = 1``).
+
+    Shapes: logits (..., V) -> mask (..., V) bool.
+    """
+    x = _check_threshold(rule, threshold)
+    z = check_logits(logits)
+    if z.shape[-1] == 1:  # the only token has pi = 1: every valid threshold keeps it
+        return torch.ones_like(z, dtype=torch.bool)
+    return _RULE_FNS[rule](torch.log_softmax(z, -1), x)
+
+
+def _check_pruning(logits, mask, name: str = "mask") -> tuple[torch.Tensor, torch.Tensor]:
+    z = check_logits(logits)
+    keep = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
+    if keep.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool keep-mask, got dtype {keep.dtype}")
+    check_same_shape(z, keep, ("logits", name))
+    empty = ~keep.any(-1)
+    if empty.any():
+        raise ValueError(f"{name} keeps no token in {int(empty.sum())} row(s) (first at "
+                         f"{tuple(int(i) for i in empty.nonzero()[0])}): the pruned policy is "
+                         f"undefined there")
+    return z, keep
+
+
+# --- P1: the pruned policy and its exact cost --------------------------------------------------
+
+def pruned_log_softmax(logits, mask) -> torch.Tensor:
+    """``log pi~(a|s)``: the log-softmax over the safe set, ``-inf`` outside it.
+
+    Source: DVP (P1). ``log_softmax(where(S, z, -inf))``.
+    Shapes: logits (..., V), mask (..., V) bool -> (..., V).
+    """
+    z, keep = _check_pruning(logits, mask)
+    return torch.log_softmax(z.masked_fill(~keep, -math.inf), -1)
+
+
+def pruned_mass(logits, mask) -> torch.Tensor:
+    """The pruned mass ``m(s) = 1 - pi(S|s)``, accurate down to the smallest ``m``.
+
+    Source: DVP (P1, P2). ``m = exp(LSE(z outside S) - LSE(z))`` (``0`` when nothing is pruned).
+    Shapes: logits (..., V), mask (..., V) bool -> (...).
+    """
+    z, keep = _check_pruning(logits, mask)
+    return torch.exp(torch.logsumexp(z.masked_fill(keep, -math.inf), -1) - torch.logsumexp(z, -1))
+
+
+def kept_log_mass(logits, mask) -> torch.Tensor:
+    """``log pi(S|s) = log(1 - m)``, accurate both when ``m`` is tiny and when it is near 1.
+
+    Source: DVP (P1, P3). ``log1p(-m)`` for ``m < 1/2``, else ``LSE(z in S) - LSE(z)``.
+    Shapes: logits (..., V), mask (..., V) bool -> (...).
+    """
+    z, keep = _check_pruning(logits, mask)
+    m = pruned_mass(z, keep)
+    direct = torch.logsumexp(z.masked_fill(~keep, -math.inf), -1) - torch.logsumexp(z, -1)
+    return torch.where(m < 0.5, torch.log1p(-m.clamp(max=0.5)), direct)
+
+
+def pruned_tv(logits, mask) -> torch.Tensor:
+    """Exact ``TV(pi~, pi) = 1/2 sum_a |pi~(a) - pi(a)|`` (P1 says it equals ``m``).
+
+    Source: DVP (P1). Computed from both distributions, not from ``m``.
+    Shapes: logits (..., V), mask (..., V) bool -> (...).
+    """
+    z, keep = _check_pruning(logits, mask)
+    pi_tilde = pruned_log_softmax(z, keep).exp()
+    return 0.5 * (pi_tilde - torch.softmax(z, -1)).abs().sum(-1)
+
+
+def pruned_kl(logits, mask) -> torch.Tensor:
+    """Exact ``KL(pi~ || pi) = sum_{a in S} pi~(a) log(pi~(a) / pi(a))`` (P1: ``-log(1 - m)``).
+
+    Source: DVP (P1). Computed term by term from both log-softmaxes.
+    Shapes: logits (..., V), mask (..., V) bool -> (...).
+    """
+    z, keep = _check_pruning(logits, mask)
+    lp_tilde = pruned_log_softmax(z, keep)
+    lp = torch.log_softmax(z, -1)
+    terms = torch.where(keep, lp_tilde.exp() * (lp_tilde - lp), torch.zeros_like(lp))
+    return terms.sum(-1)
+
+
+def min_p_mass_bound(logits, mask, rho: float) -> torch.Tensor:
+    """Min-p's cap on the pruned mass: ``m(s) <= (V - |S(s)|) rho max_b pi(b|s)``.
+
+    Source: DVP (P2). Every pruned token has ``pi(a) < rho max_b pi(b)``.
+    Shapes: logits (..., V), mask (..., V) bool (a min-p mask at ``rho``) -> (...).
+    """
+    rho = _check_threshold("min_p", rho)
+    z, keep = _check_pruning(logits, mask)
+    n_pruned = (~keep).sum(-1).to(torch.float64)
+    return n_pruned * rho * torch.softmax(z, -1).amax(-1)
+
+
+# --- P2: the pruned policy over whole trajectories (exact enumeration) -------------------------
+
+def prune_policy(pol, mask):
+    """The pruned tabular policy: the same tree, logits ``-inf`` outside ``S`` of each context.
+
+    Source: DVP (P2). Shapes: pol.logits (P, V), mask (P, V) bool -> TabularPolicy.
+    """
+    z, keep = _check_pruning(pol.logits, mask)
+    return pol.with_logits(z.masked_fill(~keep, -math.inf))
+
+
+def _check_same_tree(pol_a, pol_b) -> None:
+    if (pol_a.V, pol_a.T, pol_a.eos) != (pol_b.V, pol_b.T, pol_b.eos):
+        raise ValueError(f"policies must share one tree; got (V, T, eos) = "
+                         f"{(pol_a.V, pol_a.T, pol_a.eos)} and {(pol_b.V, pol_b.T, pol_b.eos)}")
+
+
+def trajectory_tv(pol_a, pol_b) -> float:
+    """Exact ``TV(P_a, P_b) = 1/2 sum_y |P_a(y) - P_b(y)|`` over every sequence of the tree.
+
+    Source: DVP (P2). Shapes: two TabularPolicy over the same tree -> float.
+    """
+    _check_same_tree(pol_a, pol_b)
+    return 0.5 * float((pol_a.seq_prob - pol_b.seq_prob).abs().sum())
+
+
+def return_gap(pol_a, pol_b, rewards) -> float:
+    """Exact ``|J(pi_a) - J(pi_b)|`` with ``J(pi) = E_{y~pi}[R(y)]``.
+
+    Source: DVP (P2). Shapes: rewards (N,) aligned with ``pol_a.seqs`` -> float.
+    """
+    _check_same_tree(pol_a, pol_b)
+    return abs(float(pol_a.expect(rewards) - pol_b.expect(rewards)))
+
+
+def trajectory_bias_bound(pol, mask, r_max: float = 1.0, rho: float | None = None) -> dict:
+    """P2's three bounds on ``|J(pi~) - J(pi)|`` (with ``r_max = 1`` also on ``TV(P~, P)``).
+
+    Source: DVP (P2). ``expected = R_max sum_t E_{pi~}[m(s_t)]``
+    ``<= uniform = R_max T max_s m(s)`` ``<= min_p = R_max T max_s (V - |S(s)|) rho max_b pi(b|s)``
+    (the last only for a min-p mask at ``rho``).
+    Shapes: pol.logits (P, V), mask (P, V) bool -> dict of floats.
+    """
+    if not (isinstance(r_max, (int, float)) and 0 <= r_max < math.inf):
+        raise ValueError(f"r_max must be a finite number >= 0, got {r_max!r}")
+    m = pruned_mass(pol.logits, mask)                                        # (P,)
+    reach = prune_policy(pol, mask).context_prob()                           # (P,) under pi~
+    out = {"expected": r_max * float((reach * m).sum()),
+           "uniform": r_max * pol.T * float(m.max())}
+    if rho is not None:
+        out["min_p"] = r_max * pol.T * float(min_p_mass_bound(pol.logits, mask, rho).max())
+    return out
+
+
+# --- P3: truncation on one side only -----------------------------------------------------------
+
+def truncation_log_ratio(logits, mask, token, sampler_logits=None) -> torch.Tensor:
+    """Exact ``log pi_train(k) - log pi_sampler(k)`` when only the sampler truncates to ``S``.
+
+    Source: DVP (P3). Trainer: full-vocabulary log-softmax of ``logits``; sampler:
+    :func:`pruned_log_softmax` of ``sampler_logits`` (default: the same logits). P3 says this
+    is the both-sided log-ratio plus ``log pi_train(S|s)`` (:func:`truncation_bias`) for every
+    ``k`` in ``S``; with equal logits, exactly ``log pi(S|s)``.
+    Shapes: logits (..., V), mask (..., V) bool, token (...) ids inside S -> (...).
+    """
+    z, keep = _check_pruning(logits, mask)
+    z_s = z if sampler_logits is None else check_logits(sampler_logits, "sampler_logits")
+    check_same_shape(z, z_s, ("logits", "sampler_logits"))
+    k = check_tokens(token, z)
+    if not keep.gather(-1, k[..., None]).all():
+        raise ValueError("token must lie in the safe set S: a truncating sampler never emits "
+                         "a pruned token")
+    lp_train = torch.log_softmax(z, -1).gather(-1, k[..., None])[..., 0]
+    lp_sampler = pruned_log_softmax(z_s, keep).gather(-1, k[..., None])[..., 0]
+    return lp_train - lp_sampler
+
+
+def truncation_bias(logits, mask) -> torch.Tensor:
+    """P3's prediction of every one-sided log-ratio: the constant ``log pi(S|s) <= 0``.
+
+    Source: DVP (P3). ``log pi(S|s) = log(1 - m(s))``.
+    Shapes: logits (..., V), mask (..., V) bool -> (...).
+    """
+    return kept_log_mass(logits, mask)
+
+
+# --- P4: the trade between pruned mass and remaining mismatch ----------------------------------
+
+RHO_SWEEP = tuple(10.0 ** -k for k in range(8, 0, -1))
+"""P4's sweep: ``rho = 1e-8 .. 1e-1``, one per decade, as in THEORY.md."""
+
+
+def remaining_mismatch(logits, perturbed_logits, mask, resp_mask=None) -> dict:
+    """The mismatch left after pruning trainer and sampler with the same ``S``, and its price.
+
+    Source: DVP (P4). On ``S``: ``Delta~_k = log pi~'(k) - log pi~(k)`` (sampler minus trainer,
+    as in ``tailtheory.mismatch.logprob``); per position ``E_{k~pi~'}|Delta~_k|``, ``max_{k in S}
+    |Delta~_k|`` and the bias ``E_{k~pi~'}[Delta~_k] = KL(pi~' || pi~)`` (M4 on ``S``); per sequence
+    ``sum_t KL`` and the P2 bias bound ``sum_t m(s_t)`` with ``m`` the trainer's pruned mass.
+    Shapes: logits, perturbed_logits (B, T, V), mask (B, T, V) bool, resp_mask (B, T) -> dict.
+    """
+    z, keep = _check_pruning(logits, mask)
+    z_prime, _ = _check_pruning(perturbed_logits, mask, "mask")
+    if z.ndim != 3:
+        raise ValueError(f"logits must have shape (B, T, V), got {tuple(z.shape)}")
+    alive = (torch.ones(z.shape[:2], dtype=torch.bool) if resp_mask is None
+             else torch.as_tensor(resp_mask).bool())
+    check_same_shape(alive, z[..., 0], ("resp_mask", "logits[..., 0]"))
+    lp, lp_prime = pruned_log_softmax(z, keep), pruned_log_softmax(z_prime, keep)
+    Delta = torch.where(keep, lp_prime - lp, torch.zeros_like(lp))          # (B, T, V)
+    q = lp_prime.exp()                                                       # pi~', 0 off S
+    kl = (q * Delta).sum(-1)                                                 # (B, T)
+    m = pruned_mass(z, keep)                                                 # (B, T)
+    n = alive.sum()
+    return {"mass_mean": float((m * alive).sum() / n), "mass_max": float(m[alive].max()),
+            "seq_mass": float((m * alive).sum(-1).mean()),
+            "kept_frac": float((keep.sum(-1) * alive).sum() / n / z.shape[-1]),
+            "abs_delta_mean": float(((q * Delta.abs()).sum(-1) * alive).sum() / n),
+            "abs_delta_max": float(Delta.abs().amax(-1)[alive].max()),
+            "bias_mean": float((kl * alive).sum() / n),
+            "seq_kl": float((kl * alive).sum(-1).mean())}
+
+
+def pruning_sweep(logits, perturbed_logits, rhos=RHO_SWEEP, rule: str = "min_p",
+                  resp_mask=None):
+    """P4's table: one row per threshold, plus ``rho = 0`` (no pruning) as the reference.
+
+    Source: DVP (P4). ``S`` is the sampler's safe set (computed from ``perturbed_logits``, so
+    every token it emits is in ``S``) and is applied to both sides.
+    Shapes: logits, perturbed_logits (B, T, V) -> DataFrame with the keys of
+    :func:`remaining_mismatch` and ``rho``.
+    """
+    import pandas as pd
+
+    z_prime = check_logits(perturbed_logits, "perturbed_logits")
+    rows = []
+    for rho in (0.0, *rhos):
+        keep = safe_vocab_mask(z_prime, rule, rho)
+        rows.append({"rho": float(rho), **remaining_mismatch(logits, z_prime, keep, resp_mask)})
+    return pd.DataFrame(rows)
+
+
+def pruning_knee(sweep, mass_negligible: float = 1e-3) -> dict:
+    """What the cheapest-enough threshold buys: the mismatch left at negligible pruned mass.
+
+    Source: DVP (P4). Among the rows of :func:`pruning_sweep` with ``0 < rho`` and mean pruned
+    mass ``<= mass_negligible``, the largest ``rho`` and the fraction of the unpruned sequence KL,
+    mean and max ``|Delta|`` that is left there (1 when no threshold is that cheap).
+    Shapes: DataFrame -> dict of floats.
+    """
+    if "rho" not in sweep or float(sweep.rho.iloc[0]) != 0.0:
+        raise ValueError("sweep must be pruning_sweep's table, whose first row is rho = 0")
+    ref = sweep.iloc[0]
+    cheap = sweep[(sweep.rho > 0) & (sweep.mass_mean <= mass_negligible)]
+    out = {"rho": float(cheap.rho.max()) if len(cheap) else 0.0,
+           "mass_mean": float(cheap.mass_mean.max()) if len(cheap) else 0.0}
+    for c in ("seq_kl", "abs_delta_mean", "abs_delta_max"):
+        left = (cheap[c] / ref[c]).min() if len(cheap) and ref[c] > 0 else 1.0
+        out[f"{c}_left"] = float(left)
+    return out
+
+
+__all__ = ["RULES", "RHO_DEFAULT", "safe_vocab_mask", "pruned_log_softmax", "pruned_mass",
+           "kept_log_mass", "pruned_tv", "pruned_kl", "min_p_mass_bound",
+           "prune_policy", "trajectory_tv", "return_gap", "trajectory_bias_bound",
+           "truncation_log_ratio", "truncation_bias", "RHO_SWEEP", "remaining_mismatch",
+           "pruning_sweep", "pruning_knee"]

@@ -1,0 +1,124 @@
+"""Trust Region Masking: keep a sequence only when every step stayed inside the trust region.
+
+Source: TRM (T12). Li et al., *Trust Region Masking for Long-Horizon LLM Reinforcement
+Learning*, arXiv 2512.23075.
+
+- max criterion: keep iff ``max_t D_KL(c_t) <= delta_max`` (the quantity ``delta`` of T2-T7,
+  so the bounds apply to every kept sequence);
+- avg criterion: keep iff ``(1/T) sum_t D_KL(c_t) <= delta_avg`` (``T`` = the sequence's own
+  length, its alive tokens);
+- both: the two at once.
+
+``D_KL(c_t) = KL(pi_roll(.|c_t) || pi_theta(.|c_t))`` needs both full logit sets. With only the
+sampled token's log-ratio ``log rho_t`` the max filter uses ``k2 = (log rho)^2 / 2`` and the
+average uses ``k3 = rho - 1 - log rho`` (unbiased for the KL under ``pi_roll``, ``>= 0``).
+Rejected sequences contribute zero and the loss divides by the **total** number of sequences.
+Length bias: with i.i.d. per-token violation rate ``q``, ``P(accept) = (1 - q)^T``.
+
+Shapes: per-token (B, T) with a mask (B, T); per-sequence (B,).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_nonneg, check_positive_int,
+                      check_unit_interval)
+from tailtheory.mismatch.logprob import k2, k3
+
+CRITERIA = ("max", "avg", "both")
+"""The masking criteria of T12."""
+
+
+def _token_divergences(mask, kl, log_ratio) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(mask, d_max, d_avg)``: per-token divergences the max and avg filters read."""
+    if (kl is None) == (log_ratio is None):
+        raise ValueError("give exactly one of kl (exact per-token KL) and log_ratio "
+                         "(sampled-token log rho)")
+    if kl is not None:
+        d = check_nonneg(as_tensor(kl, "kl"), "kl")
+        d_max, d_avg = d, d
+    else:
+        lr = check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
+        d_max, d_avg = k2(lr), k3(lr)
+    if d_max.ndim != 2:
+        raise ValueError(f"per-token divergences must be (B, T), got shape {tuple(d_max.shape)}")
+    m = check_mask(mask, d_max, "mask", allow_empty=True)
+    return m, d_max, d_avg
+
+
+def seq_max_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` ``max_t d_t`` over alive tokens (0 for an empty sequence)."""
+    return torch.where(mask, d, torch.zeros((), dtype=d.dtype)).amax(-1)
+
+
+def seq_avg_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` ``(1/T_b) sum_t d_t`` over the ``T_b`` alive tokens (0 for an empty sequence)."""
+    n = mask.sum(-1).clamp_min(1)
+    return torch.where(mask, d, torch.zeros((), dtype=d.dtype)).sum(-1) / n
+
+
+def trm_mask(mask, criterion: str = "max", *, kl=None, log_ratio=None, delta_max=None,
+             delta_avg=None) -> torch.Tensor:
+    """T12: ``(B,)`` bool, True for the sequences TRM keeps. Source: TRM (T12).
+
+    From exact per-token ``kl`` (B, T): keep iff ``max_t kl <= delta_max`` (``"max"``),
+    ``mean_t kl <= delta_avg`` (``"avg"``) or both (``"both"``). From ``log_ratio`` (B, T) the max
+    filter reads ``k2`` and the average ``k3``. Dead tokens (``mask`` False) are ignored.
+
+    Shapes: mask, kl / log_ratio (B, T) -> (B,).
+    """
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    m, d_max, d_avg = _token_divergences(mask, kl, log_ratio)
+    keep = torch.ones(m.shape[0], dtype=torch.bool)
+    if criterion in ("max", "both"):
+        if delta_max is None:
+            raise ValueError(f"criterion {criterion!r} needs delta_max")
+        keep &= seq_max_kl(d_max, m) <= float(check_nonneg(as_tensor(delta_max, "delta_max"),
+                                                           "delta_max"))
+    if criterion in ("avg", "both"):
+        if delta_avg is None:
+            raise ValueError(f"criterion {criterion!r} needs delta_avg")
+        keep &= seq_avg_kl(d_avg, m) <= float(check_nonneg(as_tensor(delta_avg, "delta_avg"),
+                                                           "delta_avg"))
+    return keep
+
+
+def trm_masked_loss(tok_loss, mask, keep) -> tuple[torch.Tensor, dict[str, float]]:
+    """T12: ``(1/B) sum_b keep_b sum_t mask_bt tok_loss_bt``: rejected sequences add zero and
+    the denominator is the total number of sequences ``B``, not the number kept.
+
+    Returns ``(loss, metrics)`` with ``trm/accept_rate``. Shapes: tok_loss, mask (B, T); keep (B,).
+    """
+    x = check_finite(as_tensor(tok_loss, "tok_loss", dtype=None), "tok_loss")
+    m = check_mask(mask, x, "mask", allow_empty=True)
+    k = torch.as_tensor(keep)
+    if k.shape != (x.shape[0],):
+        raise ValueError(f"keep must have shape (B,) = ({x.shape[0]},), got {tuple(k.shape)}")
+    k = k.bool()
+    per_seq = torch.where(m, x, torch.zeros((), dtype=x.dtype)).sum(-1)  # (B,)
+    loss = torch.where(k, per_seq, torch.zeros((), dtype=x.dtype)).sum() / x.shape[0]
+    return loss, {"trm/accept_rate": k.double().mean().item()}
+
+
+def acceptance_prob(q, T: int) -> torch.Tensor:
+    """T12 length bias: ``P(accept) = (1 - q)^T`` for i.i.d. per-token violation rate ``q``."""
+    T = check_positive_int(T, "T")
+    return (1.0 - check_unit_interval(as_tensor(q, "q"), "q")) ** T
+
+
+def simulate_acceptance(q: float, T: int, B: int, seed: int = 0) -> float:
+    """The max filter's acceptance rate on ``B`` simulated sequences of ``T`` tokens whose
+    per-token KL exceeds ``delta_max`` independently with probability ``q``."""
+    T, B = check_positive_int(T, "T"), check_positive_int(B, "B")
+    q = float(check_unit_interval(as_tensor(q, "q"), "q"))
+    g = torch.Generator().manual_seed(seed)
+    violated = torch.rand(B, T, generator=g, dtype=torch.float64) < q   # (B, T)
+    kl = violated.double() * 2.0                                        # 2 > delta_max = 1
+    keep = trm_mask(torch.ones(B, T, dtype=torch.bool), "max", kl=kl, delta_max=1.0)
+    return keep.double().mean().item()
+
+
+__all__ = ["CRITERIA", "trm_mask", "trm_masked_loss", "seq_max_kl", "seq_avg_kl",
+           "acceptance_prob", "simulate_acceptance"]

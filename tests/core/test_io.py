@@ -1,0 +1,56 @@
+"""Atomic writes and figure output."""
+
+import json
+import os
+import stat
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from tailtheory.core.io import atomic_write_json, atomic_write_text, preset, save_figure  # noqa: E402
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    p = tmp_path / "sub" / "a.json"
+    atomic_write_json(p, {"x": 1})
+    atomic_write_json(p, {"x": 2})
+    assert json.loads(p.read_text()) == {"x": 2}
+    assert [f.name for f in p.parent.iterdir()] == ["a.json"]
+    assert stat.S_IMODE(os.stat(p).st_mode) & 0o044, "files should be readable by others"
+
+
+def test_crash_during_write_keeps_old_file(tmp_path, monkeypatch):
+    """A crash between writing and renaming leaves the old file whole and no temporary behind."""
+    p = tmp_path / "a.txt"
+    atomic_write_text(p, "old")
+
+    def crash(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(p, "new")
+    assert p.read_text() == "old"
+    assert [f.name for f in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_save_figure_writes_png_and_csv(tmp_path):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png = save_figure(fig, "demo", data=pd.DataFrame({"x": [0, 1]}), directory=tmp_path)
+    plt.close(fig)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "demo.csv").read_text().startswith("x")
+
+
+def test_preset_env_override(monkeypatch):
+    assert preset("quick") == "quick"
+    monkeypatch.setenv("TAILTHEORY_PRESET", "full")
+    assert preset("quick") == "full"
+    monkeypatch.setenv("TAILTHEORY_PRESET", "huge")
+    with pytest.raises(ValueError, match="PRESET"):
+        preset("quick")

@@ -1,0 +1,346 @@
+"""Property tests of tailtheory.mismatch.logprob: claims M1-M6 (DVP, TIM), one group per claim id."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, target
+from hypothesis import strategies as st
+
+from tailtheory.mismatch import logprob as mm
+from tailtheory.mismatch.figures import plot_accumulation, plot_selection_bias
+
+from strategies import logits, mismatch_cases
+
+ATOL = 1e-10
+
+
+def _witness(V: int, k: int, eps: float, p_k: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """M3's extremal case: token k at probability p_k, delta_k = -eps, every other delta = +eps."""
+    p = torch.full((V,), (1 - p_k) / (V - 1), dtype=torch.float64)
+    p[k] = p_k
+    delta = torch.full((V,), eps, dtype=torch.float64)
+    delta[k] = -eps
+    return p, delta
+
+
+# --- M1 -----------------------------------------------------------------------------------------
+
+@given(mismatch_cases())
+def test_m1_identity(case):
+    """M1: log_softmax(z + delta) - log_softmax(z) = delta - log sum_j p_j e^delta_j."""
+    z, delta, _, _ = case
+    lhs = mm.logprob_mismatch(z, z + delta)
+    rhs = mm.mismatch_identity(torch.softmax(z, -1), delta)
+    torch.testing.assert_close(lhs, rhs, atol=ATOL, rtol=0)
+
+
+@given(mismatch_cases(), st.floats(-100, 100))
+def test_m1_shift_invariance_and_zero_at_zero(case, c):
+    """M1: adding a constant to every delta_j leaves Delta unchanged; delta = c gives Delta = 0."""
+    z, delta, _, _ = case
+    Delta = mm.logprob_mismatch(z, z + delta)
+    torch.testing.assert_close(mm.logprob_mismatch(z, z + delta + c), Delta, atol=ATOL, rtol=0)
+    assert mm.logprob_mismatch(z, z + c).abs().max() < ATOL
+
+
+def test_m1_batched_shapes():
+    """M1 on (B, T, V) logits returns (B, T, V)."""
+    z = torch.randn(2, 3, 17, dtype=torch.float64)
+    assert mm.logprob_mismatch(z, z + 0.1 * torch.randn_like(z)).shape == (2, 3, 17)
+
+
+# --- M2 -----------------------------------------------------------------------------------------
+
+@given(logits(min_v=2, max_v=256, max_scale=3.0), st.integers(0, 2**31 - 1))
+def test_m2_remainder_is_second_order(z, seed):
+    """M2: Delta - sum_{j!=k} p_j (delta_k - delta_j) shrinks 100x when delta shrinks 10x."""
+    p = torch.softmax(z, -1)
+    g = torch.Generator().manual_seed(seed)
+    d0 = 2 * torch.rand(z.shape[-1], generator=g, dtype=torch.float64) - 1
+    d0[0], d0[-1] = -1.0, 1.0  # a non-constant direction: the remainder is not identically 0
+
+    def rem(t):
+        return (mm.mismatch_identity(p, t * d0) - mm.first_order_mismatch(p, t * d0)).abs().max()
+
+    ratio = float(rem(1e-2) / rem(1e-3))
+    assert 85 < ratio < 115, ratio
+
+
+@given(mismatch_cases())
+def test_m2_linear_bound_up_to_second_order(case):
+    """M2: |Delta_k| <= 2 eps (1-p_k) + (1-p_k)(e^{2eps} - 1 - 2 eps): O(eps^2) explicit."""
+    z, delta, k, eps = case
+    p = torch.softmax(z, -1)
+    Delta = mm.logprob_mismatch(z, z + delta).abs()
+    second = (1 - p) * (math.expm1(2 * eps) - 2 * eps)
+    assert (mm.mismatch_bound(p, eps, "linear") + second - Delta).min() >= -ATOL
+
+
+@pytest.mark.parametrize("eps", [1e-2, 1e-3, 1e-4])
+def test_m2_linear_bound_tight_and_exceeded_by_eps_squared(eps):
+    """M2: the witness reaches 2 eps (1-p) to first order and exceeds it by Theta(eps^2)."""
+    p, delta = _witness(V=5, k=2, eps=eps, p_k=0.3)
+    Delta = float(mm.mismatch_identity(p, delta)[2].abs())
+    linear = float(mm.mismatch_bound(p[2], eps, "linear"))
+    excess = Delta - linear
+    assert excess > 0 and 0.5 < excess / (0.7 * 0.3 * 2 * eps ** 2) < 1.5  # a(1-a) x^2/2
+    assert abs(Delta / linear - 1) < 2 * eps
+
+
+# --- M3 -----------------------------------------------------------------------------------------
+
+F64 = dict(dtype=torch.float64)
+
+
+@given(mismatch_cases())
+@example((torch.zeros(3, **F64), torch.tensor([0.5, -0.5, 0.5], **F64), 1, 0.5))
+def test_m3_bound_holds(case):
+    """M3: |Delta_k| <= log(1 + (1-p_k)(e^{2eps}-1)) <= (1-p_k)(e^{2eps}-1), eps from the box and
+    also the per-token eps measured from delta."""
+    z, delta, k, eps = case
+    p = torch.softmax(z.double(), -1)
+    Delta = mm.logprob_mismatch(z, z + delta).abs()
+    for e in (torch.tensor(eps, dtype=torch.float64), mm.mismatch_eps(delta, "token")):
+        exact = mm.mismatch_bound(p, e, "exact")
+        assert (exact - Delta).min() >= -ATOL
+        assert (mm.mismatch_bound(p, e, "first") - exact).min() >= -ATOL
+    ratio = torch.where(exact > 1e-12, Delta / exact, torch.zeros_like(Delta))
+    target(float(ratio.max()), label="M3 ratio |Delta| / bound at the per-token eps")
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 5), st.floats(0, 5))
+def test_m3_bound_moves_right(p1, p2, e1, e2):
+    """M3: the bound grows with eps, falls with p, is 0 at eps = 0 and at p = 1."""
+    (pa, pb), (ea, eb) = sorted([p1, p2]), sorted([e1, e2])
+    for order in mm.BOUND_ORDERS:
+        b = lambda p, e: float(mm.mismatch_bound(p, e, order))  # noqa: E731
+        assert b(pa, eb) >= b(pb, eb) - 1e-15 and b(pa, eb) >= b(pa, ea) - 1e-15
+        assert b(pa, 0.0) == 0 and b(1.0, eb) == 0
+
+
+@given(st.floats(1e-6, 1 - 1e-6), st.floats(1e-4, 3.0), st.integers(2, 64))
+@example(p_k=0.3, eps=0.25, V=8)
+@example(p_k=0.9999989999999999, eps=0.0001, V=4)  # Delta ~ 2e-10: absolute rounding dominates
+def test_m3_witness_attains_bound(p_k, eps, V):
+    """M3 is tight: delta_k = -eps, delta_j = +eps attains the exact bound (ratio 1)."""
+    p, delta = _witness(V, 0, eps, p_k)
+    Delta = float(mm.mismatch_identity(p, delta)[0].abs())
+    bound = float(mm.mismatch_bound(p[0], eps))
+    target(Delta / bound)
+    # Delta = delta_k - log(sum_j p_j e^delta_j): the log of an O(1) sum carries an absolute
+    # float64 error of a few 1e-16, which dominates when Delta itself is tiny (p_k near 1)
+    assert abs(Delta - bound) <= 1e-9 * bound + 1e-15, (Delta, bound)
+
+
+def test_m3_optimiser_finds_the_bound():
+    """M3 is tight: L-BFGS from a random start reaches |Delta_k| / bound >= 0.99."""
+    p = torch.softmax(2 * torch.randn(6, generator=torch.Generator().manual_seed(0),
+                                      dtype=torch.float64), -1)
+    ratio, delta = mm.worst_case_mismatch(p, k=3, eps=0.2, seed=1)
+    assert ratio >= 0.99
+    assert mm.mismatch_eps(delta, "token")[3] <= 0.2 + 1e-12  # the maximiser is admissible
+
+
+# --- M4 -----------------------------------------------------------------------------------------
+
+@given(mismatch_cases(max_v=512))
+def test_m4_sampled_bias_is_kl(case):
+    """M4: E_{k~p'}[Delta_k] = KL(p' || p) >= 0, zero when delta is constant."""
+    z, delta, _, _ = case
+    bias = mm.sampled_mismatch_bias(z, z + delta)
+    kl = mm.kl_divergence(torch.softmax(z + delta, -1), torch.softmax(z, -1))
+    assert abs(float(bias - kl)) < ATOL and float(bias) >= -ATOL
+    assert abs(float(mm.sampled_mismatch_bias(z, z + 3.0))) < ATOL
+
+
+# --- M5 -----------------------------------------------------------------------------------------
+
+P_M5 = torch.softmax(torch.tensor([4.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0, -5.0],
+                                  dtype=torch.float64), -1)
+
+
+def _rel_err(sigma: float, n: int = 200_000) -> float:
+    f = mm.sampled_bias_second_order(P_M5, sigma)
+    mc = mm.sampled_bias_monte_carlo(P_M5, sigma, n, seed=0)
+    return float((mc - f).abs().max() / f.abs().max())
+
+
+def test_m5_second_order_matches_monte_carlo_at_small_sigma():
+    """M5 (HOLDS-UNDER small sigma): the formula is within 5% of Monte Carlo at sigma = 0.05."""
+    assert _rel_err(0.05) < 0.05
+
+
+def test_m5_formula_breaks_at_large_sigma():
+    """M5's assumption matters: at sigma = 1 the second-order formula is off by > 10%."""
+    assert _rel_err(1.0) > 0.10
+
+
+def test_m5_sign_tail_positive_head_negative():
+    """M5: positive for tail tokens; for the head token about -sigma^2 (1 - p_k), near 0."""
+    f = mm.sampled_bias_second_order(P_M5, 0.1) / 0.01
+    assert (f[P_M5 < 0.05] > 0).all()
+    assert -1.5 * (1 - P_M5[0]) < f[0] < 0
+
+
+def test_m5_monte_carlo_matches_exact_at_two_tokens():
+    """M5's Monte Carlo estimator vs quadrature, V = 2 (delta_1 - delta_0 ~ N(0, 2 sigma^2))."""
+    p, sigma = torch.tensor([0.8, 0.2], dtype=torch.float64), 0.5
+    x = torch.linspace(-8, 8, 20001, dtype=torch.float64) * math.sqrt(2) * sigma  # delta_1-delta_0
+    w = torch.exp(-x ** 2 / (4 * sigma ** 2))
+    Delta1 = x - torch.log(p[0] + p[1] * torch.exp(x))  # M1 with delta_0 = 0
+    pp1 = p[1] * torch.exp(Delta1)
+    exact = float((w * pp1 * Delta1).sum() / (w * pp1).sum())
+    mc = float(mm.sampled_bias_monte_carlo(p, sigma, 400_000, seed=1)[1])
+    assert abs(mc - exact) < 0.02 * abs(exact)
+
+
+# --- M6 -----------------------------------------------------------------------------------------
+
+@given(st.integers(1, 6), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_m6_sequence_log_ratio_is_minus_sum(B, T, seed):
+    """M6: log pi_train(y) / pi_infer(y) = -sum_t Delta_t, masked positions excluded."""
+    g = torch.Generator().manual_seed(seed)
+    z = 3 * torch.randn(B, T, 9, generator=g, dtype=torch.float64)
+    zi = z + 0.2 * torch.randn(B, T, 9, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 9, (B, T), generator=g)
+    mask = torch.rand(B, T, generator=g) < 0.7
+    pt = torch.softmax(z, -1).gather(-1, y[..., None])[..., 0]
+    pi = torch.softmax(zi, -1).gather(-1, y[..., None])[..., 0]
+    one = torch.ones_like(pt)
+    direct = torch.log(torch.where(mask, pt, one).prod(-1) / torch.where(mask, pi, one).prod(-1))
+    Delta = mm.logprob_mismatch(z, zi).gather(-1, y[..., None])[..., 0]
+    torch.testing.assert_close(mm.sequence_log_ratio(Delta, mask), direct, atol=ATOL, rtol=1e-12)
+
+
+def test_m6_drift_follows_tail_tokens_not_sqrt_T():
+    """M6: on simulated sequences the drift slope per tail token is ~ -sigma^2/2, sqrt(T) adds
+    nothing once the tail count is known."""
+    sim = mm.simulate_sequences(600, 64, 32, 0.3, seed=3)
+    fit = mm.accumulation_regression(mm.sequence_log_ratio(sim["Delta_tok"], sim["mask"]),
+                                     sim["n_tail"].double(), sim["T"].double())
+    assert 0.5 < fit["joint/slope_tail"] / (-0.045) < 2 and abs(fit["joint/t_tail"]) > 5
+    assert abs(fit["joint/t_sqrt_T"]) < 3
+
+
+def test_m6_regression_can_see_a_sqrt_T_drift():
+    """M6's check can fail: a drift made of sqrt(T) alone is attributed to sqrt(T)."""
+    g = torch.Generator().manual_seed(0)
+    T = torch.randint(8, 100, (500,), generator=g).double()
+    n_tail = (torch.rand(500, generator=g, dtype=torch.float64) * T).floor()
+    y = -0.5 * T.sqrt() + 0.1 * torch.randn(500, generator=g, dtype=torch.float64)
+    fit = mm.accumulation_regression(y, n_tail, T)
+    assert abs(fit["joint/t_sqrt_T"]) > 10 and fit["r2/sqrt_T"] > fit["r2/n_tail"]
+
+
+def test_m6_identity_check_can_fail(monkeypatch):
+    """M6's identity check compares independent sequence log-probs with -sum Delta: exact for
+    logprob_mismatch, and large when Delta is computed wrongly (here with the sign flipped)."""
+    from tailtheory.mismatch import claims as claims_mismatch
+
+    assert claims_mismatch._m6_identity_err(0.3, seed=9) < claims_mismatch.TOL_IDENTITY
+    def wrong(z, z_prime):
+        return torch.log_softmax(z, -1) - torch.log_softmax(z_prime, -1)
+
+    monkeypatch.setattr(claims_mismatch.mm, "logprob_mismatch", wrong)
+    assert claims_mismatch._m6_identity_err(0.3, seed=9) > 0.1
+
+
+# --- k1, k2, k3 ---------------------------------------------------------------------------------
+
+@given(mismatch_cases(max_v=512))
+def test_k_estimators_unbiased_and_nonnegative(case):
+    """k1 and k3 average to KL(pi_roll || pi_theta) under pi_roll; k2, k3 >= 0; all 0 at rho = 1."""
+    z, delta, _, _ = case
+    log_pi_theta, log_pi_roll = torch.log_softmax(z, -1), torch.log_softmax(z + delta, -1)
+    pi_roll = log_pi_roll.exp()
+    log_rho = log_pi_theta - log_pi_roll
+    kl = mm.kl_divergence(pi_roll, log_pi_theta.exp())
+    for k in (mm.k1, mm.k3):
+        assert abs(float((pi_roll * k(log_rho)).sum() - kl)) < 1e-9
+    assert mm.k2(log_rho).min() >= 0 and mm.k3(log_rho).min() >= 0
+    assert all(float(k(torch.zeros(3)).abs().max()) == 0 for k in (mm.k1, mm.k2, mm.k3))
+
+
+def test_k3_accurate_for_tiny_log_ratio():
+    """k3 = rho - 1 - log rho keeps its ~ (log rho)^2 / 2 value where the naive form cancels."""
+    r = torch.tensor([1e-9], dtype=torch.float64)
+    assert abs(float(mm.k3(r)) / 5e-19 - 1) < 1e-6
+
+
+def test_k1_is_Delta():
+    """Sign convention: with pi_theta the trainer and pi_roll the engine, k1 = Delta."""
+    Delta = torch.tensor([0.3, -0.2])
+    torch.testing.assert_close(mm.k1(-Delta), Delta.double())
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_logits_rejected(bad):
+    z = torch.zeros(4, dtype=torch.float64)
+    zb = z.clone()
+    zb[2] = bad
+    with pytest.raises(ValueError, match="perturbed_logits"):
+        mm.logprob_mismatch(z, zb)
+    with pytest.raises(ValueError, match="logits"):
+        mm.logprob_mismatch(zb, z)
+    with pytest.raises(ValueError, match="log_ratio"):
+        mm.k3(zb)
+
+
+def test_probabilities_must_sum_to_one():
+    with pytest.raises(ValueError, match="p must sum to 1"):
+        mm.mismatch_identity(torch.tensor([0.5, 0.6]), torch.zeros(2))
+    with pytest.raises(ValueError, match="p must lie in"):
+        mm.mismatch_bound(1.5, 0.1)
+    with pytest.raises(ValueError, match="q must sum"):
+        mm.kl_divergence(torch.tensor([0.2, 0.2]), torch.tensor([0.5, 0.5]))
+
+
+def test_shape_mismatch_rejected():
+    with pytest.raises(ValueError, match="logits .* and perturbed_logits .* same shape"):
+        mm.logprob_mismatch(torch.zeros(3), torch.zeros(4))
+    with pytest.raises(ValueError, match="p .* and delta"):
+        mm.mismatch_identity(torch.full((3,), 1 / 3), torch.zeros(4))
+    with pytest.raises(ValueError, match="Delta_tok .* and mask"):
+        mm.sequence_log_ratio(torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="Delta_tok must have shape"):
+        mm.sequence_log_ratio(torch.zeros(3))
+
+
+def test_negative_eps_and_unknown_options_rejected():
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        mm.mismatch_bound(0.5, -1e-3)
+    with pytest.raises(ValueError, match="order must be one of"):
+        mm.mismatch_bound(0.5, 0.1, order="second")
+    with pytest.raises(ValueError, match="per must be"):
+        mm.mismatch_eps(torch.zeros(3), per="sequence")
+    with pytest.raises(ValueError, match="sigma must be >= 0"):
+        mm.sampled_bias_second_order(torch.tensor([0.5, 0.5]), -0.1)
+    with pytest.raises(ValueError, match="infinite"):
+        mm.kl_divergence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="one probability vector"):
+        mm.sampled_bias_monte_carlo(torch.full((2, 2), 0.5), 0.1)
+    with pytest.raises(ValueError, match="V must be >= 2"):
+        mm.simulate_sequences(4, 8, 1, 0.1)
+    with pytest.raises(ValueError, match="the bound is 0"):
+        mm.worst_case_mismatch(torch.tensor([1.0, 0.0]), k=0, eps=0.1)
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+def test_plot_selection_bias_and_accumulation():
+    """M4/M5 and M6 figures: (fig, df); the sampled-token bias is positive overall (M4)."""
+    import matplotlib.pyplot as plt
+
+    fig, df = plot_selection_bias(n_contexts=3000, n_bins=6)
+    assert {"p_mid", "mean_Delta", "sem", "m5", "count"} <= set(df.columns)
+    assert np.average(df.mean_Delta, weights=df["count"]) > 0
+    plt.close(fig)
+    fig, df = plot_accumulation(B=200, T_max=48)
+    assert set(df.group) == {"many tail tokens", "few tail tokens"}
+    last = df.dropna().groupby("group")["mean"].last()
+    assert last["many tail tokens"] < last["few tail tokens"] < 0.5
+    plt.close(fig)

@@ -1,0 +1,370 @@
+"""Property tests of ``tailtheory.pruning.vocab``: DVP's vocabulary pruning, claims P1-P4."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, target
+from hypothesis import strategies as st
+
+from strategies import logits, tabular_policies
+from tailtheory.core.checks import ATOL_F64
+from tailtheory.mismatch.logprob import logprob_mismatch, sampled_mismatch_bias
+from tailtheory.pruning.vocab import (RULES, kept_log_mass, min_p_mass_bound, prune_policy,
+                                pruned_kl, pruned_log_softmax, pruned_mass, pruned_tv,
+                                pruning_sweep, remaining_mismatch, return_gap, safe_vocab_mask,
+                                trajectory_bias_bound, trajectory_tv, truncation_bias,
+                                truncation_log_ratio)
+from tailtheory.core.tabular import TabularPolicy, random_rewards
+
+
+UNIT = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1e-12, 1e-8, 1e-4, 1.0]),
+                 st.integers(1, 300).map(lambda k: 10.0 ** -k))
+"""Where a threshold sits inside its valid range, edges and tiny values included."""
+
+
+def _threshold(rule: str, u: float, z: torch.Tensor) -> float:
+    """A threshold valid for every row of ``z`` (so ``S`` is never empty) from ``u`` in [0, 1]."""
+    if rule == "top_p":
+        return min(u, 1 - 1e-9)
+    if rule == "absolute":  # tau up to the smallest row maximum
+        return u * float(torch.log_softmax(z, -1).exp().amax(-1).min())
+    return u
+
+
+def _check_p1(z, rule, x):
+    keep = safe_vocab_mask(z, rule, x)
+    m = pruned_mass(z, keep)
+    assert keep.any(-1).all()
+    assert torch.allclose(pruned_tv(z, keep), m, rtol=0, atol=ATOL_F64)
+    assert torch.allclose(pruned_kl(z, keep), -kept_log_mass(z, keep), rtol=0, atol=ATOL_F64)
+    small = m < 0.5
+    assert torch.allclose(pruned_kl(z, keep)[small], -torch.log1p(-m[small]), rtol=0, atol=ATOL_F64)
+    return m
+
+
+# --- the safe set ----------------------------------------------------------------------------
+
+@given(logits(min_v=1, max_v=2048, batch=(3,)), st.sampled_from(RULES), UNIT)
+def test_mask_never_empty_and_keeps_the_argmax_under_min_p(z, rule, u):
+    x = _threshold(rule, u, z)
+    keep = safe_vocab_mask(z, rule, x)
+    assert keep.dtype == torch.bool and keep.shape == z.shape and keep.any(-1).all()
+    if rule in ("min_p", "top_p"):  # both always keep a most probable token (ties after rounding)
+        lp = torch.log_softmax(z, -1)
+        assert (keep & (lp == lp.amax(-1, keepdim=True))).any(-1).all()
+
+
+@given(logits(max_v=512, batch=(4,)), st.sampled_from(RULES), UNIT, st.floats(0.0, 1.0))
+def test_mask_monotone_in_threshold(z, rule, u, shrink):
+    """Metamorphic: a larger threshold keeps a subset, and prunes at least as much mass."""
+    a = _threshold(rule, u, z)
+    b = a * shrink
+    lo, hi = min(a, b), max(a, b)
+    k_lo, k_hi = safe_vocab_mask(z, rule, lo), safe_vocab_mask(z, rule, hi)
+    assert not (k_hi & ~k_lo).any()
+    assert (pruned_mass(z, k_hi) >= pruned_mass(z, k_lo)).all()
+
+
+@given(logits(max_v=512, batch=(2,)), st.sampled_from(("min_p", "top_p")), UNIT,
+       st.floats(-1e3, 1e3))
+def test_mask_and_mass_shift_invariant(z, rule, u, c):
+    """Metamorphic: adding a constant to every logit changes neither S nor m (up to round-off)."""
+    x = _threshold(rule, u, z)
+    keep = safe_vocab_mask(z, rule, x)
+    moved = safe_vocab_mask(z + c, rule, x)
+    lp = torch.log_softmax(z, -1)
+    # a token may only flip when it sits within round-off of the threshold
+    border = (lp - lp.amax(-1, keepdim=True) - math.log(max(x, 1e-300))).abs() < 1e-9
+    assert rule == "top_p" or not (moved ^ keep)[~border].any()
+    assert torch.allclose(pruned_mass(z + c, keep), pruned_mass(z, keep), rtol=1e-9, atol=1e-15)
+
+
+def _top_p_reference(z: torch.Tensor, eta: float) -> torch.Tensor:
+    """Slow reference: walk the tokens by decreasing probability until the mass reaches 1 - eta."""
+    p = torch.softmax(z, -1).tolist()
+    order = sorted(range(len(p)), key=lambda a: (-p[a], a))
+    keep, mass = torch.zeros(len(p), dtype=torch.bool), 0.0
+    for a in order:
+        if mass >= 1 - eta:
+            break
+        keep[a], mass = True, mass + p[a]
+    return keep
+
+
+@given(logits(max_v=64, max_scale=5.0), st.floats(1e-3, 0.9))
+def test_top_p_matches_loop_reference(z, eta):
+    keep = safe_vocab_mask(z, "top_p", eta)
+    ref = _top_p_reference(z, eta)
+    # the two may differ only where the running mass sits within round-off of 1 - eta, or in
+    # which of several (round-off) tied tokens they keep: then size and mass agree
+    if not torch.equal(keep, ref):
+        p = torch.softmax(z, -1)
+        m_keep, m_ref = float(p[keep].sum()), float(p[ref].sum())
+        tie = int(keep.sum()) == int(ref.sum()) and abs(m_keep - m_ref) < 1e-12
+        border = abs(m_keep - (1 - eta)) < 1e-12 or abs(m_ref - (1 - eta)) < 1e-12
+        assert tie or border, (m_keep, m_ref, int(keep.sum()), int(ref.sum()))
+
+
+def test_min_p_matches_probability_rule_and_rho_one_keeps_the_ties():
+    z = torch.tensor([[2.0, 2.0, 0.0, -5.0], [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    p = torch.softmax(z, -1)
+    for rho in (0.3, 0.01):
+        assert torch.equal(safe_vocab_mask(z, "min_p", rho), p >= rho * p.amax(-1, keepdim=True))
+    assert safe_vocab_mask(z, "min_p", 1.0).tolist() == [[True, True, False, False],
+                                                         [True, False, False, False]]
+
+
+# --- P1: exact identities --------------------------------------------------------------------
+
+@given(logits(min_v=1, max_v=4096, batch=(3,)), st.sampled_from(RULES), UNIT)
+@example(torch.tensor([[0.0, -700.0, -700.0]], dtype=torch.float64), "min_p", 1e-100)
+def test_p1_tv_and_kl_identities(z, rule, u):
+    """P1: TV(pi~, pi) = m and KL(pi~ || pi) = -log(1 - m) to float64 precision.
+
+    Pinned: a pruned mass of 2 e^-700 (~1e-304) must come out positive, not rounded to 0."""
+    m = _check_p1(z, rule, _threshold(rule, u, z))
+    if z.shape[-1] == 3 and float(z[0, 1]) == -700.0 and u == 1e-100:
+        assert 0 < float(m[0]) < 1e-300
+
+
+def test_p1_extreme_mass_near_one():
+    """P1 at m -> 1: min-p at rho = 1 on a flat vocabulary keeps one token of 10^5."""
+    z = torch.zeros(1, 100_000, dtype=torch.float64)
+    z[0, 0] = 1e-9
+    m = _check_p1(z, "min_p", 1.0)
+    assert float(m) == pytest.approx(1 - 1e-5, rel=1e-8)
+    assert float(pruned_kl(z, safe_vocab_mask(z, "min_p", 1.0))) == pytest.approx(
+        math.log(1e5), rel=1e-8)
+
+
+def test_kept_log_mass_accurate_at_both_ends():
+    """log pi(S) keeps its relative precision when m ~ 1e-22 (log1p) and when pi(S) ~ 1e-22."""
+    z = torch.tensor([[0.0, -50.0], [-50.0, 0.0]], dtype=torch.float64)
+    keep = torch.tensor([[True, False], [True, False]])
+    tiny = math.exp(-50) / (1 + math.exp(-50))
+    assert float(pruned_mass(z, keep)[0]) == pytest.approx(tiny, rel=1e-14, abs=0)
+    assert float(kept_log_mass(z, keep)[0]) == pytest.approx(math.log1p(-tiny), rel=1e-14, abs=0)
+    assert float(kept_log_mass(z, keep)[1]) == pytest.approx(math.log(tiny), rel=1e-14)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_p1_zero_threshold_prunes_nothing(rule):
+    z = torch.randn(5, 30, dtype=torch.float64) * 20
+    keep = safe_vocab_mask(z, rule, 0.0)
+    assert keep.all()
+    assert torch.equal(pruned_mass(z, keep), torch.zeros(5, dtype=torch.float64))
+    assert torch.equal(pruned_log_softmax(z, keep), torch.log_softmax(z, -1))
+    assert pruned_kl(z, keep).abs().max() == 0 and pruned_tv(z, keep).abs().max() < 1e-15
+
+
+# --- P2: trajectories, by exact enumeration --------------------------------------------------
+
+def _p2_case(pol, rho, r_max, seed):
+    keep = safe_vocab_mask(pol.logits, "min_p", rho)
+    pruned = prune_policy(pol, keep)
+    b = trajectory_bias_bound(pol, keep, r_max=r_max, rho=rho)
+    tv = trajectory_tv(pruned, pol)
+    gap = return_gap(pruned, pol, r_max * random_rewards(pol, seed))
+    witness = r_max * (pruned.seq_prob > pol.seq_prob).double()   # attains r_max * TV
+    return b, tv, gap, return_gap(pruned, pol, witness)
+
+
+@given(tabular_policies(max_v=5, max_t=5, max_sequences=3000), st.sampled_from(
+    [1e-8, 1e-4, 1e-2, 0.1, 0.5, 1.0]), st.floats(0.1, 10.0), st.integers(0, 99))
+@example(TabularPolicy.random(6, 1, sharpness=3.0, seed=0), 0.05, 1.0, 0)
+def test_p2_bounds_hold_with_slack(pol, rho, r_max, seed):
+    """P2: TV <= sum_t E[m]; |J~ - J| <= R_max sum_t E[m] <= R_max T max m <= min-p bound.
+
+    Pinned: one step (T = 1), where the witness gap equals the bound sum_t E[m] = m exactly."""
+    b, tv, gap, gap_w = _p2_case(pol, rho, r_max, seed)
+    tol = 1e-12 * max(1.0, r_max)
+    assert tv <= b["expected"] / r_max + tol
+    assert gap <= b["expected"] + tol and gap_w <= b["expected"] + tol
+    assert b["expected"] <= b["uniform"] + tol <= b["min_p"] + 2 * tol
+    if b["expected"] > 1e-9:
+        target(gap_w / b["expected"], label="P2 witness ratio")
+    if pol.T == 1:
+        assert gap_w == pytest.approx(b["expected"], rel=1e-9)
+
+
+def test_p2_tight_at_one_step_and_small_rho():
+    """P2 witnesses: T = 1 gives TV = m exactly; small rho makes the ratio -> 1 at T = 4."""
+    pol = TabularPolicy.random(6, 1, sharpness=3.0, seed=0)
+    keep = safe_vocab_mask(pol.logits, "min_p", 0.05)
+    b = trajectory_bias_bound(pol, keep)
+    assert trajectory_tv(prune_policy(pol, keep), pol) == pytest.approx(b["expected"], rel=1e-12)
+    pol = TabularPolicy.random(4, 4, eos=0, sharpness=5.0, seed=1)
+    keep = safe_vocab_mask(pol.logits, "min_p", 1e-3)
+    b, tv, gap, gap_w = _p2_case(pol, 1e-3, 1.0, 0)
+    assert gap_w == pytest.approx(tv, rel=1e-12) and 0.99 <= tv / b["expected"] <= 1 + 1e-9
+
+
+def test_p2_expected_mass_matches_sequence_loop():
+    """Equivalence: sum_t E_{pi~}[m(s_t)] via context probabilities = loop over sequences."""
+    pol = TabularPolicy.random(3, 4, eos=1, sharpness=2.0, seed=3)
+    keep = safe_vocab_mask(pol.logits, "min_p", 0.1)
+    m, pruned = pruned_mass(pol.logits, keep), prune_policy(pol, keep)
+    loop = sum(float(pruned.seq_prob[i]) * sum(float(m[pruned.ctx[i, t]])
+                                               for t in range(pol.T) if pruned.mask[i, t])
+               for i in range(pol.seqs.shape[0]))
+    assert trajectory_bias_bound(pol, keep)["expected"] == pytest.approx(loop, rel=1e-12)
+
+
+@given(logits(min_v=2, max_v=1024, batch=(4,)), st.floats(0.0, 1.0))
+def test_p2_min_p_mass_bound_holds(z, rho):
+    keep = safe_vocab_mask(z, "min_p", rho)
+    assert (pruned_mass(z, keep) <= min_p_mass_bound(z, keep, rho) * (1 + 1e-12) + 1e-300).all()
+
+
+def test_p2_min_p_mass_bound_tight():
+    """Witness: every pruned token sits just below rho * max pi, so m / bound -> 1."""
+    V, rho = 1000, 1e-4
+    z = torch.full((1, V), math.log(rho) - 1e-9, dtype=torch.float64)
+    z[0, 0] = 0.0
+    keep = safe_vocab_mask(z, "min_p", rho)
+    assert int(keep.sum()) == 1
+    ratio = float(pruned_mass(z, keep) / min_p_mass_bound(z, keep, rho))
+    assert 0.999 <= ratio <= 1.0
+
+
+# --- P3: one-sided truncation ----------------------------------------------------------------
+
+@given(logits(max_v=2048, batch=(6,)), st.sampled_from(RULES), UNIT, st.floats(0.0, 1.0),
+       st.integers(0, 99))
+def test_p3_one_sided_truncation_is_a_constant_log_mass(z, rule, u, noise, seed):
+    """P3: one-sided log-ratio = both-sided log-ratio + log pi_train(S), exactly, for all k in S."""
+    g = torch.Generator().manual_seed(seed)
+    z_prime = z + noise * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    x = _threshold(rule, u, z_prime)
+    keep = safe_vocab_mask(z_prime, rule, x)
+    lp_prime = pruned_log_softmax(z_prime, keep)
+    k = torch.multinomial(lp_prime.exp(), 1, generator=g)[:, 0]
+    both = (pruned_log_softmax(z, keep) - lp_prime).gather(-1, k[:, None])[:, 0]
+    one = truncation_log_ratio(z, keep, k, sampler_logits=z_prime)
+    bias = truncation_bias(z, keep)
+    assert torch.allclose(one - both, bias, rtol=0, atol=ATOL_F64) and (bias <= 0).all()
+    assert torch.allclose(truncation_log_ratio(z, keep, k), bias, rtol=0, atol=ATOL_F64)
+
+
+# --- P4: the sweep ---------------------------------------------------------------------------
+
+def _pair(seed=0, V=200):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(3, 5, V, generator=g, dtype=torch.float64) * 4
+    return z, z + 0.01 * z.abs() * torch.randn(z.shape, generator=g, dtype=torch.float64)
+
+
+def test_p4_unpruned_row_is_the_m1_m4_mismatch():
+    z, z_prime = _pair()
+    ref = pruning_sweep(z, z_prime, rhos=(1e-3,)).iloc[0]
+    Delta = logprob_mismatch(z, z_prime)
+    assert ref.rho == 0 and ref.mass_mean == 0 and ref.kept_frac == 1
+    assert ref.abs_delta_max == pytest.approx(float(Delta.abs().max()), rel=1e-12)
+    assert ref.bias_mean == pytest.approx(float(sampled_mismatch_bias(z, z_prime).mean()), rel=1e-9)
+    p_prime = torch.softmax(z_prime, -1)
+    assert ref.abs_delta_mean == pytest.approx(float((p_prime * Delta.abs()).sum(-1).mean()), rel=1e-9)
+
+
+def test_p4_inconsistent_unpruned_row_is_an_error_not_a_refutation(monkeypatch):
+    """P4: a rho = 0 row that disagrees with tailtheory.mismatch.logprob raises (registry: ERROR)."""
+    from tailtheory.core import registry as claims
+    from tailtheory.pruning import claims as claims_pruning
+
+    z, z_prime = _pair()
+    df = pruning_sweep(z, z_prime, rhos=(1e-3,))
+    df.loc[0, "abs_delta_max"] += 1e-6
+    monkeypatch.setattr(claims_pruning, "p4_measurement", lambda profile: (df, z, z_prime))
+    result = claims.run_claim(claims.all_claims()["P4"], "quick")
+    assert result.evidence is None and result.error.startswith("RuntimeError")
+    assert "rho = 0" in result.error
+
+
+def test_p4_sweep_moves_right():
+    """Mass grows and the kept set shrinks with rho; no mismatch leaves nothing to remove."""
+    z, z_prime = _pair(1)
+    df = pruning_sweep(z, z_prime)
+    assert list(df.rho) == [0.0] + [10.0 ** -k for k in range(8, 0, -1)]
+    assert (np.diff(df.mass_mean) >= 0).all() and (np.diff(df.kept_frac) <= 0).all()
+    assert (df.seq_kl >= -1e-15).all()
+    same = remaining_mismatch(z, z, safe_vocab_mask(z, "min_p", 1e-2))
+    assert same["seq_kl"] == 0 and same["abs_delta_max"] == 0 and same["mass_mean"] > 0
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rule, x, match", [
+    ("min_p", 1.5, r"\[0, 1\]"), ("min_p", -1e-3, r"\[0, 1\]"), ("top_p", 1.0, r"\[0, 1\)"),
+    ("absolute", 2.0, r"\[0, 1\]"), ("absolute", 0.9, "exceeds max"), ("min_p", float("nan"), "lie"),
+    ("min_p", "x", "number"), ("nucleus", 0.1, "min_p.*top_p.*absolute")])
+def test_bad_thresholds_and_rules(rule, x, match):
+    z = torch.zeros(2, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=match):
+        safe_vocab_mask(z, rule, x)
+
+
+def test_bad_logits_and_masks():
+    z = torch.zeros(2, 4, dtype=torch.float64)
+    keep = torch.ones(2, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="NaN"):
+        safe_vocab_mask(torch.tensor([[0.0, float("nan")]]), "min_p", 0.1)
+    with pytest.raises(ValueError, match="scalar"):
+        safe_vocab_mask(torch.tensor(1.0), "min_p", 0.1)
+    for fn in (pruned_log_softmax, pruned_mass, pruned_tv, pruned_kl, kept_log_mass):
+        with pytest.raises(ValueError, match="same shape"):
+            fn(z, keep[:, :3])
+        with pytest.raises(ValueError, match="keeps no token in 1 row"):
+            fn(z, torch.tensor([[True] * 4, [False] * 4]))
+        with pytest.raises(ValueError, match="bool"):
+            fn(z, keep.long())
+    with pytest.raises(ValueError, match="safe set"):
+        truncation_log_ratio(z, torch.tensor([[True, False] * 2] * 2), torch.tensor([1, 0]))
+    with pytest.raises(ValueError, match="sampler_logits"):
+        truncation_log_ratio(z, keep, torch.tensor([0, 0]), sampler_logits=z[:, :3])
+    with pytest.raises(ValueError, match=r"\(B, T, V\)"):
+        remaining_mismatch(z, z, keep)
+
+
+def test_bad_tabular_inputs():
+    a, b = TabularPolicy.random(3, 2, seed=0), TabularPolicy.random(3, 3, seed=0)
+    with pytest.raises(ValueError, match="one tree"):
+        trajectory_tv(a, b)
+    keep = safe_vocab_mask(a.logits, "min_p", 0.1)
+    with pytest.raises(ValueError, match="r_max"):
+        trajectory_bias_bound(a, keep, r_max=-1.0)
+    with pytest.raises(ValueError, match="same shape"):
+        prune_policy(a, keep[:, :2])
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_vocabulary_of_one(rule):
+    z = torch.tensor([[3.0], [-2.0]], dtype=torch.float64)
+    keep = safe_vocab_mask(z, rule, 0.999 if rule != "absolute" else 1.0)
+    assert keep.all()
+    assert torch.equal(pruned_log_softmax(z, keep), torch.zeros_like(z))
+    assert torch.equal(pruned_mass(z, keep), torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError):
+        safe_vocab_mask(z, rule, 1.5)
+
+
+def test_plot_pruning_tradeoff_returns_figure_and_data():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from tailtheory.pruning.figures import plot_pruning_tradeoff
+    from tailtheory.pruning.vocab import pruning_knee
+
+    z, z_prime = _pair(2)
+    sweep = pruning_sweep(z, z_prime)
+    fig, df = plot_pruning_tradeoff(sweep)
+    assert len(fig.axes) == 2 and (df.seq_kl_left.iloc[0] == 1.0)
+    assert set(df.columns) >= {"rho", "mass_mean", "seq_kl_left", "abs_delta_max_left"}
+    knee = pruning_knee(sweep, 1e-3)
+    cheap = sweep[(sweep.rho > 0) & (sweep.mass_mean <= 1e-3)]
+    assert knee["rho"] == cheap.rho.max()
+    assert knee["seq_kl_left"] == pytest.approx(float(cheap.seq_kl.min() / sweep.seq_kl.iloc[0]))
+    with pytest.raises(ValueError, match="rho = 0"):
+        plot_pruning_tradeoff(sweep.iloc[1:])
+    with pytest.raises(ValueError, match="rho = 0"):
+        pruning_knee(sweep.iloc[1:])
