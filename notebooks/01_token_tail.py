@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 01 — The token tail: mismatch, pruning, gradient norms
 #
-# Claims reproduced (ids of `THEORY.md`):
+# Claims reproduced (ids of `docs/claims.md`):
 #
 # - **M3, M7** (DVP, TIM): the real bf16 training–inference mismatch `|Δ|` of a tiny transformer
 #   lies under the exact bound `log(1 + (1 − p)(e^{2ε} − 1))` and its first-order form.
@@ -39,18 +39,18 @@ import tailtheory.core.io
 PRESET = tailtheory.core.io.preset(PRESET)
 SIZE = {"quick": dict(B=8, T=32, n_ctx=4000, B_seq=300, n_s4=1000, T_s5=8),
         "full": dict(B=64, T=64, n_ctx=40_000, B_seq=2000, n_s4=5000, T_s5=32)}[PRESET]
+PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
+CLAIMS = ["S4", "S5", "M3", "M4", "M5", "M6", "M7", "P4"]
 
 # %%
-from tailtheory.pruning.claims import MASS_NEGLIGIBLE, MOST, P4_VOCAB
+from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.core.io import save_figure
-from tailtheory.core.checks import ATOL_F64
-from tailtheory.mismatch.logprob import sampled_mismatch_bias
-from tailtheory.core.models import tiny_lm
+from tailtheory.core.registry import all_claims, run_claim
 from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
 from tailtheory.pruning.figures import plot_pruning_tradeoff
 from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
-from tailtheory.pruning.vocab import pruning_knee, pruning_sweep
-from tailtheory.mismatch.real import PATHS, SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
+from tailtheory.pruning.vocab import P4_VOCAB, pruning_sweep
+from tailtheory.mismatch.real import M7_PATHS, m7_model, paired_logits, random_input_ids
 
 # %% [markdown]
 # The real mismatch source: M7's tiny Qwen2-style LM (random init, lm_head sharpened so that it
@@ -58,9 +58,9 @@ from tailtheory.mismatch.real import PATHS, SHARPEN_SCALE, paired_logits, random
 # No noise is injected.
 
 # %%
-model = sharpen(tiny_lm(vocab_size=P4_VOCAB, seed=0), SHARPEN_SCALE)
+model = m7_model(P4_VOCAB)
 ids = random_input_ids(P4_VOCAB, SIZE["B"], SIZE["T"], seed=0)
-pairs = {path: paired_logits(model, ids, path) for path in PATHS}  # (B, T, V) each, float64
+pairs = {path: paired_logits(model, ids, path) for path in M7_PATHS}  # (B, T, V) each, float64
 z, z_bf16 = pairs["bf16"]
 
 # %% [markdown]
@@ -104,29 +104,17 @@ fig, df_s5 = plot_layer_wedge(T=SIZE["T_s5"])
 save_figure(fig, "token_tail_layer_wedge", data=df_s5)
 
 # %% [markdown]
-# ## Theory against measurement
+# ## Verdict: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
-REL, ABS = 1e-9, 1e-12  # float64 round-off allowed on a bound (p rounds to 1: norms ~1e-16)
-knee = pruning_knee(sweep, MASS_NEGLIGIBLE)
-s4 = df_s4[df_s4.kind == "sample"]
-acc_end = df_acc.dropna().groupby("group")["mean"].last()
-checks = {
-    "M3 |Delta| <= exact bound": bool((df_m3.abs_Delta <= df_m3.bound_exact * (1 + REL)).all()),
-    "M4 E_p'[Delta] = KL >= 0": bool((sampled_mismatch_bias(z, z_bf16) >= -ATOL_F64).all()),
-    # log pi_train / pi_infer = -sum_t Delta_t drifts down, faster with more tail tokens
-    "M6 many-tail drift below few-tail drift": bool(acc_end["many tail tokens"]
-                                                   < acc_end["few tail tokens"] < 0),
-    "S4 lower <= ||e_k - p|| <= upper": bool(((s4.lower <= s4.score_norm * (1 + REL) + ABS)
-                                              & (s4.score_norm <= s4.upper * (1 + REL) + ABS)).all()),
-    "S5 grad norm inside the Jacobian wedge": bool(((df_s5.lower <= df_s5.grad_norm * (1 + 1e-6))
-                                                    & (df_s5.grad_norm <= df_s5.upper * (1 + 1e-6))).all()),
-}
-p4_knee = knee["seq_kl_left"] <= 1 - MOST
-print(f"P4 at mass <= {MASS_NEGLIGIBLE:g} (rho = {knee['rho']:g}): seq KL left "
-      f"{knee['seq_kl_left']:.3f}, max |Delta| left {knee['abs_delta_max_left']:.3f} -> knee: {p4_knee}"
-      f" (ledger: NOT-REPRODUCED, i.e. no knee)")
-for name, ok in checks.items():
-    print(f"{name:42s} theory: holds   measured: {ok}")
-assert all(checks.values()), checks
-assert not p4_knee, "P4: a knee appeared; the ledger's NOT-REPRODUCED is stale"
+claims = all_claims()
+for cid in CLAIMS:
+    res = run_claim(claims[cid], PROFILE)
+    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
+    print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
+    if res.evidence and res.evidence.note:
+        print(f"    note: {res.evidence.note}")
+    assert res.verdict == res.claim.expected.value, (cid, res.verdict)

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 02 — Trust regions over long horizons (TRM)
 #
-# Claims reproduced (ids of `THEORY.md`, section 5):
+# Claims reproduced (ids of `docs/claims.md`):
 #
 # - **T1–T8** (TRM): the surrogate error `Error = J(π_θ) − J(π_roll) − L'(π_θ)` is bounded by the
 #   classical `2T(T−1)ε²`, the Pinsker-marginal, Mixed, Coupling, Adaptive and Unified bounds.
@@ -37,12 +37,15 @@ matplotlib.use("Agg")
 import tailtheory.core.io
 
 PRESET = tailtheory.core.io.preset(PRESET)
-SIZE = {"quick": dict(pairs=60, seeds=3, T_max=12, B=4000),
-        "full": dict(pairs=600, seeds=10, T_max=14, B=40_000)}[PRESET]
+SIZE = {"quick": dict(seeds=3, T_max=12, B=4000),
+        "full": dict(seeds=10, T_max=14, B=40_000)}[PRESET]
+PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
+CLAIMS = [f"T{i}" for i in range(1, 14)]
 
 # %%
 from tailtheory.trm import experiments as tx
 from tailtheory.core.io import save_figure
+from tailtheory.core.registry import all_claims, run_claim
 from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
 
 # %% [markdown]
@@ -75,7 +78,7 @@ exponents
 # ## (3) Every bound on random tabular pairs (dense and sparse)
 
 # %%
-df_pairs = tx.random_pair_sweep(SIZE["pairs"], seed=0, max_T=SIZE["T_max"])
+df_pairs = tx.sweep_table(PROFILE)  # the table the T1-T8 and T10 checks read
 slack = tx.slack_table(df_pairs).merge(tx.slack_table(df_pairs, "half"), on="bound",
                                        suffixes=("", "_halved"))
 slack[["bound", "violations", "max_ratio", "violations_halved", "max_ratio_halved",
@@ -89,24 +92,17 @@ fig, df_acc = plot_acceptance(B=SIZE["B"])
 save_figure(fig, "trust_region_acceptance", data=df_acc)
 
 # %% [markdown]
-# ## Theory against measurement
+# ## Verdict: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
-witness = {k: (lambda r: r["abs_error"] / r[f"half/{k}"])(tx.pair_record(*tx.witness_pair(x)))
-           for k, x in tx.T10_WITNESSES.items()}
-se = (df_acc.theory * (1 - df_acc.theory) / SIZE["B"]) ** 0.5
-checks = {
-    "T1-T8 every bound >= |Error|": int(slack.violations.sum()) == 0,
-    "T10 every halved bound >= |Error|": int(slack.violations_halved.sum()) == 0,
-    "T10 halved T1/T7 attained (ratio > 0.999)": min(witness["classical"],
-                                                     witness["adaptive"]) > 0.999,
-    "T12 simulated acceptance = (1-q)^T": bool(((df_acc.simulated - df_acc.theory).abs()
-                                                <= 5 * se + 1e-12).all()),
-    "T13 |Error| grows, slower than every bound": 0.5 < exponents["|Error|"]
-    < min(v for k, v in exponents.items() if k != "|Error|"),
-}
-print(f"T13 exponents: " + ", ".join(f"{k} T^{v:.2f}" for k, v in exponents.items()))
-print(f"T10 witnesses |Error| / halved bound: {witness}")
-for name, ok in checks.items():
-    print(f"{name:45s} theory: holds   measured: {ok}")
-assert all(checks.values()), checks
+claims = all_claims()
+for cid in CLAIMS:
+    res = run_claim(claims[cid], PROFILE)
+    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
+    print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
+    if res.evidence and res.evidence.note:
+        print(f"    note: {res.evidence.note}")
+    assert res.verdict == res.claim.expected.value, (cid, res.verdict)

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 03 — The optimal token baseline (OTB)
 #
-# Claims reproduced (ids of `THEORY.md` section 6), all on exact tabular policies:
+# Claims reproduced (ids of `docs/claims.md`), all on exact tabular policies:
 #
 # - **O1**: the per-token energy `w_t = 1 − 2π_t + Σ_v π_t(v)²` is the squared score norm.
 # - **O2**: OTB, `B*_t = Σ_i G_t W_t / Σ_i W_t`, minimises the prefix surrogate
@@ -37,14 +37,15 @@ matplotlib.use("Agg")
 import tailtheory.core.io
 
 PRESET = tailtheory.core.io.preset(PRESET)
-PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
+PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
+CLAIMS = ["O1", "O2", "O3", "O4", "O5", "O6"]
 
 # %%
 import pandas as pd
 
 from tailtheory.otb.variance import matching_group_size
 from tailtheory.core.registry import all_claims, run_claim
-from tailtheory.otb.claims import group_table, variance_table
+from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.io import save_figure
 from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
                                         plot_proxy_vs_true)
@@ -84,13 +85,16 @@ pd.DataFrame({
     "N reaching RLOO N=32 rel. MSE": matching_group_size(groups, "rel_mse", ("rloo", 32))})
 
 # %% [markdown]
-# ## Verdict: theory next to measurement
+# ## Verdict: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
 claims = all_claims()
-for cid in ["O1", "O2", "O3", "O4", "O5", "O6"]:
+for cid in CLAIMS:
     res = run_claim(claims[cid], PROFILE)
-    print(f"{cid}  theory: {res.claim.statement}")
+    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
     print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
     if res.evidence and res.evidence.note:
         print(f"    note: {res.evidence.note}")

@@ -1,12 +1,15 @@
-"""The ``tailtheory`` command line.
+"""The ``tailtheory`` command line: check the claims, warm-start a tiny model, train it with GRPO.
 
 ``tailtheory verify [--only ID,ID] [--profile quick|thorough]`` runs the claim checks, prints a
-table and writes ``figures/claims.json``; it exits 1 when a check raises or a HOLDS claim fails.
+table (with timings) and writes ``figures/claims.json`` (without them: the same code gives the
+same file); it exits 1 when a check raises or a HOLDS claim fails. Bad input anywhere is one line
+on stderr and exit status 2; Ctrl-C is exit status 130, with the command that continues a run.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -52,9 +55,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _methods(args: argparse.Namespace) -> int:
-    from tailtheory.engine.losses import METHODS, STAGES
+    from tailtheory.engine.registry import STAGES, registered
 
-    rows = sorted(METHODS.values(), key=lambda m: (STAGES.index(m.stage), m.name))
+    rows = sorted(registered().values(), key=lambda m: (STAGES.index(m.stage), m.name))
     width = max(len(m.name) for m in rows)
     for m in rows:
         print(f"{m.name:<{width}}  {m.stage:<10}  {m.summary}  [{m.source}]")
@@ -62,26 +65,67 @@ def _methods(args: argparse.Namespace) -> int:
     return 0
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, unless the help states it or there is none to show."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "(default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+TRAIN_EPILOG = """run directory (--out): a new or empty directory, or a tailtheory run (marked by the file
+.tailtheory-run). A folder of anything else is refused and left untouched; a run that already
+holds output is continued with --resume, never overwritten; one process writes a run at a time.
+Ctrl-C stops a run and prints the command that continues it."""
+
+
+def version() -> str:
+    """The installed package's version, else ``tailtheory.__version__``."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("tailtheory")
+    except PackageNotFoundError:
+        from tailtheory import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
-    p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],
+                                formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"tailtheory {version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="run the claim checks and write figures/claims.json")
+    v = sub.add_parser("verify", help="run the claim checks and write figures/claims.json",
+                       description="Run the claim checks, print a table with timings and write "
+                                   "figures/claims.json (deterministic: no timings in it).",
+                       formatter_class=_HelpFormatter)
     v.add_argument("--only", help="comma-separated claim ids, e.g. M3,T7 (default: all)")
-    v.add_argument("--profile", default="quick", help="quick (default) or thorough")
+    v.add_argument("--profile", default="quick", help="quick or thorough")
     v.add_argument("--out", help="where to write claims.json (default: figures/claims.json)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     v.set_defaults(func=_verify)
-    t = sub.add_parser("train", help="GRPO training with a method spec on a rollout path")
+    t = sub.add_parser("train", help="GRPO training with a method spec on a rollout path",
+                       description="GRPO training with a method spec on a rollout path.",
+                       epilog=TRAIN_EPILOG, formatter_class=_HelpFormatter)
     from tailtheory.engine.config import add_config_arguments
     add_config_arguments(t)
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_train)
-    m = sub.add_parser("methods", help="list the registered training methods")
+    m = sub.add_parser("methods", help="list the registered training methods",
+                       formatter_class=_HelpFormatter)
     m.set_defaults(func=_methods)
-    s = sub.add_parser("sft", help="supervised warm start of a tiny LM on a task (cached)")
+    s = sub.add_parser("sft", help="supervised warm start of a tiny LM on a task (cached)",
+                       description="Supervised warm start of a tiny LM on a task, trained until "
+                                   "its sampled accuracy enters a window (cached under cache/sft; "
+                                   "exit status 1 when it misses the window).",
+                       formatter_class=_HelpFormatter)
     from tailtheory.engine.sft import add_sft_arguments, sft_main
     add_sft_arguments(s)
     s.set_defaults(func=sft_main)
@@ -90,12 +134,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tailtheory`` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the way on, and the shell's status for SIGINT
+        start = "" if getattr(args, "quiet", True) else "\n"  # end the progress bar's line
+        print(f"{start}tailtheory: interrupted{_continue_hint(args, argv)}", file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"tailtheory: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _continue_hint(args: argparse.Namespace, argv: list[str]) -> str:
+    """How to carry on after Ctrl-C: the exact command (``train`` gains ``--resume``)."""
+    if args.command != "train":
+        return ""
+    from tailtheory.engine.rundir import is_run
+
+    if not is_run(args.out):
+        return f"; nothing was written, start again with: tailtheory {shlex.join(argv)}"
+    again = argv if args.resume else [*argv, "--resume"]
+    return f"; continue the run with: tailtheory {shlex.join(again)}"
 
 
 if __name__ == "__main__":

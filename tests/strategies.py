@@ -115,3 +115,16 @@ def grouped_batches(draw, max_groups: int = 4, max_group: int = 8, max_t: int = 
     w = 2 * torch.rand(B, T, generator=g, dtype=torch.float64) ** draw(st.sampled_from([1, 4]))
     W = (w * mask).cumsum(-1)
     return rewards[perm], group_ids[perm], mask[perm], W[perm]
+
+
+@st.composite
+def masked_logits(draw, min_v: int = 2, max_v: int = 64, batch: tuple[int, ...] = (3,),
+                  max_scale: float = 30.0):
+    """``(z, alive)``: logits ``(*batch, V)`` with ``-inf`` (masked tokens) outside ``alive``;
+    every row keeps at least one finite entry by construction (a drawn one is forced alive)."""
+    z = draw(logits(min_v, max_v, batch=batch, max_scale=max_scale))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    alive = torch.rand(z.shape, generator=g, dtype=torch.float64) >= draw(st.floats(0.0, 0.95))
+    keep_one = torch.randint(z.shape[-1], (*batch, 1), generator=g)
+    alive.scatter_(-1, keep_one, True)
+    return z.masked_fill(~alive, float("-inf")), alive

@@ -59,6 +59,21 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
+PARTIAL_GLOB = ".*.tmp"
+"""Names of the temporary files of :func:`atomic_write_bytes` (``.NAME.XXXX.tmp``)."""
+
+
+def remove_partial_writes(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that writes interrupted by a killed process left in
+    ``directory`` (not recursive); returns their paths. Call it only while no other process can
+    be writing there (a run holds its lock)."""
+    d = Path(directory)
+    stale = sorted(p for p in d.glob(PARTIAL_GLOB) if p.is_file()) if d.is_dir() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode("utf-8"))

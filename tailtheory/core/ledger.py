@@ -1,4 +1,4 @@
-"""Reading the verdicts out of ``paper_repro.md`` and the README's claims table."""
+"""Reading the verdicts out of ``paper_repro.md``, the README's claims table and ``docs/claims.md``."""
 
 from __future__ import annotations
 
@@ -33,3 +33,12 @@ def ledger_verdicts(path: str | Path) -> dict[str, str]:
 def readme_verdicts(path: str | Path) -> dict[str, str]:
     """Verdicts of the README's claims table: columns id | paper | claim | verdict."""
     return table_verdicts(Path(path).read_text(encoding="utf-8"), verdict_column=3)
+
+
+def docs_verdicts(path: str | Path) -> dict[str, str]:
+    """Expected verdicts of ``docs/claims.md``'s registered-checks tables: columns id | paper |
+    statement | expected verdict | check (the rows whose last cell names a check, ``file::name``)."""
+    lines = Path(path).read_text(encoding="utf-8").replace("\\|", "/").splitlines()  # escaped |
+    rows = [line for line in lines
+            if _ROW.match(line) and "::" in line.strip().strip("|").split("|")[-1]]
+    return table_verdicts("\n".join(rows), verdict_column=3)

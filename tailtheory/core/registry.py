@@ -1,4 +1,4 @@
-"""The claims registry: every claim id of THEORY.md, registered once, with a check.
+"""The claims registry: every claim id of ``docs/claims.md``, registered once, with a check.
 
 A check is a pure function ``check(profile) -> Evidence``: it measures, then derives its
 verdict from the numbers (never the other way round). ``profile`` is ``"quick"`` (seconds, the
@@ -9,8 +9,8 @@ tests run every quick check and fail when a measured verdict differs from it, so
 cannot drift from the code; ``tailtheory verify`` exits non-zero when a check raises or a claim
 expected to HOLD (or HOLD-UNDER its assumption) no longer does.
 
-Claim checks live in the submodules of this package (one per theory module) and register
-themselves on import; :func:`all_claims` imports them all.
+Claim checks live in ``tailtheory/<section>/claims.py`` (one per section of the claims) and
+register themselves on import; :func:`all_claims` imports them all.
 
 Example::
 
@@ -36,7 +36,7 @@ PROFILES = ("quick", "thorough")
 
 
 class Verdict(str, Enum):
-    """The verdicts of THEORY.md."""
+    """The verdicts a check can reach; ``docs/claims.md`` says what each means."""
 
     HOLDS = "HOLDS"
     HOLDS_UNDER = "HOLDS-UNDER"
@@ -60,7 +60,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of THEORY.md and the function that checks it."""
+    """One claim of ``docs/claims.md`` and the function that checks it."""
 
     id: str
     paper: str
@@ -138,13 +138,13 @@ def _load_all() -> None:
 
 
 def _sort_key(claim_id: str) -> tuple[int, int]:
-    order = "SMPLTOV"  # the sections of THEORY.md, in order
+    order = "SMPLTOV"  # the sections of the claims, in order (softmax ... engine)
     letter = claim_id[0]
     return (order.index(letter) if letter in order else len(order), int(claim_id[1:]))
 
 
 def all_claims() -> dict[str, Claim]:
-    """Every registered claim, in THEORY.md order."""
+    """Every registered claim, in the order of the sections (S, M, P, L, T, O, V)."""
     _load_all()
     return {k: _REGISTRY[k] for k in sorted(_REGISTRY, key=_sort_key)}
 

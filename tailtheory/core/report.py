@@ -1,4 +1,9 @@
-"""Printing claim results as a table and writing ``claims.json``."""
+"""Printing claim results as a table and writing ``claims.json``.
+
+Timings go to the printed table only: ``claims.json`` is tracked, so it holds what the code
+computes (verdicts, numbers, notes) and nothing that changes from run to run; the same code and
+profile write the same bytes.
+"""
 
 from __future__ import annotations
 
@@ -41,16 +46,30 @@ def table(results: list[ClaimResult]) -> str:
     return "\n".join(lines)
 
 
+RUN_NOISE = ("seconds",)
+"""Keys of :meth:`ClaimResult.to_json` that change from run to run: left out of the file."""
+
+
+def claim_entry(result: ClaimResult, profile: str) -> dict:
+    """The ``claims.json`` entry of one result: its JSON less :data:`RUN_NOISE`."""
+    entry = {k: v for k, v in result.to_json().items() if k not in RUN_NOISE}
+    return dict(entry, profile=profile)
+
+
 def write_claims_json(results: list[ClaimResult], path: Path, profile: str) -> Path:
-    """Merge ``results`` into ``path`` (keeping other claims' entries) and write it atomically."""
+    """Merge ``results`` into ``path`` (keeping other claims' entries) and write it atomically.
+
+    Entries already in the file lose their :data:`RUN_NOISE` keys too, so an older file becomes
+    deterministic on its first rewrite."""
     existing: dict[str, dict] = {}
     if path.exists():
         try:
-            existing = {c["id"]: c for c in json.loads(path.read_text())["claims"]}
+            existing = {c["id"]: {k: v for k, v in c.items() if k not in RUN_NOISE}
+                        for c in json.loads(path.read_text())["claims"]}
         except (ValueError, KeyError, TypeError):
             existing = {}  # an unreadable file is replaced, not merged
     for r in results:
-        existing[r.claim.id] = dict(r.to_json(), profile=profile)
+        existing[r.claim.id] = claim_entry(r, profile)
     from tailtheory.core.registry import _sort_key
 
     ordered = [existing[k] for k in sorted(existing, key=_sort_key)]

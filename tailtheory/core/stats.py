@@ -20,18 +20,18 @@ differentiable through a custom backward that recomputes ``softmax`` chunk by ch
 (``d logp / dz = (e_k - pi) / tau`` on ``S``, 0 outside, claim S1), so autograd stores no
 ``(B, T, V)`` activation either; the only full-size tensor in the backward is the gradient of
 the logits itself. :func:`naive_token_stats` is the obvious ``log_softmax``-then-gather code; a
-test asserts the two agree (float64: 1e-12; float32: see ``tests/test_engine_stats.py``).
+test asserts the two agree (float64: 1e-12; float32: see ``tests/core/test_stats.py``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_positive_int, check_same_shape,
-                       check_tokens)
+from tailtheory.core.checks import (as_tensor, check_mask, check_masked_logits, check_positive_int,
+                                    check_same_shape, check_tokens)
 
 CHUNK_ELEMENTS = 2**22
 """Logits per chunk when ``chunk_size`` is None: 16 MiB in float32 (V = 152k: 27 tokens)."""
@@ -39,6 +39,39 @@ CHUNK_ELEMENTS = 2**22
 STATS = ("logp", "entropy", "sum_p2", "kl", "pruned_mass")
 """Keys :func:`token_stats` may return (``kl`` only with ``ref_logits``, ``pruned_mass`` only
 with ``keep``)."""
+
+
+def row_blocks(n_rows: int, V: int) -> Iterator[slice]:
+    """Slices of ``max(1, CHUNK_ELEMENTS // V)`` rows covering ``range(n_rows)``.
+
+    The theory functions that take ``(..., V)`` logits flatten them to ``(n_rows, V)`` and walk
+    these blocks, so their float64 temporaries are a few blocks, not a few logits tensors. Read
+    at call time: a test shrinks ``CHUNK_ELEMENTS`` to force many blocks.
+    """
+    step = max(1, CHUNK_ELEMENTS // max(V, 1))
+    for r0 in range(0, n_rows, step):
+        yield slice(r0, min(n_rows, r0 + step))
+
+
+def map_row_blocks(fn: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+    """``fn`` on blocks of rows (:func:`row_blocks`), reassembled: the chunked form of a per-row
+    formula. ``xs[0]`` is ``(..., V)``; every ``x`` shares its leading shape ``(...)`` (tokens
+    ``(...)``, a second ``(..., V)``). ``fn`` maps blocks ``(r, V)`` / ``(r,)`` to ``(r,)`` or
+    ``(r, V)``, so the result is ``(...)`` or ``(..., V)``.
+    """
+    lead, V = xs[0].shape[:-1], xs[0].shape[-1]
+    n = math.prod(lead)
+    flat = [x.reshape((n, *x.shape[len(lead):])) for x in xs]           # (n, V) / (n,)
+    if n == 0:
+        y = fn(*flat)
+        return y.reshape((*lead, *y.shape[1:]))
+    out = None
+    for r in row_blocks(n, V):
+        y = fn(*(f[r] for f in flat))
+        if out is None:
+            out = y.new_empty((n, *y.shape[1:]))
+        out[r] = y
+    return out.reshape((*lead, *out.shape[1:]))
 
 
 def _compute_dtype(z: torch.Tensor) -> torch.dtype:
@@ -71,8 +104,6 @@ def _validate(logits, tokens, ref_logits, keep, temperature, chunk_size):
         ref = as_tensor(ref_logits, "ref_logits", dtype=None)
         check_same_shape(ref, z, ("ref_logits", "logits"))
     if keep is not None:
-        if isinstance(keep, torch.Tensor) and keep.dtype != torch.bool:
-            raise ValueError(f"keep must be a bool mask of kept tokens, got dtype {keep.dtype}")
         keep = check_mask(keep, z, "keep", allow_empty=True)
     if not (isinstance(temperature, (int, float)) and 0 < float(temperature) < float("inf")):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
@@ -81,14 +112,30 @@ def _validate(logits, tokens, ref_logits, keep, temperature, chunk_size):
     return z, k, ref, keep, float(temperature), n_tok
 
 
-def _chunk_logits(z: torch.Tensor, idx, tau: float, name: str, offset) -> torch.Tensor:
-    """A chunk in the compute dtype, divided by ``tau``. NaN/inf make its row sums non-finite, a
-    read-only pass far cheaper than ``isfinite`` over the chunk; only then is it inspected."""
+def _chunk_logits(z: torch.Tensor, idx, tau: float, name: str,
+                  offset) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A chunk in the compute dtype, divided by ``tau``, and its support ``z > -inf`` (None when
+    every entry is finite). NaN/inf make its row sums non-finite, a read-only pass far cheaper
+    than ``isfinite`` over the chunk; only then is it inspected: NaN, ``+inf`` and rows of
+    ``-inf`` only raise, other ``-inf`` entries are masked tokens."""
     zc = z[idx]
-    if not torch.isfinite(zc.sum(-1)).all():
-        check_finite(zc, f"{name} (chunk at [b, t] = {offset})")
+    fin = None
+    if not torch.isfinite(zc.sum(-1, dtype=_compute_dtype(z))).all():
+        check_masked_logits(zc, f"{name} (chunk at [b, t] = {offset})")
+        fin = zc > -math.inf
     zc = zc.to(_compute_dtype(z))
-    return zc / tau if tau != 1.0 else zc
+    return (zc / tau if tau != 1.0 else zc), fin
+
+
+def _support(kc: torch.Tensor | None, fin: torch.Tensor | None, at, name: str):
+    """Where ``pi`` may be > 0: kept and finite; raises if a row has no such token."""
+    if fin is None:
+        return kc
+    sup = fin if kc is None else kc & fin
+    if kc is not None and not sup.any(-1).all():
+        raise ValueError(f"keep must keep at least one token whose {name} is finite; a row near "
+                         f"[b, t] = {at} keeps only -inf entries")
+    return sup
 
 
 def _log_pi(zc: torch.Tensor, kc: torch.Tensor | None) -> torch.Tensor:
@@ -112,7 +159,7 @@ def _one_pass(z, k, ref, keep, tau, n_tok) -> dict[str, torch.Tensor]:
            for n in names + ["pruned_mass"] * (keep is not None)}
     for bs, ts in _chunks(B, T, n_tok):
         idx, at = (bs, ts), (bs.start, ts.start)
-        zc = _chunk_logits(z, idx, tau, "logits", at)                  # (b, t, V)
+        zc, fz = _chunk_logits(z, idx, tau, "logits", at)              # (b, t, V)
         kc = keep[idx] if keep is not None else None
         kk = k[idx].unsqueeze(-1)
         if kc is not None and not kc.any(-1).all():
@@ -121,14 +168,16 @@ def _one_pass(z, k, ref, keep, tau, n_tok) -> dict[str, torch.Tensor]:
         if kc is not None and not kc.gather(-1, kk).all():
             raise ValueError(f"tokens must lie inside the kept vocabulary keep; a token near "
                              f"[b, t] = {at} is pruned")
+        sz = _support(kc, fz, at, "logit")                             # pi > 0 there
         lp = _log_pi(zc, kc)                                       # (b, t, V)
         p = lp.exp()                                                   # pi, 0 outside S
         out["logp"][idx] = lp.gather(-1, kk).squeeze(-1)
-        out["entropy"][idx] = -_xlogy_sum(p, lp, kc)
+        out["entropy"][idx] = -_xlogy_sum(p, lp, sz)
         out["sum_p2"][idx] = (p * p).sum(-1)
         if ref is not None:
-            lq = _log_pi(_chunk_logits(ref, idx, tau, "ref_logits", at), kc)
-            out["kl"][idx] = _xlogy_sum(lq.exp(), lq - lp, kc)
+            rc, fr = _chunk_logits(ref, idx, tau, "ref_logits", at)
+            lq = _log_pi(rc, kc)
+            out["kl"][idx] = _xlogy_sum(lq.exp(), lq - lp, _support(kc, fr, at, "ref_logit"))
         if kc is not None:  # sum over the pruned tokens: exact also when m is tiny
             m = torch.softmax(zc, -1).masked_fill(kc, 0.0).sum(-1)
             out["pruned_mass"][idx] = m.clamp(max=1.0)
@@ -176,6 +225,8 @@ def token_stats(logits: Any, tokens: Any, ref_logits: Any = None, keep: Any = No
     get the same temperature and ``keep``. Only ``logp`` carries a gradient (to ``logits``);
     the others are detached. Chunked over positions: extra memory ~ a few ``(chunk_size, V)``
     tensors, never ``(B, T, V)``. Float64 logits compute in float64, anything else in float32.
+    ``-inf`` logits are masked tokens (probability 0, as in ``keep``; a sampled one gets
+    ``logp = -inf``); NaN, ``+inf`` or a position whose logits are all ``-inf`` raise.
 
     Shapes: logits (B, T, V), tokens (B, T), ref_logits (B, T, V), keep (B, T, V) bool
     -> dict of (B, T): logp, entropy, sum_p2 [, kl] [, pruned_mass].
@@ -202,9 +253,11 @@ def naive_token_stats(logits: Any, tokens: Any, ref_logits: Any = None, keep: An
     Shapes: as :func:`token_stats`.
     """
     z, k, ref, keep, tau, _ = _validate(logits, tokens, ref_logits, keep, temperature, None)
-    check_finite(z, "logits")
+    check_masked_logits(z, "logits")
     if keep is not None and not keep.gather(-1, k.unsqueeze(-1)).all():
         raise ValueError("tokens must lie inside the kept vocabulary keep")
+    if keep is not None and not (keep & (z > -math.inf)).any(-1).all():
+        raise ValueError("keep must keep at least one token whose logit is finite")
     zt = z.to(_compute_dtype(z)) / tau
     zs = zt if keep is None else zt.masked_fill(~keep, float("-inf"))
     lp = torch.log_softmax(zs, -1)                                     # (B, T, V)
@@ -213,7 +266,9 @@ def naive_token_stats(logits: Any, tokens: Any, ref_logits: Any = None, keep: An
            "entropy": -torch.where(p > 0, p * lp, 0.0).sum(-1).detach(),
            "sum_p2": p.pow(2).sum(-1).detach()}
     if ref is not None:
-        check_finite(ref, "ref_logits")
+        check_masked_logits(ref, "ref_logits")
+        if keep is not None and not (keep & (ref > -math.inf)).any(-1).all():
+            raise ValueError("keep must keep at least one token whose ref_logit is finite")
         rt = ref.to(zt.dtype) / tau
         lq = torch.log_softmax(rt if keep is None else rt.masked_fill(~keep, float("-inf")), -1)
         q = lq.exp()

@@ -1,7 +1,9 @@
 """A small GRPO engine on Hugging Face causal LMs with a real training-inference mismatch.
 
-Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems, rewards, warm start), ``stats`` /
-``rollout`` / ``probes`` (per-token statistics, the inference copy, probes), ``masks`` /
-``losses`` / ``methods`` (the method registry), ``config`` / ``trainer`` / ``checkpoint`` (the
-loop). ``tailtheory methods`` lists the registered methods; ``tailtheory train`` runs the loop.
+Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems, rewards, warm start), ``rollout`` (the
+inference copy and its sampler), ``types`` / ``registry`` / ``methods`` (the batch and parameter
+types, the method registry, the registered methods), ``config`` / ``trainer`` / ``checkpoint``
+(the loop). The formulas the methods call live with their papers (``mismatch``, ``lopti``,
+``pruning``, ``trm``, ``otb``). ``tailtheory methods`` lists the registered methods;
+``tailtheory train`` runs the loop.
 """

@@ -1,15 +1,21 @@
 """Checkpoints: model, optimiser, every RNG state, the step and the config, written atomically.
 
-One file ``RUN/checkpoint.pt`` (the latest good step) written through a temporary file and
-``os.replace``: a crash mid-write leaves the previous checkpoint intact. ``RUN/metrics.jsonl``
-is truncated back to the checkpoint's step on resume, so an interrupted and resumed run writes
-exactly the lines of an uninterrupted one.
+``RUN/checkpoint.pt`` is the latest step, written through a temporary file and ``os.replace``: a
+crash mid-write leaves the previous checkpoint intact. Before it is replaced, the previous one is
+hard-linked to ``RUN/checkpoint.prev.pt``, so a checkpoint damaged later (a full disk, a bad copy)
+still leaves one to fall back to. ``RUN/metrics.jsonl`` is truncated back to the checkpoint's
+step on resume, so an interrupted and resumed run writes exactly the lines of an uninterrupted one.
+
+Loading never runs code: the file holds tensors and plain data only (RNG states as tensors and
+lists, the config as a dict) and is read with ``torch.load(..., weights_only=True)``; a file that
+needs anything else is refused with an error naming it.
 """
 
 from __future__ import annotations
 
-import io
 import json
+import os
+import pickle
 import random
 from pathlib import Path
 
@@ -20,61 +26,171 @@ from tailtheory.core.io import atomic_write_bytes, atomic_write_text
 from tailtheory.engine.config import RESUME_FREE, TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
+PREVIOUS = "checkpoint.prev.pt"
+"""The checkpoint before the latest (kept as a fallback)."""
 METRICS = "metrics.jsonl"
+KEYS = ("step", "model", "optimizer", "rng", "config", "fingerprint")
+"""What a checkpoint holds."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and the way out."""
 
 
 def rng_state(generator: torch.Generator) -> dict:
-    """Every random state a step reads: the sampler's generator, torch, numpy, python."""
+    """Every random state a step reads (sampler's generator, torch, numpy, python), as tensors,
+    numbers and lists only, so that ``torch.load(weights_only=True)`` reads it back."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, mt, gauss_next = random.getstate()
     return {"generator": generator.get_state(), "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(), "python": random.getstate()}
+            "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                      "has_gauss": has_gauss, "gauss": gauss},
+            "python": {"version": version, "state": list(mt), "gauss_next": gauss_next}}
 
 
 def set_rng_state(state: dict, generator: torch.Generator) -> None:
     """Restore the sampler's ``generator`` and the global torch, numpy and Python RNGs."""
     generator.set_state(state["generator"])
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"],
+                         n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["state"]), p["gauss_next"]))
 
 
 def save_checkpoint(run: Path, step: int, model, optimizer, generator: torch.Generator,
                     cfg: TrainConfig) -> Path:
-    """Write ``RUN/checkpoint.pt`` atomically; ``step`` is the number of steps completed."""
+    """Write ``RUN/checkpoint.pt`` atomically, the one before kept as ``RUN/checkpoint.prev.pt``;
+    ``step`` is the number of steps completed."""
+    import io
+
     buf = io.BytesIO()
     torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "rng": rng_state(generator), "config": cfg.to_dict(),
                 "fingerprint": cfg.fingerprint()}, buf)
-    return atomic_write_bytes(Path(run) / CHECKPOINT, buf.getvalue())
+    path = Path(run) / CHECKPOINT
+    if path.exists():
+        _keep_previous(path, Path(run) / PREVIOUS)
+    return atomic_write_bytes(path, buf.getvalue())
 
 
-def load_checkpoint(run: Path, cfg: TrainConfig) -> dict:
-    """Read ``RUN/checkpoint.pt`` and check it was written by a run of the same config."""
+def _keep_previous(path: Path, previous: Path) -> None:
+    """Make ``previous`` a copy of ``path`` without a moment where either is missing or partial:
+    a hard link (or a copy) under a temporary name, then ``os.replace``."""
+    tmp = previous.with_name(f".{previous.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:  # a file system without hard links
+        atomic_write_bytes(previous, path.read_bytes())
+        return
+    os.replace(tmp, previous)
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """The contents of a checkpoint file, read without running code; :class:`CheckpointError`
+    (naming the file, and the previous checkpoint if there is one) when it cannot be used."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:  # torch's refusal names the global it would call
+        called = [ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln][:1]
+        why = ("it holds more than tensors and plain data (crafted so that loading it could run "
+               "code, or damaged), so it was not loaded" + (f": {called[0]}" if called else ""))
+        raise CheckpointError(_unusable(path, why)) from None
+    except Exception as exc:  # noqa: BLE001 - truncated zip, bad header, I/O error: one message
+        raise CheckpointError(_unusable(path, f"truncated or corrupted ({_first_line(exc)})")) \
+            from None
+    if not isinstance(state, dict) or not set(KEYS) <= set(state):
+        raise CheckpointError(_unusable(path, f"not a tailtheory checkpoint (needs keys {KEYS})"))
+    return state
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def _unusable(path: Path, why: str) -> str:
+    previous = path.with_name(PREVIOUS)
+    way_out = (f"; the previous checkpoint is kept: to resume from it, run "
+               f"`mv {previous} {path}` and --resume again" if previous.exists() and
+               path.name == CHECKPOINT else "")
+    return f"cannot use checkpoint {path}: {why}{way_out}"
+
+
+def load_checkpoint(run: Path, cfg: TrainConfig, allow_none: bool = False) -> dict | None:
+    """Read ``RUN/checkpoint.pt`` and check it was written by a run of the same config.
+
+    ``allow_none``: a run stopped before its first checkpoint gives None (after checking its
+    ``config.json``, if written, against ``cfg``) instead of an error.
+    """
     path = Path(run) / CHECKPOINT
     if not path.exists():
-        raise ValueError(f"--resume: no checkpoint at {path}")
-    ckpt = torch.load(path, weights_only=False)
+        saved = Path(run) / "config.json"
+        if not allow_none:
+            raise ValueError(f"--resume: no checkpoint at {path}")
+        diff = config_diff(json.loads(saved.read_text()), cfg) if saved.exists() else {}
+        if diff:
+            raise ValueError(f"--resume: {run} was started by a different config; differing "
+                             f"fields (run, now): {diff}")
+        return None
+    ckpt = read_checkpoint(path)
     if ckpt["fingerprint"] != cfg.fingerprint():
-        diff = {k: (ckpt["config"].get(k), v) for k, v in cfg.to_dict().items()
-                if k not in RESUME_FREE and ckpt["config"].get(k) != v}
         raise ValueError(f"--resume: {run} was written by a different config; differing fields "
-                         f"(checkpoint, now): {diff}")
+                         f"(checkpoint, now): {config_diff(ckpt['config'], cfg)}")
     return ckpt
 
 
-def truncate_metrics(run: Path, step: int) -> None:
-    """Keep only the metric lines of steps ``< step`` (those the checkpoint includes)."""
+def config_diff(saved: dict, cfg: TrainConfig) -> dict:
+    """Fields (outside :data:`RESUME_FREE`) where ``saved`` and ``cfg`` differ: ``(saved, now)``."""
+    return {k: (saved.get(k), v) for k, v in cfg.to_dict().items()
+            if k not in RESUME_FREE and saved.get(k) != v}
+
+
+def parse_metrics(text: str, path: Path) -> tuple[list[tuple[str, dict]], bool]:
+    """The ``(line, record)`` pairs of a ``metrics.jsonl`` text and whether its last line was torn
+    (unterminated and not JSON: the write of a process killed mid-append). Any other bad line is
+    an error."""
+    lines = text.split("\n")
+    records, torn = [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append((line, json.loads(line)))
+        except ValueError:
+            if i != len(lines) - 1:  # terminated by a newline: written whole, so corrupted
+                raise ValueError(f"{path}: line {i + 1} is not JSON (corrupted file)") from None
+            torn = True
+    return records, torn
+
+
+def read_metrics(run: str | Path) -> list[dict]:
+    """The records of ``RUN/metrics.jsonl``, less a torn last line."""
+    path = Path(run) / METRICS
+    return [m for _, m in parse_metrics(path.read_text(), path)[0]]
+
+
+def truncate_metrics(run: Path, step: int) -> str | None:
+    """Keep only the metric lines of steps ``< step`` (those the checkpoint includes) and drop a
+    torn last line. Returns a one-line note of what was dropped, or None."""
     path = Path(run) / METRICS
     if not path.exists():
-        return
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    kept = [ln for ln in lines if json.loads(ln)["step"] < step]
-    atomic_write_text(path, "".join(ln + "\n" for ln in kept))
+        return None
+    records, torn = parse_metrics(path.read_text(), path)
+    kept = [line for line, m in records if m["step"] < step]
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+    past = len(records) - len(kept)
+    if not (past or torn):
+        return None
+    torn_note = (" and a line torn by an interrupted write" if torn else "")
+    return (f"{path}: dropped {past} line(s) past the checkpoint's step {step}{torn_note}; "
+            f"those steps run again")
 
 
 def append_metrics(run: Path, metrics: dict) -> None:
     """Append one JSON line (flushed and synced: a crash loses at most the line being written)."""
-    import os
-
     with open(Path(run) / METRICS, "a") as f:
         f.write(json.dumps(metrics, sort_keys=True) + "\n")
         f.flush()

@@ -1,4 +1,4 @@
-"""Checks of THEORY.md section 7 that the rollout engine answers on its own (V1, V2; TIM).
+"""Checks of the TIM claims that the rollout engine answers on its own (V1, V2; docs/claims.md).
 
 V1: the ``exact`` rollout path reports log-probs bitwise equal to the trainer's, so the k3
 mismatch KL is exactly 0. V2: the ``bf16`` / ``fp16`` copies and KV-cache decoding give a real
@@ -21,23 +21,15 @@ V2_MAX_HEAVY = 0.1
 """V2: a max |delta| above this counts as a heavy maximum (a tenth of O(1))."""
 
 
-def _engine_batches(path: str, profile: str, **cfg):
-    """``(rollout logp, trainer logp, mask)`` of sampled responses on ``path``, per seed."""
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine, response_logprobs
-    from tailtheory.core.models import tiny_lm
-    from tailtheory.mismatch.real import SHARPEN_SCALE, sharpen
+def _engine_batches(path: str, profile: str, **cfg) -> list[tuple]:
+    """``(rollout logp, trainer logp, mask)`` of sampled responses on ``path``, per seed: the
+    engine's measurement (:func:`tailtheory.engine.rollout.sampled_logprobs`) on M7's model."""
+    from tailtheory.engine.rollout import RolloutConfig, sampled_logprobs
+    from tailtheory.mismatch.real import M7_VOCAB, m7_model
 
-    V = 512
-    model = sharpen(tiny_lm(vocab_size=V, seed=0), SHARPEN_SCALE)
     rc = RolloutConfig(path=path, max_new_tokens=pick(profile, 16, 48), **cfg)
-    engine = RolloutEngine(model, rc)
-    for seed in range(pick(profile, 2, 6)):
-        g = torch.Generator().manual_seed(seed)
-        prompts = torch.randint(2, V, (pick(profile, 16, 64), 6), generator=g).tolist()
-        rb = engine.generate(prompts, eos_id=1, pad_id=0, generator=g)
-        with torch.no_grad():
-            train = response_logprobs(model, rb, temperature=rc.temperature, keep=rb.keep)
-        yield rb.logp, train, rb.mask
+    return sampled_logprobs(m7_model(M7_VOCAB), rc, seeds=range(pick(profile, 2, 6)),
+                            n_prompts=pick(profile, 16, 64))
 
 
 @register("V1", paper="TIM", statement="the exact rollout path's log-probs are bitwise the "

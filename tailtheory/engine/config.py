@@ -1,7 +1,11 @@
 """``TrainConfig``: every knob of a GRPO run, frozen, each default with its source.
 
-The method hyperparameters come from :class:`~tailtheory.engine.losses.MethodParams` (this class
-extends it), so a knob has exactly one default. Sweeps use ``dataclasses.replace``; the CLI
+The method hyperparameters come from :class:`~tailtheory.engine.types.MethodParams` (this class
+extends it, so a ``TrainConfig`` is the ``MethodParams`` every method receives), so a knob has
+exactly one default. The whole config is validated once, when it is built (this module is its
+edge): the method spec is parsed there and kept (:attr:`TrainConfig.spec`), and the methods
+pass the checked values to the formulas without checking them again (the formulas, public
+functions of their papers, keep their own argument checks). Sweeps use ``dataclasses.replace``; the CLI
 generates one ``--flag`` per field.
 """
 
@@ -9,15 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.engine.losses import MethodParams, parse_methods
+from tailtheory.engine.registry import MethodSpec, parse_methods
+from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
 """How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
 
-RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens")
+RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads")
 """Fields a resumed run may change (everything else must match the checkpoint's config)."""
 
 
@@ -28,14 +34,15 @@ class TrainConfig(MethodParams):
     task: str = "kk"
     """Task name (``tailtheory.engine.tasks.TASKS``)."""
     n_people: int = 3
-    """Knights-and-Knaves people (``kk`` only): 3 leaves room for RL (CALIBRATION.md)."""
+    """Knights-and-Knaves people (``kk`` and ``kk_trace``): 3 leaves room for RL (guessing
+    scores 1/8)."""
     model: str = "warm"
     """``warm`` (the task's supervised warm start), ``tiny`` (random tiny LM, for tests) or a
     path to a saved causal LM."""
     method: str = "grpo"
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
-    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv."""
+    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv, fp8."""
     pi_old: str = "recompute"
     """``recompute`` or ``bypass`` (TIM, V3)."""
     steps: int = 200
@@ -60,13 +67,17 @@ class TrainConfig(MethodParams):
     """Write per-token probabilities, advantages and log-ratios to ``RUN/tokens/*.parquet``."""
     out: str = "runs/default"
     """Run directory: ``metrics.jsonl``, ``checkpoint.pt``, ``config.json``."""
+    threads: int = 0
+    """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
+    torch's default when the cores are busy). Changes speed only, so a resume may change it."""
 
     def __post_init__(self):
-        _validate(self)
+        object.__setattr__(self, "_spec", _validate(self))  # parsed once, with the checks
 
-    def method_params(self) -> MethodParams:
-        """The method hyperparameters of this config."""
-        return MethodParams(**{f.name: getattr(self, f.name) for f in fields(MethodParams)})
+    @property
+    def spec(self) -> MethodSpec:
+        """The parsed :attr:`method` (parsed once, when the config was built)."""
+        return self._spec
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,7 +93,15 @@ def _in_open_unit(x: float, name: str) -> None:
         raise ValueError(f"{name} must lie in (0, 1), got {x}")
 
 
-def _validate(c: TrainConfig) -> None:
+def _positive(c: TrainConfig, *names: str) -> None:
+    for name in names:
+        x = getattr(c, name)
+        if not (x > 0 and math.isfinite(x)):
+            raise ValueError(f"{name} must be a finite number > 0, got {x}")
+
+
+def _validate(c: TrainConfig) -> MethodSpec:
+    """Every check of ``c``, run once when it is built; returns the parsed method spec."""
     from tailtheory.engine.rollout import PATHS
     from tailtheory.engine.tasks import TASKS
 
@@ -100,35 +119,48 @@ def _validate(c: TrainConfig) -> None:
     if c.group_size < 2 and spec.advantage is None:
         raise ValueError(f"group_size {c.group_size} with the group baseline of "
                          f"{spec.loss.name!r}: a group of one has no baseline (use >= 2)")
-    _validate_numbers(c)
+    _positive(c, "lr", "temperature")
+    if not c.max_grad_norm > 0:  # inf: no clipping
+        raise ValueError(f"max_grad_norm must be > 0, got {c.max_grad_norm}")
+    if not (c.weight_decay >= 0 and math.isfinite(c.weight_decay)):
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {c.weight_decay}")
+    _validate_method_params(c)
+    return spec
 
 
-def _validate_numbers(c: TrainConfig) -> None:
-    from tailtheory.pruning.vocab import RULES
+def _validate_method_params(c: MethodParams) -> None:
+    """The method hyperparameters: names, ranges, bands (low < high) and caps (> 0)."""
     from tailtheory.trm.mask import CRITERIA
 
     _in_open_unit(c.eta, "eta")
-    _in_open_unit(c.dvp_rho, "dvp_rho")  # rho >= 1 would prune everything but the argmax
-    if c.dvp_rule not in RULES:
-        raise ValueError(f"dvp_rule must be one of {RULES}, got {c.dvp_rule!r}")
+    _validate_dvp(c)
     if c.trm_mode not in CRITERIA:
         raise ValueError(f"trm_mode must be one of {CRITERIA}, got {c.trm_mode!r}")
     if c.trm_estimator not in ("exact", "k2k3"):
         raise ValueError(f"trm_estimator must be 'exact' or 'k2k3', got {c.trm_estimator!r}")
+    _positive(c, "trm_delta_max", "trm_delta_avg")
     if not 0.0 <= c.alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {c.alpha}")
     if not (c.eps_low > 0 and c.eps_high > 0 and c.eps_low < 1):
         raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {c.eps_low}, {c.eps_high}")
-    if not c.tis_cap > 0:
+    if not c.tis_cap > 0:  # inf: plain token IS
         raise ValueError(f"tis_cap must be > 0, got {c.tis_cap}")
-    if not 0 <= c.mis_low < c.mis_high:
-        raise ValueError(f"need 0 <= mis_low < mis_high, got {c.mis_low}, {c.mis_high}")
+    if not 0 <= c.mis_low < c.mis_high:  # an upper bound of inf masks on one side only
+        raise ValueError(f"need 0 <= mis_low < mis_high (a non-empty band), got {c.mis_low}, "
+                         f"{c.mis_high}")
     if not 0 < c.icepop_low < 1 < c.icepop_high:
         raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {c.icepop_low}, "
                          f"{c.icepop_high}")
-    for name in ("lr", "temperature", "max_grad_norm", "trm_delta_max", "trm_delta_avg"):
-        if not getattr(c, name) > 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(c, name)}")
+
+
+def _validate_dvp(c: MethodParams) -> None:
+    from tailtheory.pruning.vocab import RULES
+
+    if c.dvp_rule not in RULES:
+        raise ValueError(f"dvp_rule must be one of {RULES}, got {c.dvp_rule!r}")
+    if not 0.0 < c.dvp_rho < 1.0:
+        raise ValueError(f"dvp_rho must lie in (0, 1), got {c.dvp_rho}: rule {c.dvp_rule!r} at a "
+                         f"threshold >= 1 keeps at most the most likely token, or none")
 
 
 def field_docs(cls) -> dict[str, str]:

@@ -13,7 +13,16 @@ distribution it actually sampled from (after temperature and pruning). Paths:
   distribution differs from them only by the ``kv`` mismatch below.
 - ``bf16`` / ``fp16``: an inference copy of the weights in that dtype, refreshed by
   :meth:`RolloutEngine.sync` every step (V2: rounding in every matmul).
+- ``fp8``: the FP8 rollouts of large RL runs, emulated on CPU: the Linear weights of the
+  transformer blocks quantised to float8 e4m3 with per-channel (or per-tensor) scales and
+  dequantised to bfloat16, embeddings, norms and lm_head in bfloat16, the forward in bfloat16;
+  re-quantised at every sync. Its weight rounding is ~10x bf16's (e4m3 keeps 3 mantissa bits);
+  the log-ratio shows it where the weights dominate the error (4-5x bf16's mismatch on M7's
+  model), hardly where bf16 activation rounding does (the warm-started K&K policy).
 - ``kv``: the float32 trainer weights, incremental decoding (V2: another reduction order).
+
+The copies are made by ``tailtheory.mismatch.copies`` (the same copies as M7's paired logits);
+the trainer's forward is ``tailtheory.core.forward.full_forward``.
 
 Sign convention as in ``tailtheory.mismatch.logprob``: ``Delta = logp_rollout - logp_trainer``.
 
@@ -22,19 +31,19 @@ Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.core.forward import full_forward, left_pad, position_ids  # noqa: F401 (re-exported)
 from tailtheory.core.stats import token_stats
+from tailtheory.mismatch.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
+                                        fp8_dtype, inference_copy, sync_copy)
 
-PATHS = ("exact", "bf16", "fp16", "kv")
+PATHS = ("exact", "bf16", "fp16", "kv", "fp8")
 """Rollout paths :class:`RolloutEngine` knows."""
-
-_COPY_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,11 @@ class RolloutConfig:
 
     path: str = "bf16"
     """One of ``PATHS``: ``exact`` (V1, zero mismatch), ``bf16`` / ``fp16`` (low-precision copy of
-    the weights, V2), ``kv`` (float32 incremental decoding, V2)."""
+    the weights, V2), ``fp8`` (e4m3 Linear weights, bf16 compute), ``kv`` (float32 incremental
+    decoding, V2)."""
+    fp8_scaling: str = FP8_SCALING
+    """Scales of the ``fp8`` path: ``channel`` (one per output row, the default) or ``tensor``;
+    see ``tailtheory.mismatch.copies.FP8_SCALING``."""
     temperature: float = 1.0
     """Sampling temperature ``tau``: the sampled distribution is ``softmax(z / tau)``."""
     max_new_tokens: int = 16
@@ -51,8 +64,8 @@ class RolloutConfig:
     prune_rule: str | None = None
     """``None`` (full vocabulary) or a rule of ``tailtheory.pruning.vocab.RULES`` (DVP: ``min_p``)."""
     rho: float = 1e-6
-    """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; THEORY.md
-    section 3 uses 1e-4 ... 1e-8)."""
+    """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; DVP,
+    arXiv 2512.23087, uses 1e-4 ... 1e-8)."""
     return_logits: bool = False
     """Also return the raw rollout logits ``(B, T, V)`` (before temperature and pruning) for the
     exact token KL of :func:`tailtheory.core.stats.token_stats`."""
@@ -60,6 +73,11 @@ class RolloutConfig:
     def __post_init__(self):
         if self.path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
+        if self.fp8_scaling not in FP8_SCALINGS:
+            raise ValueError(f"fp8_scaling must be one of {FP8_SCALINGS}, "
+                             f"got {self.fp8_scaling!r}")
+        if self.path == "fp8":
+            fp8_dtype()  # a clear error on a torch build without float8 dtypes
         if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         check_positive_int(self.max_new_tokens, "max_new_tokens")
@@ -96,30 +114,6 @@ class RolloutBatch:
     to :func:`response_logprobs` so the trainer prunes with the same ``S`` (P3)."""
 
 
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions counted from each row's first real token (left padding gets 0)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, vocab_size: int):
-    """``(ids (B, P), attention_mask (B, P) bool, lens (B,))`` of left-padded prompts."""
-    if not isinstance(prompts, (list, tuple)) or not prompts:
-        raise ValueError("prompts must be a non-empty list of token-id lists")
-    lens = [len(p) for p in prompts]
-    if min(lens) < 1:
-        raise ValueError(f"prompts must each hold at least one token; prompt {lens.index(0)} "
-                         f"is empty")
-    P = max(lens)
-    ids = torch.full((len(prompts), P), int(pad_id), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = torch.as_tensor(p, dtype=torch.long)
-    if ids.min() < 0 or ids.max() >= vocab_size:
-        raise ValueError(f"prompts and pad_id must lie in [0, {vocab_size}) (the model's "
-                         f"vocabulary); got range [{int(ids.min())}, {int(ids.max())}]")
-    attn = torch.arange(P).unsqueeze(0) >= (P - torch.as_tensor(lens)).unsqueeze(1)  # (B, P)
-    return ids, attn, torch.as_tensor(lens)
-
-
 def _check_token_id(v: Any, name: str, V: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
         raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
@@ -134,9 +128,7 @@ def response_logits(model, rb: RolloutBatch) -> torch.Tensor:
     Shapes: rb.input_ids (B, P+T) -> (B, T, V).
     """
     P, T = rb.prompt_len, rb.response.shape[1]
-    out = model(input_ids=rb.input_ids, attention_mask=rb.attention_mask.long(),
-                position_ids=position_ids(rb.attention_mask), use_cache=False)
-    return out.logits[:, P - 1:P + T - 1]                                # (B, T, V)
+    return full_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]  # (B, T, V)
 
 
 def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
@@ -158,24 +150,19 @@ class RolloutEngine:
 
     def __init__(self, model, config: RolloutConfig | None = None):
         self.config = config or RolloutConfig()
-        if {p.dtype for p in model.parameters()} != {torch.float32}:
-            raise ValueError("model must be the float32 trainer; the engine makes its own copies")
+        check_trainer(model)
         self.model = model
-        dtype = _COPY_DTYPE.get(self.config.path)
-        self.infer = copy.deepcopy(model).to(dtype).eval() if dtype else model
+        path, scaling = self.config.path, self.config.fp8_scaling
+        self.infer = inference_copy(model, path, scaling) if path in COPY_DTYPES else model
 
     @torch.no_grad()
     def sync(self, model) -> None:
         """Refresh the inference weights from the trainer ``model`` (call after every step)."""
         self.model = model
-        if self.config.path not in _COPY_DTYPE:
+        if self.config.path not in COPY_DTYPES:
             self.infer = model
             return
-        src = dict(model.named_parameters())
-        for name, p in self.infer.named_parameters():
-            if name not in src or src[name].shape != p.shape:
-                raise ValueError(f"model does not match the inference copy at parameter {name!r}")
-            p.copy_(src[name])
+        sync_copy(self.infer, model, self.config.path, self.config.fp8_scaling)
 
     def _keep(self, zt: torch.Tensor) -> torch.Tensor | None:
         if self.config.prune_rule is None:
@@ -279,7 +266,30 @@ class RolloutEngine:
         tau = float(self.config.temperature)
         lp = response_logprobs(self.model, rb, temperature=tau, keep=rb.keep)
         if rb.logits is not None:
-            out = self.model(input_ids=rb.input_ids, attention_mask=rb.attention_mask.long(),
-                             position_ids=position_ids(rb.attention_mask), use_cache=False)
-            rb.logits = out.logits[:, rb.prompt_len - 1:-1].float()
+            z = full_forward(self.model, rb.input_ids, rb.attention_mask)
+            rb.logits = z[:, rb.prompt_len - 1:-1].float()
         return lp.masked_fill(~rb.mask, 0.0)
+
+
+def sampled_logprobs(model, config: RolloutConfig, seeds=(0, 1), n_prompts: int = 16,
+                     prompt_len: int = 6, eos_id: int = 1, pad_id: int = 0) -> list[tuple]:
+    """Rollout and trainer log-probs of the tokens the engine samples on ``config.path`` (V1, V2).
+
+    Source: TIM (V1, V2). Per seed: ``n_prompts`` random prompts of ``prompt_len`` tokens in
+    ``[2, V)`` (0 and 1 are ``pad_id`` / ``eos_id``), sampled with a generator seeded by ``seed``;
+    the trainer's side is :func:`response_logprobs` with the sampler's ``keep``. The mismatch of
+    V2 is ``roll - train`` on ``mask``.
+
+    Shapes: -> one ``(roll (B, T), train (B, T), mask (B, T))`` per seed, B = n_prompts.
+    """
+    V = model.config.vocab_size
+    engine = RolloutEngine(model, config)
+    out = []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        prompts = torch.randint(2, V, (n_prompts, prompt_len), generator=g).tolist()
+        rb = engine.generate(prompts, eos_id=eos_id, pad_id=pad_id, generator=g)
+        with torch.no_grad():
+            train = response_logprobs(model, rb, temperature=config.temperature, keep=rb.keep)
+        out.append((rb.logp, train, rb.mask))
+    return out

@@ -6,11 +6,15 @@ warm start trains with AdamW on ``prompt -> answer <eos>`` pairs and stops as so
 *sampled* accuracy (temperature 1, on held-out problems, measured every ``eval_every`` steps)
 enters the window ``[max(acc_low, chance + chance_margin), acc_high]``: 10% to 70% by default,
 raised to 22.5% for three-person Knights and Knaves, where guessing the format alone scores 1/8.
+The budget is a number of steps (``max_steps``), never wall time, so the result does not depend on
+how busy the machine is.
 
 The result is cached by a hash of the config under ``cache/sft/<hash>/`` of the checkout (or
 ``$TAILTHEORY_CACHE/sft/<hash>/``): ``save_pretrained`` model and tokenizer plus ``sft.json``
 (steps, accuracy, seconds, the accuracy history). It is written to a temporary folder and renamed
-into place, so a crash never leaves a half-written checkpoint behind.
+into place, so a crash never leaves a half-written checkpoint behind. A run that misses the window
+is kept for inspection but marked ``"usable": false``: :func:`warm_start` raises
+:class:`WarmStartMissed` for it (saying what to do) instead of handing it to RL.
 
 Held-out problems come from generator seed ``eval_seed``; training problems from ``train_seed``,
 minus any whose prompt also occurs among the held-out ones.
@@ -25,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,11 +39,12 @@ from tailtheory.core.io import REPO_ROOT, atomic_write_json
 from tailtheory.core.models import TinyLMConfig, load_lm, num_params, tiny_lm
 from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks import TASKS, Problem, Task, get_task
+from tailtheory.engine.threads import resolve_threads, torch_threads
 
 CACHE_ENV = "TAILTHEORY_CACHE"
 """Environment variable that moves the cache (tests point it at a temporary folder)."""
 
-SFT_CACHE_VERSION = 1
+SFT_CACHE_VERSION = 2
 """Part of the config hash: bump it when a change to this module changes what gets trained."""
 
 IGNORE_INDEX = -100
@@ -49,23 +53,22 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class SFTConfig:
-    """What to warm-start and when to stop. Every field but the time budget enters the cache hash."""
+    """What to warm-start and when to stop. Every field but the step budget enters the cache hash."""
 
     task: str = "kk"
     """Task name, one of ``tasks.TASKS``."""
     task_kwargs: dict = field(default_factory=dict)
     """Task constructor arguments, e.g. ``{"n_people": 2}`` (kk defaults to 3 people)."""
     model: TinyLMConfig = TinyLMConfig(hidden=128, layers=4, heads=4, kv_heads=2)
-    """Model size: hidden 128, 4 layers, V = 512 (723,072 parameters), as in CALIBRATION.md."""
+    """Model size: hidden 128, 4 layers, V = 512 (723,072 parameters)."""
     batch_size: int = 128
     lr: float = 1e-3
-    """AdamW learning rate (CALIBRATION.md: reaches the window in minutes at batch 128)."""
+    """AdamW learning rate (reaches the window in minutes at batch 128 on a 2-core CPU)."""
     weight_decay: float = 0.01
     """AdamW's default decoupled weight decay."""
     max_steps: int = 3000
-    """Upper bound on optimiser steps if the window is never entered."""
-    max_seconds: float = 600.0
-    """Wall-clock budget for training (10 minutes on a 2-core CPU)."""
+    """The budget: optimiser steps before a run that never entered the window stops (a step
+    count, not wall time, so a busy machine gives the same result, only later)."""
     eval_every: int = 25
     """Steps between sampled-accuracy evaluations; smaller catches the window more precisely."""
     eval_n: int = 256
@@ -99,7 +102,7 @@ class SFTConfig:
         if not 0.0 <= self.acc_low < self.acc_high <= 1.0:
             raise ValueError(f"need 0 <= acc_low < acc_high <= 1, got acc_low={self.acc_low}, "
                              f"acc_high={self.acc_high}")
-        for name in ("lr", "max_seconds", "temperature"):
+        for name in ("lr", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0.0 <= self.chance_margin < 1.0:
@@ -120,13 +123,17 @@ class SFTConfig:
         return get_task(self.task, vocab_size=self.model.vocab_size, **self.task_kwargs)
 
 
-_BUDGET_FIELDS = ("max_seconds",)
+_BUDGET_FIELDS = ("max_steps",)
 """Fields that bound the run but do not change what a finished run trained: a result that entered
-the accuracy window is the same result whatever the budget was."""
+the accuracy window at step ``s`` is the same result for every budget ``>= s``."""
+
+
+class WarmStartMissed(ValueError):
+    """The warm start ended outside its accuracy window; its message says what to do."""
 
 
 def config_hash(cfg: SFTConfig) -> str:
-    """12 hex digits of SHA-256 over the config (less the time budget) and ``SFT_CACHE_VERSION``."""
+    """12 hex digits of SHA-256 over the config (less the step budget) and ``SFT_CACHE_VERSION``."""
     fields = {k: v for k, v in asdict(cfg).items() if k not in _BUDGET_FIELDS}
     blob = json.dumps({"version": SFT_CACHE_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -138,24 +145,40 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV, default)) / "sft"
 
 
-def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool = False) -> Path:
+def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool = False,
+               threads: int = 0) -> Path:
     """The cached warm-start checkpoint of ``cfg``, training it first if it is not cached.
 
     Returns the folder holding ``config.json``, weights, ``tokenizer.json`` and ``sft.json``.
-    ``force`` retrains and replaces a cached result. A run cut short by ``max_seconds`` (a busy
-    machine, not a property of the config) is saved but retrained on the next call.
+    ``force`` retrains and replaces a cached result; ``threads`` is the torch CPU thread count of
+    the training (0: :func:`~tailtheory.engine.threads.default_threads`). A run that misses the
+    accuracy window is saved, marked unusable, and raises :class:`WarmStartMissed`; it is
+    retrained only when ``cfg`` gives it more steps than it had.
     """
     final = cache_root() / config_hash(cfg)
-    if (final / "sft.json").exists() and not force and read_record(final)["stop"] != "max_seconds":
-        return final
+    cached = read_record(final) if (final / "sft.json").exists() else None
+    if cached is not None and not force:
+        if usable(cached):
+            return final
+        if not _more_budget(cached, cfg):
+            raise WarmStartMissed(missed_message(cached, final))
+    model, task, record = train_sft(cfg, progress, threads=threads)
+    if usable(record) or cached is None or not usable(cached):  # a miss never replaces a usable
+        _save(final, model, task, record)
+    if not usable(record):
+        raise WarmStartMissed(missed_message(record, final))
+    return final
+
+
+def _save(final: Path, model, task: Task, record: dict) -> None:
+    """Write the checkpoint to a temporary folder and rename it onto ``final``."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
-        model, task, record = train_sft(cfg, progress)
         model.to("cpu").save_pretrained(tmp)
         task.tokenizer.save_pretrained(tmp)
         atomic_write_json(tmp / "sft.json", record)
-        if final.exists():  # forced, or cut short last time
+        if final.exists():  # forced, or a miss given more steps
             shutil.rmtree(final)
         try:
             os.rename(tmp, final)
@@ -164,7 +187,41 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
+
+
+def usable(record: dict) -> bool:
+    """Whether a warm-start record ended inside its accuracy window (only those feed RL)."""
+    return bool(record.get("usable", False))
+
+
+def _more_budget(record: dict, cfg: SFTConfig) -> bool:
+    """A miss is worth retraining only if it ran out of steps and ``cfg`` allows more."""
+    return record["stop"] == "max_steps" and cfg.max_steps > record["config"]["max_steps"]
+
+
+def sft_command(config: dict, **flags) -> str:
+    """The ``tailtheory sft`` command line of a config (as a dict), with ``flags`` changed."""
+    people = config["task_kwargs"].get("n_people")
+    parts = ["tailtheory sft", f"--task {config['task']}"]
+    parts += [f"--n-people {people}"] if people is not None else []
+    parts += [f"--{k.replace('_', '-')} {v}" for k, v in flags.items()]
+    return " ".join(parts)
+
+
+def missed_message(record: dict, path: Path) -> str:
+    """Why a warm start is not used, and the command that would give a usable one."""
+    low, high = record["window"]
+    cfg = record["config"]
+    what = (f"the warm start of {cfg['task']} missed its accuracy window [{low:.3f}, {high}]: "
+            f"sampled accuracy {record['accuracy']:.3f} after {record['steps']} steps "
+            f"(stop: {record['stop']}); it is not used (kept in {path} for inspection)")
+    if record["stop"] == "overshoot":
+        half = max(1, cfg["eval_every"] // 2)
+        return (f"{what}. It overshot between two evaluations: evaluate more often with "
+                f"`{sft_command(cfg, eval_every=half)}` and pass the folder it prints to "
+                f"`tailtheory train --model`")
+    return (f"{what}. Give it more steps: `{sft_command(cfg, steps=2 * cfg['max_steps'])}` "
+            f"(then `tailtheory train` finds it in the cache)")
 
 
 def read_record(path: str | Path) -> dict:
@@ -200,21 +257,27 @@ def sft_data(cfg: SFTConfig, task: Task):
     return X, Y, held_out
 
 
-def train_sft(cfg: SFTConfig, progress: bool = True):
+def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0):
     """Train until the sampled accuracy enters the window; returns ``(model, task, record)``.
 
     ``record["stop"]``: ``window`` (accuracy inside ``record["window"]``), ``overshoot``
-    (above ``acc_high`` at the first evaluation past the floor: evaluate more often),
-    ``max_steps`` or ``max_seconds``.
+    (above ``acc_high`` at the first evaluation past the floor: evaluate more often) or
+    ``max_steps``; ``record["usable"]`` is true for ``window`` only. ``threads``: torch CPU
+    threads (0: one for a model this small on the CPU).
     """
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = tiny_lm(cfg.model, seed=cfg.seed)
+    with torch_threads(resolve_threads(threads, num_params(model), device)):
+        return _train_sft(cfg, model.to(device).train(), device, progress)
+
+
+def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     task = cfg.make_task()
     X, Y, held_out = sft_data(cfg, task)
     X, Y = X.to(device), Y.to(device)
-    model = tiny_lm(cfg.model, seed=cfg.seed).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     low = cfg.acc_floor(task)
@@ -224,23 +287,20 @@ def train_sft(cfg: SFTConfig, progress: bool = True):
     for step in bar:
         idx = torch.randint(len(X), (cfg.batch_size,), generator=g).to(device)
         loss = sft_step(model, opt, X[idx], Y[idx], task.pad_id)
-        out_of_time = time.perf_counter() - t_train > cfg.max_seconds
-        if step % cfg.eval_every == 0 or step == cfg.max_steps or out_of_time:
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
             acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)
             history.append({"step": step, "loss": loss, "accuracy": acc})
             bar.set_postfix(loss=f"{loss:.3f}", acc=f"{acc:.2f}")
-            stop = stop_reason(acc, low, cfg.acc_high, out_of_time) or stop
+            stop = stop_reason(acc, low, cfg.acc_high) or stop
             if stop != "max_steps":
                 break
     bar.close()
-    if stop != "window":
-        warnings.warn(f"warm start stopped ({stop}) at step {step} with sampled accuracy "
-                      f"{acc:.3f}, outside [{low:.3f}, {cfg.acc_high}]", stacklevel=2)
     record = {"config": asdict(cfg), "hash": config_hash(cfg), "steps": step, "accuracy": acc,
-              "in_window": stop == "window", "stop": stop, "window": [low, cfg.acc_high],
-              "chance": task.chance_accuracy,
+              "in_window": stop == "window", "usable": stop == "window", "stop": stop,
+              "window": [low, cfg.acc_high], "chance": task.chance_accuracy,
               "seconds": round(time.perf_counter() - t0, 2),
               "train_seconds": round(time.perf_counter() - t_train, 2),
+              "threads": torch.get_num_threads(),
               "train_problems": len(X), "held_out": len(held_out),
               "n_params": num_params(model), "device": device, "history": history}
     return model.eval(), task, record
@@ -255,11 +315,11 @@ def sft_step(model, opt, x: torch.Tensor, y: torch.Tensor, pad_id: int) -> float
     return loss.item()
 
 
-def stop_reason(acc: float, low: float, high: float, out_of_time: bool) -> str | None:
+def stop_reason(acc: float, low: float, high: float) -> str | None:
     """Why training stops after an evaluation with accuracy ``acc``; None to go on."""
     if acc >= low:
         return "window" if acc <= high else "overshoot"
-    return "max_seconds" if out_of_time else None
+    return None
 
 
 def pack_sft_batch(task: Task, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,14 +354,18 @@ def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: fl
 def add_sft_arguments(p) -> None:
     """Options of ``tailtheory sft`` on the ``argparse`` parser ``p``."""
     d = SFTConfig()
-    p.add_argument("--task", default=d.task, help=f"one of {sorted(TASKS)} (default {d.task})")
-    p.add_argument("--n-people", type=int, help="Knights and Knaves: people per puzzle (default 3)")
-    p.add_argument("--steps", type=int, default=d.max_steps, help="most optimiser steps")
-    p.add_argument("--seconds", type=float, default=d.max_seconds, help="training time budget")
+    p.add_argument("--task", default=d.task, help=f"one of {sorted(TASKS)} (default: {d.task})")
+    p.add_argument("--n-people", type=int,
+                   help="Knights and Knaves: people per puzzle (default: 3)")
+    p.add_argument("--steps", type=int, default=d.max_steps,
+                   help=f"the budget: most optimiser steps; a run that has not entered the "
+                        f"accuracy window by then stops and is not used (default: {d.max_steps})")
     p.add_argument("--eval-every", type=int, default=d.eval_every,
-                   help="steps between sampled-accuracy evaluations")
-    p.add_argument("--threads", type=int, help="torch CPU threads for this command (1 is several "
-                   "times faster on a machine whose cores are busy)")
+                   help=f"steps between sampled-accuracy evaluations (default: {d.eval_every})")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads; 0 picks one for small models on the CPU, several "
+                        "times faster than torch's default on a machine whose cores are busy "
+                        "(default: 0)")
     p.add_argument("--force", action="store_true", help="retrain even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -309,17 +373,23 @@ def add_sft_arguments(p) -> None:
 def sft_main(args) -> int:
     """``tailtheory sft``: warm-start (or find in the cache) and print where and how well.
 
-    Exit status 0 when the sampled accuracy is inside the window, 1 otherwise.
+    Exit status 0 when the sampled accuracy is inside the window, 1 otherwise (with a message
+    saying what to do).
     """
-    if args.threads is not None:
-        torch.set_num_threads(check_positive_int(args.threads, "--threads"))
-    kwargs = {} if args.n_people is None else {"n_people": args.n_people}
+    resolve_threads(args.threads, 0)  # a bad count fails before any work
+    people = args.n_people
+    kk = args.task in ("kk", "kk_trace")
+    kwargs = {} if people is None or (kk and people == 3) else {"n_people": people}
     cfg = SFTConfig(task=args.task, task_kwargs=kwargs, max_steps=args.steps,
-                    max_seconds=args.seconds, eval_every=args.eval_every)
-    path = warm_start(cfg, progress=not args.quiet, force=args.force)
+                    eval_every=args.eval_every)
+    try:
+        path = warm_start(cfg, progress=not args.quiet, force=args.force, threads=args.threads)
+    except WarmStartMissed as exc:
+        print(f"tailtheory: {exc}", file=sys.stderr)
+        return 1
     rec = read_record(path)
     low, high = rec["window"]
     print(f"{cfg.task}: {rec['steps']} steps, sampled accuracy {rec['accuracy']:.3f} "
           f"(window [{low:.3f}, {high}], stop: {rec['stop']}), "
           f"{rec['seconds']:.0f} s\n{path}")
-    return 0 if rec["in_window"] else 1
+    return 0

@@ -1,6 +1,6 @@
 """Verifiable tasks for the GRPO engine, drawn from ``reasoning-gym`` generators (offline, seeded).
 
-Each task renders a generator's problem as a short sequence of words from
+Each task renders a generator's problem as a sequence of words from
 :mod:`tailtheory.engine.tokenizer`, so that a ~1M-parameter model can learn it on a CPU:
 
 - ``kk`` — Knights and Knaves (2 to 6 people) built from the generator's ``metadata``
@@ -12,6 +12,22 @@ Each task renders a generator's problem as a short sequence of words from
   Person ``i`` telling the truth is ``Pi T``, lying ``Pi F``; connectives ``~`` (not),
   ``&`` (and), ``|`` (or), ``>`` (implies), ``=`` (iff), always parenthesised, so the
   rendering is unambiguous. The answer lists every person's truth value in order.
+- ``kk_trace`` — the same puzzles (3 people by default), answered after a worked search: try the
+  assignments in order (``T T T``, ``T T F``, ..., ``F F F``); under each, evaluate the
+  statements person by person (the statement with every atom replaced by its truth value, the
+  value after ``is``, ``ok`` if it equals the person's hypothesised value, else ``no``), abandon
+  the assignment at its first ``no``; the first assignment with only ``ok`` is the answer::
+
+      prompt   <bos> P0 : ~ P1 F ; P1 : ( P2 T & P2 F ) ; P2 : ( P0 T | P1 F ) ; ?
+      response try T T T : P0 ~ F is T ok P1 ( T & F ) is F no
+               try T T F : P0 ~ F is T ok P1 ( F & T ) is F no
+               try T F T : P0 ~ T is F no    try T F F : P0 ~ T is F no
+               try F T T : P0 ~ F is T no    try F T F : P0 ~ F is T no
+               try F F T : P0 ~ T is F ok P1 ( T & F ) is F ok P2 ( F | T ) is T ok
+               so F F T <eos>
+
+  Target lengths (tokens, ``<eos>`` included, 2,000 problems): three people 29 to 207 (median
+  90, 90th percentile 148, 22% over 128); two people 22 to 83; four people 39 to ~440.
 - ``chain_sum`` — sums and differences of small integers, one digit per word::
 
       prompt   <bos> 1 2 + 7 - 3 0 =
@@ -30,7 +46,13 @@ anything else (no ``<eos>``, bad words)   0.0
 Correctness is exact match on the rendered answer (tests check it agrees with the generator's
 own ``score_answer`` on the corresponding English answer). Well-formed means: ``kk`` — exactly
 ``n_people`` words, each ``T`` or ``F``; ``chain_sum`` — an optional ``-`` then digits without a
-leading zero. Tokens after the first ``<eos>`` are ignored (they are padding).
+leading zero; ``kk_trace`` — the search above for *some* value expressions (grammar
+``v := T | F | ~ v | ( v op v ... )``, one connective per group, depth at most
+``depth_constraint``): hypotheses in order, each ``is`` the value of its expression, each verdict
+consistent with it, every attempt cut at its first ``no``, stopping at the first all-``ok`` one,
+then ``so`` and that hypothesis (:func:`parse_kk_trace`). Only the expressions, the lookups in
+the prompt, are free, and only the final answer is scored. Tokens after the first ``<eos>`` are
+ignored (they are padding).
 
 Seeds: ``problems(n, seed)`` reads generator indices ``seed * SEED_STREAM + [0, n)``, so two
 different seeds never share an index (the generators seed each problem by its index).
@@ -39,6 +61,7 @@ different seeds never share an index (the generators seed each problem by its in
 from __future__ import annotations
 
 import inspect
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +79,9 @@ FORMAT_REWARD = 0.1
 
 KK_CONNECTIVES = {"and": "&", "or": "|", "->": ">", "<=>": "="}
 KK_ATOMS = {"telling-truth": "T", "lying": "F"}
+
+KK_TRACE_MAX_PEOPLE = 4
+"""Largest ``kk_trace`` puzzle: its search writes up to 2^n attempts (about 680 words for 4)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,15 @@ class Task:
         """Whether ``words`` (the response before ``<eos>``) is a syntactically valid answer."""
         raise NotImplementedError
 
+    def final_answer(self, words: list[str]) -> str | None:
+        """The answer words a well-formed response ends on (the whole response for the short
+        tasks), or None when ``words`` is malformed."""
+        return " ".join(words) if self.well_formed(words) else None
+
+    def target(self, problem: Problem) -> str:
+        """Words of the ideal response before ``<eos>``: the answer itself for the short tasks."""
+        return problem.answer
+
     # --- shared ---
     def problems(self, n: int, seed: int | None = None) -> list[Problem]:
         """``n`` problems from generator indices ``seed * SEED_STREAM + [0, n)`` (reproducible)."""
@@ -133,8 +168,8 @@ class Task:
         return self.tokenizer.decode(_as_id_list(ids, self.vocab_size, "ids"))
 
     def target_ids(self, problem: Problem) -> list[int]:
-        """The ideal response: answer ids then ``<eos>`` (the supervised warm-start target)."""
-        return self.encode(problem.answer) + [self.eos_id]
+        """The ideal response: ``target`` ids then ``<eos>`` (the supervised warm-start target)."""
+        return self.encode(self.target(problem)) + [self.eos_id]
 
     def reward(self, problem: Problem, response_ids) -> Reward:
         """Reward of ``response_ids`` (list or 1-D tensor; anything after the first EOS ignored)."""
@@ -142,9 +177,10 @@ class Task:
         if self.eos_id not in ids:
             return Reward(0.0, False, False)
         words = self.tokenizer.convert_ids_to_tokens(ids[: ids.index(self.eos_id)])
-        if not self.well_formed(words):
+        answer = self.final_answer(words)
+        if answer is None:
             return Reward(0.0, False, False)
-        correct = " ".join(words) == problem.answer
+        correct = answer == problem.answer
         return Reward(CORRECT_REWARD if correct else FORMAT_REWARD, correct, True)
 
 
@@ -190,17 +226,163 @@ class KnightsKnaves(Task):
         return len(words) == self.n_people and all(w in ("T", "F") for w in words)
 
 
-def render_statement(s) -> str:
+def render_statement(s, values: tuple[bool, ...] | None = None) -> str:
     """Words of one generator statement tree, e.g. ``('->', ('lying', 1), ('telling-truth', 0))``
-    -> ``( P1 F > P0 T )``."""
+    -> ``( P1 F > P0 T )``; with an assignment ``values`` (person -> truthful) every atom becomes
+    its truth value instead: ``(True, False)`` -> ``( T > T )``."""
     op = s[0]
     if op in KK_ATOMS:
-        return f"P{int(s[1])} {KK_ATOMS[op]}"
+        if values is None:
+            return f"P{int(s[1])} {KK_ATOMS[op]}"
+        return _TV[values[int(s[1])] == (op == "telling-truth")]
     if op == "not":
-        return f"~ {render_statement(s[1])}"
+        return f"~ {render_statement(s[1], values)}"
     if op in KK_CONNECTIVES:
-        return "( " + f" {KK_CONNECTIVES[op]} ".join(render_statement(x) for x in s[1:]) + " )"
+        return "( " + f" {KK_CONNECTIVES[op]} ".join(render_statement(x, values)
+                                                    for x in s[1:]) + " )"
     raise ValueError(f"unknown Knights-and-Knaves operator {op!r}")
+
+
+_TV = {True: "T", False: "F"}
+_VERDICT = {True: "ok", False: "no"}
+_KK_OPS = {"&": all, "|": any, ">": lambda v: (not v[0]) or v[1], "=": lambda v: v[0] == v[1]}
+"""Truth functions of the rendered connectives on a list of operand values."""
+
+
+def kk_truth(s, values: tuple[bool, ...]) -> bool:
+    """Whether statement tree ``s`` holds under ``values`` (person -> truthful)."""
+    op = s[0]
+    if op in KK_ATOMS:
+        return values[int(s[1])] == (op == "telling-truth")
+    if op == "not":
+        return not kk_truth(s[1], values)
+    return _KK_OPS[KK_CONNECTIVES[op]]([kk_truth(x, values) for x in s[1:]])
+
+
+def kk_assignments(n: int):
+    """Every assignment of ``n`` people in the trace's order: all truthful first, ``F`` counting
+    up from the last person (``T T``, ``T F``, ``F T``, ``F F``)."""
+    return itertools.product((True, False), repeat=n)
+
+
+def render_kk_trace(statements) -> tuple[str, tuple[bool, ...]]:
+    """``(trace words, solution)``: the search of the ``kk_trace`` task (module docstring).
+
+    Tries the assignments of :func:`kk_assignments` in order; checks person after person until
+    one's statement value differs from their hypothesised value (``no``); stops at the first
+    assignment where every check says ``ok`` and repeats it after ``so``.
+    """
+    words: list[str] = []
+    for h in kk_assignments(len(statements)):
+        words += ["try", *(_TV[v] for v in h), ":"]
+        for i, s in enumerate(statements):
+            r = kk_truth(s, h)
+            words += [f"P{i}", render_statement(s, h), "is", _TV[r], _VERDICT[r == h[i]]]
+            if r != h[i]:
+                break
+        else:
+            return " ".join(words + ["so", *(_TV[v] for v in h)]), h
+    raise ValueError("no assignment satisfies every statement")
+
+
+def parse_kk_trace(words: list[str], n: int, max_depth: int) -> str | None:
+    """The answer (``T F T``) of a well-formed ``kk_trace`` response, else None.
+
+    Well-formed: the search of :func:`render_kk_trace` for *some* value expressions (each of
+    depth <= ``max_depth``): hypotheses in :func:`kk_assignments` order, checks ``P0``, ``P1``, ...
+    whose ``is`` value evaluates their expression and whose verdict compares it with the person's
+    hypothesised value, each attempt cut at its first ``no``, stopping at the first all-``ok``
+    attempt, then ``so`` and that attempt's hypothesis. Only the value expressions are free.
+    """
+    pos = 0
+    for h in kk_assignments(n):
+        hyp = [_TV[v] for v in h]
+        if words[pos: pos + n + 2] != ["try", *hyp, ":"]:
+            return None
+        pos += n + 2
+        for i in range(n):
+            if words[pos: pos + 1] != [f"P{i}"]:
+                return None
+            r, pos = _read_value(words, pos + 1, max_depth)
+            if r is None or words[pos: pos + 3] != ["is", _TV[r], _VERDICT[r == h[i]]]:
+                return None
+            pos += 3
+            if r != h[i]:
+                break
+        else:
+            return " ".join(hyp) if words[pos:] == ["so", *hyp] else None
+    return None
+
+
+def _read_value(words: list[str], pos: int, depth: int) -> tuple[bool | None, int]:
+    """``(value, next position)`` of the value expression at ``words[pos]``; None if malformed
+    (a connective group holds one connective; ``>`` and ``=`` take exactly two operands)."""
+    w = words[pos] if pos < len(words) else None
+    if w in ("T", "F"):
+        return w == "T", pos + 1
+    if depth <= 1 or w not in ("~", "("):
+        return None, pos
+    if w == "~":
+        v, pos = _read_value(words, pos + 1, depth - 1)
+        return (None if v is None else not v), pos
+    vals, ops = [], []
+    while True:
+        v, pos = _read_value(words, pos + 1, depth - 1)
+        nxt = words[pos] if pos < len(words) else None
+        if v is None or nxt not in (*_KK_OPS, ")") or (ops and nxt not in (ops[0], ")")):
+            return None, pos
+        vals.append(v)
+        if nxt == ")":
+            break
+        ops.append(nxt)
+    if not ops or (ops[0] in (">", "=") and len(vals) != 2):
+        return None, pos
+    return _KK_OPS[ops[0]](vals), pos + 1
+
+
+def kk_value_len(depth: int, width: int) -> int:
+    """Longest value expression of a generator statement of ``depth`` and ``width`` (words):
+    an atom is 1 word, ``~ x`` adds 1, a group of ``k`` operands adds ``k - 1`` connectives and
+    2 parentheses (``k <= width`` for ``&``/``|``, ``k = 2`` for ``>``/``=``)."""
+    if depth <= 1:
+        return 1
+    inner = kk_value_len(depth - 1, width)
+    return max(1 + inner, *(k * inner + k + 1 for k in range(2, max(width, 2) + 1)))
+
+
+class KnightsKnavesTrace(KnightsKnaves):
+    """``kk_trace``: Knights and Knaves answered after a worked search (reasoning-gym
+    ``knights_knaves``); same prompts as ``kk``, responses of tens to hundreds of words."""
+
+    name = "kk_trace"
+
+    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, n_people: int = 3,
+                 depth_constraint: int = 2, width_constraint: int = 2):
+        if check_positive_int(n_people, "n_people", minimum=2) > KK_TRACE_MAX_PEOPLE:
+            raise ValueError(f"n_people must be <= {KK_TRACE_MAX_PEOPLE} for kk_trace (its "
+                             f"search tries up to 2**n_people assignments), got {n_people}")
+        super().__init__(seed, vocab_size, n_people, depth_constraint, width_constraint)
+        self.depth = depth_constraint
+        # every assignment fails at the last check at worst: 2^n attempts of
+        # "try" n ":" and n checks "Pi <value> is v ok", then "so" n and <eos>
+        check = kk_value_len(depth_constraint, width_constraint) + 4
+        self.max_response_len = 2**n_people * (n_people + 2 + n_people * check) + n_people + 2
+
+    def render(self, entry: dict) -> tuple[str, str, dict]:
+        prompt, answer, meta = super().render(entry)
+        trace, h = render_kk_trace(meta["statements"])
+        if h != meta["solution"]:
+            raise ValueError(f"the search found {h}, the generator says {meta['solution']}")
+        return prompt, answer, {**meta, "trace": trace}
+
+    def target(self, problem: Problem) -> str:
+        return problem.meta["trace"]
+
+    def final_answer(self, words: list[str]) -> str | None:
+        return parse_kk_trace(words, self.n_people, self.depth)
+
+    def well_formed(self, words: list[str]) -> bool:
+        return self.final_answer(words) is not None
 
 
 class ChainSum(Task):
@@ -234,12 +416,12 @@ class ChainSum(Task):
                 and not (digits[0] == "0" and (len(digits) > 1 or words[:1] == ["-"])))
 
 
-TASKS = {t.name: t for t in (KnightsKnaves, ChainSum)}
+TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, ChainSum)}
 """Task registry: name -> class."""
 
 
 def get_task(name: str, seed: int = 0, **kwargs: Any) -> Task:
-    """The task called ``name`` (``kk`` or ``chain_sum``); ``kwargs`` go to its constructor."""
+    """The task called ``name`` (one of ``TASKS``); ``kwargs`` go to its constructor."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}")
     accepted = set(inspect.signature(TASKS[name]).parameters) - {"seed"}

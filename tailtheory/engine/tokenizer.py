@@ -28,11 +28,15 @@ KK_WORDS = tuple(f"P{i}" for i in range(KK_MAX_PEOPLE)) + (
 ARITH_WORDS = tuple(str(d) for d in range(10)) + ("+", "-")
 """Chain sums: single digits and the two operators (``=`` is shared with ``KK_WORDS``)."""
 
-WORDS = tuple(dict.fromkeys(KK_WORDS + ARITH_WORDS))
-"""Every word any task uses, in id order after the specials."""
+TRACE_WORDS = ("try", "is", "ok", "no", "so")
+"""Worked-step traces (``kk_trace``): a hypothesis, a statement's value, its verdict, the answer."""
+
+WORDS = tuple(dict.fromkeys(KK_WORDS + ARITH_WORDS + TRACE_WORDS))
+"""Every word any task uses, in id order after the specials. New words go at the end, so the ids
+of the older ones (and every rendering of the older tasks) never change."""
 
 DEFAULT_VOCAB_SIZE = 512
-"""Model vocabulary; 478 of the 512 ids (all but the 34 words and specials) are the unused tail."""
+"""Model vocabulary; 473 of the 512 ids (all but the 39 words and specials) are the unused tail."""
 
 
 def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE, words: tuple[str, ...] = WORDS):

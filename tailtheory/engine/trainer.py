@@ -1,14 +1,17 @@
 """The GRPO loop: rollout -> reward -> advantages -> pi_old -> update(s) -> metrics.
 
 Source: GRPO with the methods of LOPTI (L2, L3), DVP (P3), TRM (T12), OTB and TIM (V1-V4);
-see ``engine/losses.py`` for the registry. One step:
+see ``engine/registry.py`` for the registry. One step:
 
 1. ``P`` prompts, ``G`` responses each, sampled by the rollout engine (a real mismatch on the
    ``bf16`` / ``fp16`` / ``kv`` paths; none on ``exact``) with the rollout log-probs.
-2. Rewards from the task; a trainer forward at the current weights gives ``pi_old``
-   (``recompute``) and the mismatch metrics; ``bypass`` uses the rollout log-probs as ``pi_old``.
-   That forward keeps its graph: the first update pass runs at the same weights, so it reuses
-   it (its detached log-probs are bitwise what a second forward would give).
+2. Rewards from the task; one trainer forward at the current weights builds the step's
+   :class:`StepRecord` (``pi_old`` under ``recompute``, ``pi_train``, per-token statistics,
+   ``log_rho = log pi_train - log pi_roll``, TRM's sampled-token acceptance), from which the
+   monitor metrics come; ``bypass`` uses the rollout log-probs as ``pi_old``. On ``exact`` that
+   forward is also the rollout's log-probs (V1). It keeps its graph: the first update pass runs
+   at the same weights, so it reuses it (its detached log-probs are bitwise what a second
+   forward would give).
 3. Advantages (group or OTB, then AR), correction weights (TIS / MIS / IcePop / TRM), the passes
    (one, or Lopti's two), one clipped-surrogate update per pass.
 4. One JSON line to ``RUN/metrics.jsonl`` (keys in :data:`METRIC_KEYS`); a checkpoint every
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -30,27 +33,41 @@ from tailtheory.core.io import atomic_write_bytes, atomic_write_json
 from tailtheory.mismatch.logprob import k1, k3
 from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.losses import PolicyBatch, advantages, correction_weight, parse_methods, passes
-from tailtheory.engine.rollout import RolloutConfig, RolloutEngine, response_logits
+from tailtheory.engine.methods import LOSS_METRICS, trm_sampled_keep
+from tailtheory.engine.registry import advantages, correction_weight, passes
+from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine, response_logits
+from tailtheory.engine.types import PolicyBatch
 from tailtheory.core.stats import token_stats
 
 METRIC_KEYS = {
     "step": "0-based step index",
     "reward/mean": "mean task reward of the step's responses",
     "reward/accuracy": "fraction of responses with the correct answer",
+    "reward/format": "fraction of responses in the task's answer format",
+    "rollout/tokens": "response tokens of the step (up to and including EOS)",
+    "rollout/len_mean": "mean response tokens per sequence",
+    "rollout/len_max": "max response tokens of a sequence",
     "policy/entropy": "mean entropy of pi_old over response tokens",
-    "mismatch/abs_mean": "mean |log pi_roll - log pi_train| over response tokens (V2)",
+    "mismatch/abs_mean": "mean |log rho| over response tokens, log rho = log pi_train - "
+                         "log pi_roll (V2)",
     "mismatch/abs_max": "max of the same",
     "mismatch/k1": "mean k1 = -log rho, rho = pi_train / pi_roll (T12)",
     "mismatch/k3": "mean k3 = rho - 1 - log rho (T12)",
     "trm/accept_rate": "TRM's acceptance as a monitor (k2/k3 of log pi_train / pi_roll); the trm "
                        "correction's own rate is trm/kept_frac",
     "dvp/pruned_mass": "mean pruned mass of the trainer's distribution (0 without dvp)",
+    "adv/abs_mean": "mean |advantage| over response tokens (before reweighting)",
+    "loss/policy": "clipped-surrogate loss (mean over passes)",
     "loss/clipfrac": "fraction of active tokens where the clip binds (mean over passes)",
+    "loss/ratio_mean": "mean pi_new / pi_old over active tokens (mean over passes)",
+    "loss/approx_kl": "mean k3 of log pi_new / pi_old over active tokens (mean over passes)",
+    "loss/active_frac": "fraction of response tokens in the pass with a non-zero weight",
     "grad/norm": "parameter-gradient norm before clipping (mean over passes)",
+    "time/rollout_s": "wall-clock seconds of the rollout",
     "time/step_s": "wall-clock seconds of the step",
 }
-"""Keys every line of ``metrics.jsonl`` has; methods add their own namespaced keys."""
+"""Keys every line of ``metrics.jsonl`` has; a line has exactly these plus the keys its methods
+declare (:attr:`~tailtheory.engine.registry.MethodSpec.metric_keys`)."""
 
 PROBLEM_SEED = 1000
 """Problem stream of step ``s``: generator seed ``PROBLEM_SEED + 100_000 * seed + s`` (the warm
@@ -60,6 +77,11 @@ start uses seeds 100 and 101, so RL never trains on its problems)."""
 _SHARE_FORWARD = True
 """The ``pi_old`` forward keeps its graph and serves the first update pass (both run at the same
 weights, so the numbers are those of two forwards); False runs a second forward (tests)."""
+
+_EXACT_FROM_TRAINER = True
+"""On the ``exact`` path the rollout log-probs are the trainer's full forward (V1); the
+``pi_old`` forward is that forward, so the engine samples as ``kv`` and the step runs it once.
+False lets the engine run its own copy of it (tests: the numbers are bitwise the same)."""
 
 
 class TrainingDiverged(ValueError):
@@ -73,7 +95,8 @@ def load_task(cfg: TrainConfig):
 
 
 def _task_kwargs(cfg: TrainConfig) -> dict:
-    return {"n_people": cfg.n_people} if cfg.task == "kk" and cfg.n_people != 3 else {}
+    kk = cfg.task in ("kk", "kk_trace")
+    return {"n_people": cfg.n_people} if kk and cfg.n_people != 3 else {}
 
 
 def load_model(cfg: TrainConfig, task):
@@ -93,12 +116,22 @@ def load_model(cfg: TrainConfig, task):
     return model.float().eval()
 
 
-def rollout_config(cfg: TrainConfig, spec, task) -> RolloutConfig:
-    exact_kl = any(m.name == "trm" for m in spec.corrections) and cfg.trm_estimator == "exact"
-    return RolloutConfig(path=cfg.rollout, temperature=cfg.temperature,
+def _wants_exact_kl(cfg: TrainConfig) -> bool:
+    return any(m.name == "trm" for m in cfg.spec.corrections) and cfg.trm_estimator == "exact"
+
+
+def _exact_in_trainer(cfg: TrainConfig) -> bool:
+    return cfg.rollout == "exact" and _EXACT_FROM_TRAINER
+
+
+def rollout_config(cfg: TrainConfig, task) -> RolloutConfig:
+    """The rollout engine's config; ``exact`` samples as ``kv`` and leaves its log-probs and
+    logits to the trainer's forward (:data:`_EXACT_FROM_TRAINER`)."""
+    shared = _exact_in_trainer(cfg)
+    return RolloutConfig(path="kv" if shared else cfg.rollout, temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens or task.max_response_len,
-                         prune_rule=cfg.dvp_rule if spec.vocab else None, rho=cfg.dvp_rho,
-                         return_logits=exact_kl)
+                         prune_rule=cfg.dvp_rule if cfg.spec.vocab else None, rho=cfg.dvp_rho,
+                         return_logits=_wants_exact_kl(cfg) and not shared)
 
 
 def _finite(x: torch.Tensor, what: str, step: int) -> None:
@@ -111,52 +144,74 @@ def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x.double() * mask).sum() / mask.sum().clamp(min=1))
 
 
-def old_policy(model, rb, rewards, group_ids, spec, cfg, step):
-    """``pi_old`` and the step's monitoring statistics. Returns ``(PolicyBatch, keep, metrics)``."""
-    b, keep, metrics, _ = _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live=False)
-    return b, keep, metrics
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step derives from its rollout, built once by :func:`step_record` and passed on."""
+
+    rb: RolloutBatch
+    """The rollout (responses, masks, rollout log-probs; on ``exact`` the trainer's, V1)."""
+    rewards: list
+    """The task's :class:`~tailtheory.engine.tasks.Reward` of each response, ``B`` of them."""
+    b: PolicyBatch
+    """The policy batch: pi_old, pi_train, pi_roll, ``log_rho``, sum p^2, token KL, TRM's
+    sampled-token acceptance; the stages add advantages and weights."""
+    stats: dict
+    """The ``pi_old`` forward's ``token_stats`` (``tailtheory.core.stats``): entropy, pruned mass."""
+    vocab_metrics: dict
+    """What the vocab stage (DVP) reported."""
+    live_logp: torch.Tensor | None
+    """``(B, T)`` differentiable log-probs of that forward, for the first pass (or ``None``)."""
 
 
-def _old_policy(model, rb, rewards, group_ids, spec, cfg, step, live: bool):
-    """:func:`old_policy`; with ``live`` its forward keeps the graph, and the differentiable
-    ``logp (B, T)`` comes back too, for the first update pass (same weights: the same numbers)."""
-    hp, mask = cfg.method_params(), rb.mask
-    keep, metrics = None, {}
+def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int,
+                live: bool) -> StepRecord:
+    """One trainer forward at the current weights gives ``pi_old`` (recompute) or ``pi_train``
+    (bypass), every per-token statistic and ``log_rho``; with ``live`` it keeps its graph for
+    the first update pass (same weights: the same numbers as a second forward)."""
+    mask, spec = rb.mask, cfg.spec
+    keep, vocab_metrics = None, {}
     if spec.vocab:
         probe = PolicyBatch(logp=rb.logp, old_logp=rb.logp, roll_logp=rb.logp, mask=mask,
                             keep=rb.keep, logits=rb.logits, tokens=rb.response)
-        keep, metrics = spec.vocab.fn(probe, hp)
+        keep, vocab_metrics = spec.vocab.fn(probe, cfg)
+    exact = _exact_in_trainer(cfg)
     with torch.set_grad_enabled(live):
         z = response_logits(model, rb)                                   # (B, T, V)
         _finite(z.detach(), "logits", step)
-        st = token_stats(z, rb.response, ref_logits=rb.logits, keep=keep,
-                         temperature=cfg.temperature)
+        ref = z.detach() if exact and _wants_exact_kl(cfg) else rb.logits
+        st = token_stats(z, rb.response, ref_logits=ref, keep=keep, temperature=cfg.temperature)
     train_logp = st["logp"].detach().masked_fill(~mask, 0.0)
+    if exact:  # V1: the exact path's rollout log-probs are this forward's
+        rb.logp, rb.logits = train_logp, ref
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
-                    rewards=rewards, group_ids=group_ids, sum_p2=st["sum_p2"],
-                    tok_kl=st.get("kl"), logits=rb.logits, keep=keep, tokens=rb.response,
+                    rewards=torch.tensor([r.total for r in rewards], dtype=torch.float64),
+                    group_ids=group_ids, sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
+                    logits=rb.logits, keep=keep, tokens=rb.response,
                     train_logp=train_logp)              # corrections use pi_train / pi_roll
-    log_rho = (train_logp - rb.logp).double()                          # log pi_train / pi_roll
-    metrics.update(_monitor(b, log_rho, st, keep, cfg))
-    return b, keep, metrics, (st["logp"] if live else None)
+    b = replace(b, trm_accept=trm_sampled_keep(mask, b.log_rho, cfg))
+    return StepRecord(rb, rewards, b, st, vocab_metrics, st["logp"] if live else None)
 
 
-def _monitor(b: PolicyBatch, log_rho, st, keep, cfg) -> dict:
-    from tailtheory.trm.mask import trm_mask
-
-    m = b.mask
-    accept = trm_mask(m, cfg.trm_mode, log_ratio=log_rho, delta_max=cfg.trm_delta_max,
-                      delta_avg=cfg.trm_delta_avg)
-    return {"policy/entropy": _mean(st["entropy"], m),
+def _monitor(rec: StepRecord) -> dict:
+    """The step's metrics that no stage reports: rewards, lengths, entropy, mismatch, TRM."""
+    b, rb, rw = rec.b, rec.rb, rec.rewards
+    m, log_rho = b.mask, b.log_rho.double()                           # log pi_train / pi_roll
+    lens = m.sum(-1)                                                    # (B,)
+    return {"reward/mean": float(b.rewards.mean()),
+            "reward/accuracy": sum(r.correct for r in rw) / len(rw),
+            "reward/format": sum(r.format_ok for r in rw) / len(rw),
+            "rollout/tokens": int(rb.mask.sum()), "rollout/len_mean": float(lens.double().mean()),
+            "rollout/len_max": int(lens.max()),
+            "policy/entropy": _mean(rec.stats["entropy"], m),
             "mismatch/abs_mean": _mean(log_rho.abs(), m),
             "mismatch/abs_max": float((log_rho.abs() * m).max()),
             "mismatch/k1": _mean(k1(log_rho), m), "mismatch/k3": _mean(k3(log_rho), m),
-            "trm/accept_rate": float(accept.double().mean()),
-            "dvp/pruned_mass": _mean(st["pruned_mass"], m) if keep is not None else 0.0}
+            "trm/accept_rate": float(b.trm_accept.double().mean()),
+            "dvp/pruned_mass": _mean(rec.stats["pruned_mass"], m) if b.keep is not None else 0.0}
 
 
-def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step, *,
+def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
            logp: torch.Tensor | None = None) -> dict:
     """One optimiser step on the active tokens of ``b``; returns the loss metrics.
 
@@ -167,9 +222,8 @@ def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step, *,
     if logp is None:
         z = response_logits(model, rb)
         _finite(z.detach(), "logits", step)
-        logp = token_stats(z, rb.response, keep=keep, temperature=cfg.temperature)["logp"]
-    loss, metrics = spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)),
-                                 cfg.method_params())
+        logp = token_stats(z, rb.response, keep=b.keep, temperature=cfg.temperature)["logp"]
+    loss, metrics = cfg.spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)), cfg)
     _finite(loss.detach(), "loss", step)
     loss.backward()
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -180,14 +234,11 @@ def update(model, optimizer, rb, b: PolicyBatch, keep, spec, cfg, step, *,
     return {**metrics, "grad/norm": float(gnorm)}
 
 
-def train_step(step: int, cfg: TrainConfig, spec, task, model, engine, optimizer,
-               generator) -> tuple[dict, dict]:
-    """One GRPO step. Returns ``(metrics, per-token arrays for the optional dump)``."""
-    t0 = time.perf_counter()
+def _rollout(step: int, cfg: TrainConfig, task, model, engine, generator):
+    """``(problems, rollout batch, group_ids (B,))`` of step ``step``: ``G`` responses each."""
     problems = task.problems(cfg.prompts_per_step, seed=PROBLEM_SEED + 100_000 * cfg.seed + step)
-    G = cfg.group_size
-    prompts = [p.prompt_ids for p in problems for _ in range(G)]
-    group_ids = torch.arange(len(problems)).repeat_interleave(G)        # (B,)
+    prompts = [p.prompt_ids for p in problems for _ in range(cfg.group_size)]
+    group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)   # (B,)
     engine.sync(model)
     try:
         rb = engine.generate(prompts, eos_id=task.eos_id, pad_id=task.pad_id,
@@ -195,37 +246,41 @@ def train_step(step: int, cfg: TrainConfig, spec, task, model, engine, optimizer
     except RuntimeError as exc:  # the sampler met NaN / inf probabilities
         raise TrainingDiverged(f"rollout failed at step {step} ({exc}); the run stopped and its "
                                f"last good checkpoint is kept") from exc
+    return problems, rb, group_ids
+
+
+def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer,
+               generator) -> tuple[dict, StepRecord]:
+    """One GRPO step. Returns ``(metrics, the step's record)`` (the record for the token dump)."""
+    t0 = time.perf_counter()
+    problems, rb, group_ids = _rollout(step, cfg, task, model, engine, generator)
     t_roll = time.perf_counter() - t0
-    rw = [task.reward(problems[i // G], rb.response[i]) for i in range(len(prompts))]
-    R = torch.tensor([r.total for r in rw], dtype=torch.float64)         # (B,)
-    b, keep, metrics, live = _old_policy(model, rb, R, group_ids, spec, cfg, step,
-                                         live=_SHARE_FORWARD)
-    hp = cfg.method_params()
-    adv, m_adv = advantages(spec, b, hp)
-    weight, m_cor = correction_weight(spec, replace(b, adv=adv), hp)
+    G, spec = cfg.group_size, cfg.spec
+    rw = [task.reward(problems[i // G], rb.response[i]) for i in range(rb.response.shape[0])]
+    rec = step_record(model, rb, rw, group_ids, cfg, step, live=_SHARE_FORWARD)
+    b = rec.b
+    adv, m_adv = advantages(spec, b, cfg)
+    weight, m_cor = correction_weight(spec, replace(b, adv=adv), cfg)
     b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
-    groups, m_sched = passes(spec, b, hp)
+    groups, m_sched = passes(spec, b, cfg)
     # A pass with no active token is skipped: no forward, no optimiser step (AdamW's momentum and
     # step count would still move the weights), no share of the metric averages.
     per_pass = []
     for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
         if (active & b.mask).any():
-            per_pass.append(update(model, optimizer, rb, replace(b, active=active), keep, spec,
-                                   cfg, step, logp=None if per_pass else live))
-    loss_m = _pass_mean(per_pass)
-    metrics = {"step": step, "reward/mean": float(R.mean()),
-               "reward/accuracy": sum(r.correct for r in rw) / len(rw),
-               "reward/format": sum(r.format_ok for r in rw) / len(rw),
-               "rollout/tokens": int(rb.mask.sum()), **metrics, **m_adv, **m_cor, **m_sched,
-               **loss_m, "time/rollout_s": t_roll, "time/step_s": time.perf_counter() - t0}
-    return metrics, {"b": b, "rb": rb}
+            per_pass.append(update(model, optimizer, rb, replace(b, active=active), cfg, step,
+                                   logp=None if per_pass else rec.live_logp))
+    metrics = {"step": step, **_monitor(rec), **rec.vocab_metrics, **m_adv, **m_cor, **m_sched,
+               **_pass_mean(per_pass), "time/rollout_s": t_roll,
+               "time/step_s": time.perf_counter() - t0}
+    return metrics, replace(rec, b=b)
 
 
 def _pass_mean(per_pass: list[dict]) -> dict:
     """Loss metrics averaged over the passes with a non-zero weight on some token; grad norm
     over every pass run (empty passes are never run); zeros when no pass ran."""
     if not per_pass:
-        return {"loss/clipfrac": 0.0, "grad/norm": 0.0, "loss/active_frac": 0.0}
+        return {**{k: 0.0 for k in LOSS_METRICS}, "grad/norm": 0.0}
     live = [m for m in per_pass if m["loss/active_frac"] > 0] or per_pass
     out = {k: sum(m[k] for m in live) / len(live) for k in live[0]}
     out["grad/norm"] = sum(m["grad/norm"] for m in per_pass) / len(per_pass)
@@ -233,7 +288,7 @@ def _pass_mean(per_pass: list[dict]) -> dict:
 
 
 def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
-    """Per-token probabilities, advantages and log-ratios of one step to parquet (atomic)."""
+    """Per-token probabilities, advantages and ``log_rho`` of one step to parquet (atomic)."""
     import io
 
     import pandas as pd
@@ -243,7 +298,7 @@ def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
     df = pd.DataFrame({"step": step, "seq": seq.numpy(), "t": t.numpy(),
                        "group": b.group_ids[seq].numpy(), "token": rb.response[seq, t].numpy(),
                        "p_old": col(b.old_logp.exp()), "logp_old": col(b.old_logp),
-                       "logp_roll": col(b.roll_logp), "log_ratio": col(b.logp - b.roll_logp),
+                       "logp_roll": col(b.roll_logp), "log_rho": col(b.log_rho),
                        "adv": col(b.adv), "weight": col(b.weight)})
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
@@ -251,30 +306,49 @@ def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=None) -> Path:
-    """Run (or, with ``resume``, continue) ``cfg`` and return the run directory.
+    """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
-    ``task`` replaces the task named by ``cfg.task`` (tests pass one with a denser reward).
+    The directory is checked, locked and marked first (rules in :mod:`tailtheory.engine.rundir`);
+    then the warm start of a ``warm`` model is found or trained (one outside its accuracy window
+    raises :class:`~tailtheory.engine.sft.WarmStartMissed`). torch's thread count is restored on
+    return. ``task`` replaces the task named by ``cfg.task`` (tests pass one with a denser reward).
     """
+    from tailtheory.engine.rundir import open_run
+    from tailtheory.engine.threads import resolve_threads, torch_threads
+
+    resolve_threads(cfg.threads, 0)  # a bad count fails before any work
+    with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
+        if cfg.model == "warm" and task is None:
+            from tailtheory.engine.sft import SFTConfig, warm_start
+
+            warm_start(SFTConfig(task=cfg.task, task_kwargs=_task_kwargs(cfg)),
+                       progress=progress, threads=cfg.threads)
+        return _train(cfg, resume, progress, task)
+
+
+def _train(cfg: TrainConfig, resume: bool, progress: bool, task) -> Path:
     from tqdm.auto import tqdm
 
-    run, spec = Path(cfg.out), parse_methods(cfg.method)
-    if not resume and (run / ckpt_io.CHECKPOINT).exists():
-        raise ValueError(f"{run} already holds a run; pass --resume or choose another --out")
+    from tailtheory.core.models import num_params
+    from tailtheory.engine.threads import resolve_threads
+
+    run, spec = Path(cfg.out), cfg.spec
     task = task or load_task(cfg)
     model = load_model(cfg, task)
+    torch.set_num_threads(resolve_threads(cfg.threads, num_params(model)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   foreach=True)  # bitwise the per-tensor loop, faster on CPU
     generator = torch.Generator().manual_seed(cfg.seed)
     start = _restore(run, cfg, model, optimizer, generator) if resume else _fresh(run)
     atomic_write_json(run / "config.json", cfg.to_dict())
-    engine = RolloutEngine(model, rollout_config(cfg, spec, task))
+    engine = RolloutEngine(model, rollout_config(cfg, task))
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {spec.label}",
                unit="step", disable=not progress)
     for step in bar:
-        metrics, batch = train_step(step, cfg, spec, task, model, engine, optimizer, generator)
+        metrics, rec = train_step(step, cfg, task, model, engine, optimizer, generator)
         ckpt_io.append_metrics(run, metrics)
         if cfg.dump_tokens:
-            dump_tokens(run, step, batch["b"], batch["rb"])
+            dump_tokens(run, step, rec.b, rec.rb)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             ckpt_io.save_checkpoint(run, step + 1, model, optimizer, generator, cfg)
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
@@ -283,22 +357,30 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
 
 
 def _restore(run: Path, cfg: TrainConfig, model, optimizer, generator) -> int:
-    """Load the checkpoint of ``run`` into the objects; drop metric lines past it."""
-    state = ckpt_io.load_checkpoint(run, cfg)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    ckpt_io.set_rng_state(state["rng"], generator)
-    ckpt_io.truncate_metrics(run, state["step"])
-    return state["step"]
+    """Load the checkpoint of ``run`` into the objects; drop metric lines past it. A run stopped
+    before its first checkpoint starts again at step 0 (same config, so the same lines)."""
+    import sys
+
+    state = ckpt_io.load_checkpoint(run, cfg, allow_none=True)
+    start = 0 if state is None else state["step"]
+    if start > cfg.steps:
+        raise ValueError(f"--steps {cfg.steps} is fewer than the {start} steps {run} has done; "
+                         f"pass --steps {start} or more to continue it")
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        ckpt_io.set_rng_state(state["rng"], generator)
+    note = ckpt_io.truncate_metrics(run, start)
+    if note:
+        print(f"tailtheory: {note}", file=sys.stderr)
+    return start
 
 
 def _fresh(run: Path) -> int:
-    run.mkdir(parents=True, exist_ok=True)
-    (run / ckpt_io.METRICS).unlink(missing_ok=True)
+    """Step 0 of a new run (``open_run`` checked that ``run`` holds no earlier run's files)."""
     return 0
 
 
 def read_metrics(run: str | Path) -> list[dict]:
-    """The lines of ``RUN/metrics.jsonl``."""
-    text = (Path(run) / ckpt_io.METRICS).read_text()
-    return [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    """The lines of ``RUN/metrics.jsonl`` (less a last line torn by an interrupted write)."""
+    return ckpt_io.read_metrics(run)

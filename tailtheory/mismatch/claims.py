@@ -1,4 +1,4 @@
-"""Checks of THEORY.md section 2, training-inference mismatch (M1-M7; DVP, TIM)."""
+"""Checks of the training-inference mismatch claims M1-M7 (DVP, TIM; docs/claims.md)."""
 
 from __future__ import annotations
 
@@ -204,12 +204,11 @@ def _m6(profile: str) -> Evidence:
           "the (1-p) envelope", expected=Verdict.TOY_SCALE)
 def _m7(profile: str) -> Evidence:
     from tailtheory.mismatch import real as rm
-    from tailtheory.core.models import tiny_lm
 
-    model = rm.sharpen(tiny_lm(vocab_size=512, seed=0), rm.SHARPEN_SCALE)
-    ids = rm.random_input_ids(512, pick(profile, 8, 32), pick(profile, 24, 64), seed=0)
+    model = rm.m7_model()
+    ids = rm.random_input_ids(rm.M7_VOCAB, pick(profile, 8, 32), pick(profile, 24, 64), seed=0)
     numbers, ok, consistent = {}, True, True
-    for path in rm.PATHS:
+    for path in rm.M7_PATHS:
         z_train, z_inf = rm.paired_logits(model, ids, path)
         s, _ = rm.mismatch_envelope(z_train, z_inf)
         for key in ("mean_abs", "max_abs", "head_mean_abs", "tail_mean_abs", "frac_under_linear",
@@ -238,9 +237,10 @@ def _envelope_slope(z_train, z_inf) -> tuple[float, int]:
     """Least-squares slope of ``log10 mean|Delta|`` against ``log10 median(1-p)`` over the
     :data:`M7_Q_BINS` log-spaced bins of ``1-p`` in :data:`M7_Q_RANGE` holding at least
     :data:`M7_MIN_COUNT` tokens (NaN with fewer than 3 such bins); the bins used."""
-    zt = torch.as_tensor(z_train, dtype=torch.float64)
-    D = mm.logprob_mismatch(zt, z_inf).abs().flatten()
-    q = (1 - torch.softmax(zt, -1)).flatten()
+    from tailtheory.mismatch.real import mismatch_tokens
+
+    tok = mismatch_tokens(torch.as_tensor(z_train, dtype=torch.float64), z_inf)
+    D, q = tok["abs_Delta"].flatten(), (1 - tok["p"]).flatten()
     lo, hi = math.log10(M7_Q_RANGE[0]), math.log10(M7_Q_RANGE[1])
     sel = (q >= M7_Q_RANGE[0]) & (q <= M7_Q_RANGE[1])
     idx = ((torch.log10(q[sel]) - lo) / (hi - lo) * M7_Q_BINS).long().clamp(0, M7_Q_BINS - 1)

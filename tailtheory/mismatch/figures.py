@@ -1,7 +1,9 @@
 """Figures of training-inference mismatch (DVP, TIM; claims M3-M7).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
-``tailtheory.core.io.save_figure(fig, name, data=df)``.
+``tailtheory.core.io.save_figure(fig, name, data=df)``. The tables come from the theory modules
+(``tailtheory.mismatch.real.mismatch_tokens``, ``tailtheory.mismatch.logprob.selection_bias_table``,
+``accumulation_table``); this module only draws them.
 Notebook 01 (``make repro``) writes them into ``figures/``.
 """
 
@@ -14,24 +16,23 @@ import pandas as pd
 import torch
 
 from tailtheory.mismatch import logprob as mm
+from tailtheory.mismatch.logprob import accumulation_table, selection_bias_table
+from tailtheory.mismatch.real import mismatch_tokens
+
+POINT_HEAD_P = 1e-2
+"""Tokens above this trainer probability are all drawn: the (1-p) law lives there."""
 
 
 def _points(trainer_logits, inference_logits, max_points: int, seed: int) -> pd.DataFrame:
-    """A random subsample of tokens: p, |Delta|, eps and both M3 bounds."""
-    Delta = mm.logprob_mismatch(trainer_logits, inference_logits).flatten()
-    z = torch.as_tensor(trainer_logits, dtype=torch.float64)
-    p = torch.softmax(z, -1)
-    eps = mm.mismatch_eps(torch.as_tensor(inference_logits, dtype=torch.float64) - z, "position")
-    eps = eps[..., None].expand_as(p).flatten()
-    p = p.flatten()
+    """Rows of :func:`mismatch_tokens`'s table to draw: every head token, ``max_points`` others."""
+    tok = {k: v.flatten() for k, v in mismatch_tokens(trainer_logits, inference_logits).items()}
+    p = tok["p"]
     g = torch.Generator().manual_seed(seed)
-    head = (p > 1e-2).nonzero()[:, 0]  # every head token: the (1-p) law lives there
-    rest = (p <= 1e-2).nonzero()[:, 0]
+    head = (p > POINT_HEAD_P).nonzero()[:, 0]
+    rest = (p <= POINT_HEAD_P).nonzero()[:, 0]
     idx = torch.cat([head, rest[torch.randperm(len(rest), generator=g)[:max_points]]])
-    return pd.DataFrame({"p": p[idx].numpy(), "abs_Delta": Delta[idx].abs().numpy(),
-                         "eps": eps[idx].numpy(),
-                         "bound_exact": mm.mismatch_bound(p[idx], eps[idx], "exact").numpy(),
-                         "bound_first": mm.mismatch_bound(p[idx], eps[idx], "first").numpy()})
+    return pd.DataFrame({k: tok[k][idx].numpy() for k in ("p", "abs_Delta", "eps",
+                                                           "bound_exact", "bound_first")})
 
 
 def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 5_000, seed: int = 0):
@@ -69,34 +70,6 @@ def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 5_000, seed
                                                        "bound_exact", "bound_first"]]
 
 
-def selection_bias_table(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_000,
-                         n_bins: int = 10, seed: int = 0) -> pd.DataFrame:
-    """Mean signed ``Delta`` of engine-sampled tokens per trainer-probability bin (M4, M5).
-
-    Contexts have logits ``s N(0, I)`` with ``s`` from 0.3 to 8; the engine adds
-    ``N(0, sigma^2)`` noise and samples one token per context. Columns: p_lo, p_hi, p_mid,
-    count, mean_Delta, sem, m5 (M5's second-order prediction averaged over the bin).
-    """
-    g = torch.Generator().manual_seed(seed)
-    s = 0.3 + 7.7 * torch.rand(n_contexts, 1, generator=g, dtype=torch.float64)
-    z = s * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)  # (N, V)
-    delta = sigma * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)
-    k = torch.multinomial(torch.softmax(z + delta, -1), 1, generator=g)  # (N, 1)
-    p = torch.softmax(z, -1)
-    Delta = mm.logprob_mismatch(z, z + delta).gather(-1, k)[:, 0]
-    m5 = mm.sampled_bias_second_order(p, sigma).gather(-1, k)[:, 0]
-    p_k = p.gather(-1, k)[:, 0]
-    edges = np.logspace(np.log10(max(float(p_k.min()), 1e-12)), 0, n_bins + 1)
-    df = pd.DataFrame({"p": p_k.numpy(), "Delta": Delta.numpy(), "m5": m5.numpy(),
-                       "bin": np.clip(np.digitize(p_k.numpy(), edges[1:-1]), 0, n_bins - 1)})
-    out = df.groupby("bin").agg(p_mid=("p", "median"), count=("p", "size"),
-                                mean_Delta=("Delta", "mean"), sd=("Delta", "std"),
-                                m5=("m5", "mean")).reset_index()
-    out["p_lo"], out["p_hi"] = edges[out["bin"]], edges[out["bin"] + 1]
-    out["sem"] = out.sd / np.sqrt(out["count"])
-    return out.drop(columns="sd")
-
-
 def plot_selection_bias(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_000,
                         n_bins: int = 10, seed: int = 0):
     """Mean signed ``Delta`` of sampled tokens by probability bin, against M5's prediction.
@@ -119,40 +92,26 @@ def plot_selection_bias(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_00
     return fig, df
 
 
-MIN_ALIVE = 30
-"""Positions where fewer sequences of a group are still running are left out of its curve."""
-
-
 def plot_accumulation(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int = 32,
                       seed: int = 0):
     """Cumulative ``log pi_train / pi_infer`` along sequences with many vs few tail tokens (M6).
 
-    Source: DVP (M6). Simulated with :func:`tailtheory.mismatch.logprob.simulate_sequences`; sequences
-    are split at the quartiles of their tail fraction. The dotted curves are ``±sigma sqrt(t)``,
-    the scale of a zero-mean random walk. Returns ``(fig, df)`` with columns t, group, mean, sd.
+    Source: DVP (M6). Draws :func:`tailtheory.mismatch.logprob.accumulation_table` (mean ± sd per
+    group); the dotted curves are ``±sigma sqrt(t)``, the scale of a zero-mean random walk.
+    Returns ``(fig, df)`` with columns t, group, mean, sd.
     """
     import matplotlib.pyplot as plt
 
-    sim = mm.simulate_sequences(B, T_max, V, sigma, seed)
-    tail = (sim["p_tok"] < mm.TAIL_P).double()
-    frac = tail[:, : T_max // 8].mean(-1)  # every sequence is at least T_max/8 long
-    cum = -torch.cumsum(sim["Delta_tok"], -1)  # (B, T): log pi_train / pi_infer up to t
-    cum = torch.where(sim["mask"], cum, torch.nan).numpy()  # ended sequences leave the mean
-    lo, hi = torch.quantile(frac, 0.25), torch.quantile(frac, 0.75)
-    rows = []
+    df = accumulation_table(sigma, B, T_max, V, seed)
     fig, ax = plt.subplots(figsize=(5, 3.6))
+    for name, g in df.groupby("group", sort=False):
+        ax.plot(g.t, g["mean"], label=name)
+        ax.fill_between(g.t, g["mean"] - g.sd, g["mean"] + g.sd, alpha=0.2)
     t = np.arange(1, T_max + 1)
-    for name, sel in (("many tail tokens", frac >= hi), ("few tail tokens", frac <= lo)):
-        alive = (~np.isnan(cum[sel.numpy()])).sum(0) >= MIN_ALIVE
-        mean = np.where(alive, np.nanmean(cum[sel.numpy()], 0), np.nan)
-        sd = np.where(alive, np.nanstd(cum[sel.numpy()], 0), np.nan)
-        ax.plot(t, mean, label=name)
-        ax.fill_between(t, mean - sd, mean + sd, alpha=0.2)
-        rows.append(pd.DataFrame({"t": t, "group": name, "mean": mean, "sd": sd}))
     ax.plot(t, sigma * np.sqrt(t), "k:", lw=1, label="± sigma sqrt(t)")
     ax.plot(t, -sigma * np.sqrt(t), "k:", lw=1)
     ax.set(xlabel="position t", ylabel="cumulative log pi_train / pi_infer",
            title=f"accumulation, sigma = {sigma:g}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return fig, pd.concat(rows, ignore_index=True)
+    return fig, df

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check_nonneg, check_positive_int,
-                      check_probs, check_same_shape, check_unit_interval)
+from tailtheory.core.checks import (as_tensor, check_broadcastable, check_finite, check_logits,
+                                     check_mask, check_nonneg, check_positive_int, check_probs,
+                                     check_same_shape, check_unit_interval)
+from tailtheory.core.stats import map_row_blocks
 
 BOUND_ORDERS = ("exact", "first", "linear")
 """``exact``: M3's log form; ``first``: its first-order bound (1-p)(e^{2eps}-1); ``linear``:
@@ -48,13 +50,32 @@ def logprob_mismatch(logits, perturbed_logits) -> torch.Tensor:
 
     Source: DVP (M1). ``Delta = log_softmax(z') - log_softmax(z)`` with ``z'`` the inference
     engine's logits. Sign: inference minus trainer (TIM's ``delta_t = -Delta``).
+    ``-inf`` logits are masked tokens: one masked on both sides has ``Delta = 0`` (impossible
+    under both, as ``tailtheory.pruning.vocab.remaining_mismatch`` counts it), one masked on one
+    side only ``+-inf`` (a ratio with a zero); the other entries equal those of the rows
+    restricted to their finite entries. Computed in float64 blocks of rows
+    (``tailtheory.core.stats.map_row_blocks``), so the extra memory is the output and a few
+    blocks, not several float64 copies of the logits.
 
     Shapes: logits (..., V), perturbed_logits (..., V) -> Delta (..., V), float64.
     """
-    z = check_logits(logits, "logits")
-    z_prime = check_logits(perturbed_logits, "perturbed_logits")
+    z, z_prime = _two_logits(logits, perturbed_logits)
+    return map_row_blocks(_mismatch_rows, z, z_prime)
+
+
+def _two_logits(logits, perturbed_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both logit sets, checked, in their own dtype (blocks are converted to float64 later)."""
+    z = check_logits(logits, "logits", dtype=None)
+    z_prime = check_logits(perturbed_logits, "perturbed_logits", dtype=None)
     check_same_shape(z, z_prime, ("logits", "perturbed_logits"))
-    return torch.log_softmax(z_prime, -1) - torch.log_softmax(z, -1)
+    return z, z_prime
+
+
+def _mismatch_rows(z: torch.Tensor, z_prime: torch.Tensor) -> torch.Tensor:
+    """M1 on a block ``(r, V)``: ``log_softmax(z') - log_softmax(z)``, 0 where both are -inf."""
+    Delta = torch.log_softmax(z_prime.to(torch.float64), -1) - torch.log_softmax(
+        z.to(torch.float64), -1)                                       # (r, V)
+    return Delta.masked_fill_(Delta.isnan(), 0.0)  # NaN only from -inf - (-inf)
 
 
 def mismatch_identity(p, delta) -> torch.Tensor:
@@ -66,7 +87,7 @@ def mismatch_identity(p, delta) -> torch.Tensor:
     Shapes: p (..., V) probabilities, delta (..., V) logit perturbation -> Delta (..., V).
     """
     p = check_probs(p, "p")
-    delta = check_logits(delta, "delta")
+    delta = check_logits(delta, "delta", allow_masked=False)
     check_same_shape(p, delta, ("p", "delta"))
     log_Z = torch.logsumexp(torch.log(p) + delta, -1, keepdim=True)  # (..., 1)
     return delta - log_Z
@@ -80,7 +101,7 @@ def first_order_mismatch(p, delta) -> torch.Tensor:
     Shapes: p (..., V), delta (..., V) -> (..., V).
     """
     p = check_probs(p, "p")
-    delta = check_logits(delta, "delta")
+    delta = check_logits(delta, "delta", allow_masked=False)
     check_same_shape(p, delta, ("p", "delta"))
     return delta - (p * delta).sum(-1, keepdim=True)
 
@@ -95,16 +116,28 @@ def mismatch_bound(p, eps, order: str = "exact") -> torch.Tensor:
         first:  (1 - p_k)(e^{2 eps} - 1)          >= exact
         linear: 2 eps (1 - p_k)                   M2; exceeded by O(eps^2)
 
+    Every form is finite for finite ``eps`` except where a real number exceeds float64's range:
+    ``exact`` is ``log(p_k + (1 - p_k) e^{2 eps}) <= 2 eps``, evaluated as ``log1p(first)``
+    while ``first`` is finite and as ``logaddexp(log p_k, log(1 - p_k) + 2 eps)`` beyond
+    (eps > ~355), so it never overflows; ``first`` is exactly 0 at ``p_k = 1`` (no ``0 * inf``)
+    and ``+inf`` only when ``(1 - p_k)(e^{2 eps} - 1)`` itself exceeds ~1.8e308, a bound that
+    says nothing; ``linear`` never overflows.
+
     Shapes: p (...) probabilities of single tokens, eps broadcastable to p -> (...).
     """
     if order not in BOUND_ORDERS:
         raise ValueError(f"order must be one of {BOUND_ORDERS}, got {order!r}")
     p = check_unit_interval(p, "p")
     eps = check_nonneg(eps, "eps")
+    check_broadcastable(p, eps, ("p", "eps"))
+    q = 1 - p
     if order == "linear":
-        return 2 * eps * (1 - p)
-    first = (1 - p) * torch.expm1(2 * eps)
-    return first if order == "first" else torch.log1p(first)
+        return 2 * eps * q
+    first = torch.where(q > 0, q * torch.expm1(2 * eps), 0.0)
+    if order == "first":
+        return first
+    big = torch.logaddexp(torch.log(p), torch.log(q) + 2 * eps)       # log(p + q e^{2 eps})
+    return torch.where(torch.isfinite(first), torch.log1p(first), big)
 
 
 def mismatch_eps(delta, per: str = "token") -> torch.Tensor:
@@ -116,7 +149,7 @@ def mismatch_eps(delta, per: str = "token") -> torch.Tensor:
 
     Shapes: delta (..., V) -> (..., V) for ``token``, (...) for ``position``.
     """
-    delta = check_logits(delta, "delta")
+    delta = check_logits(delta, "delta", allow_masked=False)
     hi = delta.max(-1, keepdim=True).values
     lo = delta.min(-1, keepdim=True).values
     if per == "token":
@@ -130,25 +163,38 @@ def sampled_mismatch_bias(logits, perturbed_logits) -> torch.Tensor:
     """Mean mismatch of the tokens the engine samples: ``E_{k ~ p'}[Delta_k]`` (M4).
 
     Source: DVP (M4). ``sum_k p'_k (log p'_k - log p_k)``; M4 says it equals ``KL(p' || p)``
-    (:func:`kl_divergence`) and is therefore ``>= 0``.
+    (:func:`kl_divergence`) and is therefore ``>= 0``. Tokens with ``p'_k = 0`` add 0; ``+inf``
+    when ``p'`` has mass where ``p`` has none (a ``-inf`` trainer logit). Computed in float64
+    blocks of rows: no ``(..., V)`` temporary.
 
     Shapes: logits (..., V), perturbed_logits (..., V) -> (...).
     """
-    Delta = logprob_mismatch(logits, perturbed_logits)  # (..., V)
-    p_prime = torch.softmax(as_tensor(perturbed_logits, "perturbed_logits"), -1)
-    return (p_prime * Delta).sum(-1)
+    z, z_prime = _two_logits(logits, perturbed_logits)
+    return map_row_blocks(_bias_rows, z, z_prime)
+
+
+def _bias_rows(z: torch.Tensor, z_prime: torch.Tensor) -> torch.Tensor:
+    """M4 on a block ``(r, V)``: ``sum_k p'_k Delta_k`` with ``0 * Delta = 0``."""
+    p_prime = torch.softmax(z_prime.to(torch.float64), -1)             # (r, V)
+    terms = p_prime * _mismatch_rows(z, z_prime)
+    return torch.where(p_prime > 0, terms, 0.0).sum(-1)
 
 
 def kl_divergence(q, p) -> torch.Tensor:
     """``KL(q || p) = sum_k q_k log(q_k / p_k)`` of probability vectors, with ``0 log 0 = 0``.
 
     Source: reference for M4. Raises when ``q`` puts mass where ``p`` has none (KL infinite).
+    Computed in blocks of rows: no ``(..., V)`` temporary beyond the checked inputs.
 
     Shapes: q (..., V), p (..., V) -> (...).
     """
     q = check_probs(q, "q")
     p = check_probs(p, "p")
     check_same_shape(q, p, ("q", "p"))
+    return map_row_blocks(_kl_rows, q, p)
+
+
+def _kl_rows(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     if ((q > 0) & (p == 0)).any():
         raise ValueError("q puts mass on tokens where p is 0: KL(q || p) is infinite")
     terms = torch.where(q > 0, q * (torch.log(q) - torch.log(p)), torch.zeros_like(q))
@@ -204,6 +250,7 @@ def sampled_bias_second_order(p, sigma) -> torch.Tensor:
     """
     p = check_probs(p, "p")
     s2 = check_nonneg(sigma, "sigma") ** 2
+    check_broadcastable(p, s2, ("p", "sigma"))
     sum_sq = (p ** 2).sum(-1, keepdim=True)  # (..., 1)
     return s2 * ((1 - p) ** 2 + sum_sq - p ** 2) - 0.5 * s2 * (1 - sum_sq)
 
@@ -240,6 +287,8 @@ def sequence_log_ratio(Delta_tok, mask=None) -> torch.Tensor:
 
     Source: DVP (M6); TIM's sequence-level mismatch (``sum_t delta_t`` in its sign).
 
+    The mask selects, it never weights: bool, or exactly 0/1 (``tailtheory.core.checks``).
+
     Shapes: Delta_tok (B, T), mask (B, T) bool or None -> (B,).
     """
     D = check_finite(as_tensor(Delta_tok, "Delta_tok"), "Delta_tok")
@@ -247,8 +296,7 @@ def sequence_log_ratio(Delta_tok, mask=None) -> torch.Tensor:
         raise ValueError(f"Delta_tok must have shape (B, T), got {tuple(D.shape)}")
     if mask is None:
         return -D.sum(-1)
-    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
-    check_same_shape(D, m, ("Delta_tok", "mask"))
+    m = check_mask(mask, D, "mask", allow_empty=True, like_name="Delta_tok")
     return -(D * m.to(D.dtype)).sum(-1)
 
 
@@ -349,3 +397,73 @@ def worst_case_mismatch(p, k: int, eps: float, seed: int = 0) -> tuple[float, to
                      dtype=torch.float64).numpy()
     res = minimize(loss, u0, method="L-BFGS-B")
     return -res.fun / bound, delta_of(res.x)
+
+
+def selection_bias_table(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_000,
+                         n_bins: int = 10, seed: int = 0):
+    """Mean signed ``Delta`` of engine-sampled tokens per trainer-probability bin (M4, M5).
+
+    Source: DVP (M4, M5). Contexts have logits ``s N(0, I)`` with ``s`` from 0.3 to 8; the engine
+    adds ``N(0, sigma^2)`` noise and samples one token per context. Columns: p_lo, p_hi, p_mid,
+    count, mean_Delta, sem, m5 (M5's second-order prediction averaged over the bin).
+
+    Shapes: -> DataFrame with <= n_bins rows (empty bins are left out).
+    """
+    import numpy as np
+    import pandas as pd
+
+    g = torch.Generator().manual_seed(seed)
+    s = 0.3 + 7.7 * torch.rand(n_contexts, 1, generator=g, dtype=torch.float64)
+    z = s * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)  # (N, V)
+    delta = sigma * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)
+    k = torch.multinomial(torch.softmax(z + delta, -1), 1, generator=g)  # (N, 1)
+    p = torch.softmax(z, -1)
+    Delta = logprob_mismatch(z, z + delta).gather(-1, k)[:, 0]
+    m5 = sampled_bias_second_order(p, sigma).gather(-1, k)[:, 0]
+    p_k = p.gather(-1, k)[:, 0]
+    edges = np.logspace(np.log10(max(float(p_k.min()), 1e-12)), 0, n_bins + 1)
+    df = pd.DataFrame({"p": p_k.numpy(), "Delta": Delta.numpy(), "m5": m5.numpy(),
+                       "bin": np.clip(np.digitize(p_k.numpy(), edges[1:-1]), 0, n_bins - 1)})
+    out = df.groupby("bin").agg(p_mid=("p", "median"), count=("p", "size"),
+                                mean_Delta=("Delta", "mean"), sd=("Delta", "std"),
+                                m5=("m5", "mean")).reset_index()
+    out["p_lo"], out["p_hi"] = edges[out["bin"]], edges[out["bin"] + 1]
+    out["sem"] = out.sd / np.sqrt(out["count"])
+    return out.drop(columns="sd")
+
+
+MIN_ALIVE = 30
+"""Positions where fewer sequences of a group are still running are left out of its curve."""
+
+ACCUMULATION_GROUPS = ("many tail tokens", "few tail tokens")
+"""The groups of :func:`accumulation_table`: the top and bottom quartiles of tail fraction."""
+
+
+def accumulation_table(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int = 32,
+                       seed: int = 0):
+    """Cumulative ``log pi_train / pi_infer`` along sequences with many vs few tail tokens (M6).
+
+    Source: DVP (M6). Simulated with :func:`simulate_sequences`; sequences are split at the
+    quartiles of their tail fraction over the first ``T_max/8`` positions (every sequence is at
+    least that long). Per group and position: mean and sd over the sequences still running
+    (NaN where fewer than :data:`MIN_ALIVE` are).
+
+    Shapes: -> DataFrame with 2 T_max rows, columns t, group, mean, sd.
+    """
+    import numpy as np
+    import pandas as pd
+
+    sim = simulate_sequences(B, T_max, V, sigma, seed)
+    tail = (sim["p_tok"] < TAIL_P).double()
+    frac = tail[:, : T_max // 8].mean(-1)                                   # (B,)
+    cum = -torch.cumsum(sim["Delta_tok"], -1)  # (B, T): log pi_train / pi_infer up to t
+    cum = torch.where(sim["mask"], cum, torch.nan).numpy()  # ended sequences leave the mean
+    lo, hi = torch.quantile(frac, 0.25), torch.quantile(frac, 0.75)
+    t = np.arange(1, T_max + 1)
+    rows = []
+    for name, sel in zip(ACCUMULATION_GROUPS, (frac >= hi, frac <= lo)):
+        alive = (~np.isnan(cum[sel.numpy()])).sum(0) >= MIN_ALIVE
+        mean = np.where(alive, np.nanmean(cum[sel.numpy()], 0), np.nan)
+        sd = np.where(alive, np.nanstd(cum[sel.numpy()], 0), np.nan)
+        rows.append(pd.DataFrame({"t": t, "group": name, "mean": mean, "sd": sd}))
+    return pd.concat(rows, ignore_index=True)

@@ -3,34 +3,45 @@
 Source: TIM (Zhong et al., arXiv 2605.14220) for the sources of mismatch; DVP (Li et al.,
 arXiv 2512.23087) for the (1-p) envelope they should follow (M2, M3 of ``tailtheory.mismatch.logprob``).
 
-The trainer is the float32 full forward of a causal LM; the inference engine is one of:
+The trainer is the float32 full forward of a causal LM (``tailtheory.core.forward``); the
+inference engine is one of:
 
 - ``bf16`` / ``fp16``: a copy of the model in bfloat16 / float16 (rounding in every matmul);
+- ``fp8``: the Linear weights of the transformer blocks quantised to float8 e4m3 with a scale
+  and dequantised to bfloat16, the rest in bfloat16 (``tailtheory.mismatch.copies``);
 - ``kv``: float32 incremental decoding, one token at a time with the KV cache, against the
   full forward (a different reduction order, as in a serving engine).
 
 No noise is injected: every ``delta`` measured here comes from real arithmetic. Sign convention
 as in ``tailtheory.mismatch.logprob``: ``Delta = log p_infer - log p_train`` (TIM's ``delta_t = -Delta``).
 
-Claims: M7.
+Claims: M7 (and the shared model and pairs of P4, V1, V2).
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Callable
 
 import torch
 
 from tailtheory.core.checks import check_finite, check_positive_int
-from tailtheory.mismatch.logprob import logprob_mismatch, mismatch_bound, mismatch_eps
+from tailtheory.core.forward import full_forward
+from tailtheory.mismatch import logprob as mm
+from tailtheory.mismatch.copies import FP8_SCALING, check_trainer, inference_copy
 
-PATHS = ("bf16", "fp16", "kv")
+PATHS = ("bf16", "fp16", "kv", "fp8")
 """The inference paths :func:`paired_logits` knows."""
+
+M7_PATHS = ("bf16", "fp16", "kv")
+"""The paths M7's check and notebook 01's figure measure (fp8 came later; M7's ledger row is
+about these three)."""
 
 SHARPEN_SCALE = 40.0
 """lm_head scale of M7's model: some positions reach p > 0.9, ~99% of tokens fall below 1e-3
 (random init, V = 512, hidden 128)."""
+
+M7_VOCAB = 512
+"""Vocabulary of M7's model (shared by P4, V1 and V2)."""
 
 
 def _check_input_ids(input_ids, vocab_size: int) -> torch.Tensor:
@@ -45,25 +56,6 @@ def _check_input_ids(input_ids, vocab_size: int) -> torch.Tensor:
     return t.long()
 
 
-def _check_model(model) -> None:
-    dtypes = {p.dtype for p in model.parameters()}
-    if dtypes != {torch.float32}:
-        raise ValueError(f"model must be the float32 trainer (its parameters are "
-                         f"{sorted(str(d) for d in dtypes)}); inference copies are made here")
-
-
-@torch.no_grad()
-def _full_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
-    return model(input_ids=input_ids, use_cache=False).logits  # (B, T, V)
-
-
-@torch.no_grad()
-def _lowp_forward(model, input_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    engine = copy.deepcopy(model).to(dtype)
-    return engine(input_ids=input_ids, use_cache=False).logits.float()  # (B, T, V)
-
-
-@torch.no_grad()
 def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Decode one token at a time, reusing the KV cache: position t sees keys 0..t."""
     out = model(input_ids=input_ids[:, :1], use_cache=True)
@@ -75,32 +67,31 @@ def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
     return torch.cat(steps, dim=1)  # (B, T, V)
 
 
-_ENGINES: dict[str, Callable[[object, torch.Tensor], torch.Tensor]] = {
-    "bf16": lambda m, ids: _lowp_forward(m, ids, torch.bfloat16),
-    "fp16": lambda m, ids: _lowp_forward(m, ids, torch.float16),
-    "kv": _kv_forward,
-}
-
-
-def paired_logits(model, input_ids, path: str = "bf16") -> tuple[torch.Tensor, torch.Tensor]:
+@torch.no_grad()
+def paired_logits(model, input_ids, path: str = "bf16",
+                  scaling: str = FP8_SCALING) -> tuple[torch.Tensor, torch.Tensor]:
     """Trainer and inference logits of the same tokens: the real mismatch source of M7.
 
     Source: TIM (M7). ``delta = inference_logits - trainer_logits`` is the logit perturbation of
     M1-M3, produced by arithmetic, not injected.
 
-    The trainer is ``model``'s float32 full forward. ``path``: ``"bf16"`` / ``"fp16"`` run a copy
-    of ``model`` in that dtype; ``"kv"`` runs float32 incremental decoding with the KV cache.
-    ``model`` is left unchanged (eval mode, float32).
+    The trainer is ``model``'s float32 full forward. ``path``: ``"bf16"`` / ``"fp16"`` / ``"fp8"``
+    run an inference copy of ``model`` (:func:`tailtheory.mismatch.copies.inference_copy`;
+    ``scaling`` is the fp8 scaling, ``"channel"`` or ``"tensor"``); ``"kv"`` runs float32
+    incremental decoding with the KV cache. ``model`` is left unchanged (eval mode, float32).
 
     Shapes: input_ids (B, T) -> (trainer_logits, inference_logits), both float64 (B, T, V).
     """
-    if path not in _ENGINES:
+    if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    _check_model(model)
+    check_trainer(model)
     ids = _check_input_ids(input_ids, model.config.vocab_size)
     model.eval()
-    z_train = _full_forward(model, ids).double()
-    z_infer = _ENGINES[path](model, ids).double()
+    z_train = full_forward(model, ids).double()
+    if path == "kv":
+        z_infer = _kv_forward(model, ids).double()
+    else:
+        z_infer = full_forward(inference_copy(model, path, scaling), ids).float().double()
     check_finite(z_infer, f"inference_logits ({path})")  # fp16 can overflow on sharp models
     return z_train, z_infer
 
@@ -121,6 +112,17 @@ def sharpen(model, scale: float):
     return sharp.eval()
 
 
+def m7_model(vocab_size: int = M7_VOCAB, seed: int = 0, **overrides):
+    """M7's model: a random-init tiny LM (:func:`tailtheory.core.models.tiny_lm`) sharpened by
+    :data:`SHARPEN_SCALE`, float32, eval mode. The trainer of M7, P4, V1 and V2.
+
+    ``overrides`` replace fields of ``TinyLMConfig`` (``hidden=64`` for a faster test model).
+    """
+    from tailtheory.core.models import tiny_lm
+
+    return sharpen(tiny_lm(vocab_size=vocab_size, seed=seed, **overrides), SHARPEN_SCALE)
+
+
 def random_input_ids(vocab_size: int, B: int, T: int, seed: int = 0) -> torch.Tensor:
     """Uniform random token ids ``(B, T)``, reproducible from ``seed``."""
     V = check_positive_int(vocab_size, "vocab_size", 2)
@@ -136,13 +138,34 @@ BOUND_RTOL, BOUND_ATOL = 1e-9, 1e-15
 """Slack allowed when counting tokens under M3's bound: float64 rounding only."""
 
 
+def mismatch_tokens(trainer_logits, inference_logits,
+                    per: str = "position") -> dict[str, torch.Tensor]:
+    """Every token's ``p``, ``|Delta|``, ``eps`` and M3's bounds at that ``eps``: the one table
+    of ``|Delta|`` against ``p`` that the envelope, its slope and the figures read.
+
+    Source: DVP (M1-M3), TIM (M7). ``Delta = log softmax(z_infer) - log softmax(z_train)``,
+    ``p = softmax(z_train)``; ``eps`` per position is ``max_{j,k} |delta_j - delta_k| / 2`` with
+    ``delta = z_infer - z_train`` (``per="token"``: the tighter per-token value).
+
+    Shapes: trainer_logits, inference_logits (B, T, V) -> dict of float64 (B, T, V): ``p``,
+    ``abs_Delta``, ``eps``, ``bound_exact``, ``bound_first``, ``bound_linear``.
+    """
+    Delta = mm.logprob_mismatch(trainer_logits, inference_logits).abs()  # (B, T, V)
+    z = torch.as_tensor(trainer_logits, dtype=torch.float64)
+    p = torch.softmax(z, -1)
+    eps = mm.mismatch_eps(torch.as_tensor(inference_logits, dtype=torch.float64) - z, per)
+    eps = eps if per == "token" else eps[..., None].expand_as(p)  # (B, T, V)
+    return dict(p=p, abs_Delta=Delta, eps=eps, bound_exact=mm.mismatch_bound(p, eps, "exact"),
+                bound_first=mm.mismatch_bound(p, eps, "first"),
+                bound_linear=mm.mismatch_bound(p, eps, "linear"))
+
+
 def mismatch_envelope(trainer_logits, inference_logits, n_bins: int = 24,
                       per: str = "position") -> tuple[dict[str, float], "pd.DataFrame"]:
     """``|Delta|`` of every token against ``p``, and M3's bounds at the measured ``eps`` (M7).
 
-    Source: TIM (M7), DVP (M2, M3). ``delta = z_infer - z_train``; ``eps`` per position is
-    ``max_{j,k} |delta_j - delta_k| / 2`` (``per="token"``: the tighter per-token value). Every
-    token must lie under the exact bound (a theorem given ``eps``).
+    Source: TIM (M7), DVP (M2, M3). The tokens of :func:`mismatch_tokens`; every token must lie
+    under the exact bound (a theorem given ``eps``).
 
     Returns ``(summary, df)``: summary numbers (``mean_abs``, ``max_abs``, ``head_mean_abs``
     (p > 0.9), ``tail_mean_abs`` (p < 1e-3), ``frac_under_exact``, ``frac_under_first``,
@@ -152,13 +175,9 @@ def mismatch_envelope(trainer_logits, inference_logits, n_bins: int = 24,
     Shapes: trainer_logits, inference_logits (B, T, V) -> (dict, DataFrame with <= n_bins
     rows; empty bins are left out).
     """
-    Delta = logprob_mismatch(trainer_logits, inference_logits).abs()  # (B, T, V)
-    z = torch.as_tensor(trainer_logits, dtype=torch.float64)
-    p = torch.softmax(z, -1)
-    eps = mismatch_eps(torch.as_tensor(inference_logits, dtype=torch.float64) - z, per)
-    eps = eps if per == "token" else eps[..., None].expand_as(p)  # (B, T, V)
-    exact, first = mismatch_bound(p, eps, "exact"), mismatch_bound(p, eps, "first")
-    linear = mismatch_bound(p, eps, "linear")
+    tok = mismatch_tokens(trainer_logits, inference_logits, per)
+    p, Delta, eps, exact = tok["p"], tok["abs_Delta"], tok["eps"], tok["bound_exact"]
+
     def under(bound):
         return float((Delta <= bound * (1 + BOUND_RTOL) + BOUND_ATOL).double().mean())
 
@@ -169,20 +188,23 @@ def mismatch_envelope(trainer_logits, inference_logits, n_bins: int = 24,
         tail_mean_abs=float(Delta[p < TAIL_P].mean()) if (p < TAIL_P).any() else float("nan"),
         frac_head=float((p > HEAD_P).double().mean()),
         frac_tail=float((p < TAIL_P).double().mean()),
-        mean_eps=float(eps.mean()), frac_under_exact=under(exact), frac_under_first=under(first),
-        frac_under_linear=under(linear), max_ratio_exact=float(ratio.max()))
-    return summary, _binned(p, Delta, exact, first, n_bins)
+        mean_eps=float(eps.mean()), frac_under_exact=under(exact),
+        frac_under_first=under(tok["bound_first"]), frac_under_linear=under(tok["bound_linear"]),
+        max_ratio_exact=float(ratio.max()))
+    return summary, _binned(tok, n_bins)
 
 
-def _binned(p, Delta, exact, first, n_bins: int):
-    """Per log10-p bin: token count, mean and max ``|Delta|``, mean of both bounds."""
+def _binned(tok: dict[str, torch.Tensor], n_bins: int):
+    """Per log10-p bin of :func:`mismatch_tokens`'s table: token count, mean and max
+    ``|Delta|``, mean of both bounds."""
     import pandas as pd
 
+    p = tok["p"]
     logp = torch.log10(p.clamp_min(1e-300)).flatten()
     edges = torch.linspace(float(logp.min()), 0.0, n_bins + 1, dtype=torch.float64)
     idx = torch.bucketize(logp, edges[1:-1])
-    cols = {"abs_Delta": Delta.flatten(), "bound_exact": exact.flatten(),
-            "bound_first": first.flatten(), "p": p.flatten()}
+    cols = {"abs_Delta": tok["abs_Delta"].flatten(), "bound_exact": tok["bound_exact"].flatten(),
+            "bound_first": tok["bound_first"].flatten(), "p": p.flatten()}
     df = pd.DataFrame({k: v.numpy() for k, v in cols.items()}).assign(bin=idx.numpy())
     out = df.groupby("bin").agg(p_mid=("p", "median"), count=("p", "size"),
                                 mean_abs_Delta=("abs_Delta", "mean"),

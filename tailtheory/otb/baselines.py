@@ -10,14 +10,14 @@ positions, alive mask ``m`` (False after EOS and in padding), outcome reward ``R
 rewards-to-go ``G`` (B, T). Per-token energy ``w_t = 1 - 2 pi_t + sum_v pi_t(v)^2`` (the squared
 norm of the logit score, S2) and realised energy ``W_t = sum_{j<=t} m_j w_j``.
 
-Claims (ids of THEORY.md section 6):
+Claims (ids of docs/claims.md):
     O1  w_t = ||d log pi(y_t|c_t) / dz_t||^2                   :func:`token_energy`
     O5  G^i - B* = W^-i / (W^i + W^-i) (G^i - B^-i)             :func:`otb_leave_one_out`
     O2-O4, O6 (variance of the estimators) live in :mod:`tailtheory.otb.variance`.
 
 Every advantage function returns ``(B, T)`` with zeros at dead positions. Group of one:
 GRPO with ``std=True`` and RLOO raise (no spread, no leave-one-out mean), Dr. GRPO gives 0,
-OTB gives ``A = G`` (the spec of THEORY.md section 6).
+OTB gives ``A = G`` (OTB's definition, O-claims of docs/claims.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check
 from tailtheory.softmax.scores import sum_p_squared
 
 OTB_EPS = 1e-8
-"""Denominator guard of ``B*_t``: OTB's formula (THEORY.md section 6), also the ``epsilon``
+"""Denominator guard of ``B*_t``: OTB's formula (arXiv 2602.07078), also the ``epsilon``
 default of verl's ``compute_optimal_token_baseline_advantage``."""
 
 GRPO_EPS = 1e-6
@@ -47,12 +47,12 @@ below it, and any larger excess is an impossible input (``w_t`` would leave ``[0
 
 # --- input checks shared by the advantage functions --------------------------------------------
 
-def _alive_mask(mask: Any, B: int | None = None) -> torch.Tensor:
-    """A non-empty boolean ``(B, T)`` mask."""
+def _alive_mask(mask: Any, B: int | None = None, by: str = "rewards") -> torch.Tensor:
+    """A non-empty ``(B, T)`` mask (the package's mask rule), ``B`` as set by ``by``."""
     m = torch.as_tensor(np.asarray(mask)) if not isinstance(mask, torch.Tensor) else mask
     if m.ndim != 2 or (B is not None and m.shape[0] != B):
-        raise ValueError(f"mask must have shape (B, T) with B = {B if B is not None else 'any'}, "
-                         f"got {tuple(m.shape)}")
+        from_ = f" = {B}, the length of {by}" if B is not None else ""
+        raise ValueError(f"mask must have shape (B, T) with B{from_}; got {tuple(m.shape)}")
     return check_mask(m, m)
 
 
@@ -75,11 +75,12 @@ def broadcast_returns(returns: Any, mask: torch.Tensor, name: str = "returns") -
     """``G (B, T)``: outcome reward ``(B,)`` copied to every position, or rewards-to-go
     ``(B, T)`` as given; zero at dead positions. NaN or inf is rejected."""
     g = check_finite(as_tensor(returns, name), name)
-    if g.ndim == 1:
+    if g.ndim == 1 and g.shape[0] == mask.shape[0]:
         g = g[:, None].expand(mask.shape)
     if g.shape != mask.shape:
         raise ValueError(f"{name} must have shape (B,) = ({mask.shape[0]},) or (B, T) = "
-                         f"{tuple(mask.shape)}, got {tuple(as_tensor(returns, name).shape)}")
+                         f"{tuple(mask.shape)} to match mask, got "
+                         f"{tuple(as_tensor(returns, name).shape)}")
     return g * mask
 
 
@@ -107,8 +108,8 @@ def token_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Ten
     if lp.ndim != 2:
         raise ValueError(f"token_logp must have shape (B, T), got {tuple(lp.shape)}")
     x = as_tensor(logits_or_sum_p2, "logits_or_sum_p2", dtype=None)
-    if x.ndim == 3:
-        sp2 = sum_p_squared(check_logits(x, "logits_or_sum_p2"))       # (B, T)
+    if x.ndim == 3:  # -inf logits are masked tokens; float64 by blocks of rows
+        sp2 = sum_p_squared(check_logits(x, "logits_or_sum_p2", dtype=None))  # (B, T)
     elif x.ndim == 2:
         sp2 = check_nonneg(x, "logits_or_sum_p2").to(torch.float64)
     else:
@@ -163,9 +164,12 @@ def grpo_advantages(rewards: Any, group_ids: Any, mask: Any, std: bool = True,
 
     Source: GRPO as compared in OTB. Formula: ``A^i = (R^i - mean_g R) / (std_g R + eps)``
     (unbiased std, as ``torch.std``), broadcast to alive positions. ``std=False`` is Dr. GRPO.
-    A group of one has no std: with ``std=True`` it raises.
+    A group of one has no std: with ``std=True`` it raises; so does an ``eps`` that is negative
+    (``std + eps`` could vanish) or not finite.
     Shapes: rewards (B,), group_ids (B,), mask (B, T) -> (B, T).
     """
+    if not (isinstance(eps, (int, float)) and 0 <= float(eps) < float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     r, m = _outcome_rewards(rewards, mask)
     inv, counts = group_index(group_ids, r.shape[0])
     adv = r - _group_mean(r, inv, counts)                                # (B,)
@@ -254,28 +258,65 @@ def otb_leave_one_out(returns: Any, energy: Any, mask: Any,
     return shrink * m, B_loo
 
 
+def self_inclusion_residual(returns: Any, energy: Any, mask: Any,
+                            group_ids: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """O5's two sides subtracted: ``(G^i - B*) - W^-i / (W^i + W^-i) (G^i - B^-i)`` at ``eps = 0``.
+
+    Source: OTB (O5). Returns the residual and where it is defined (alive, and some other
+    response of the group carries weight); the residual is 0 elsewhere.
+    Shapes: as :func:`optimal_token_baseline` -> residual (B, T), defined (B, T) bool.
+    """
+    lhs = optimal_token_baseline(returns, energy, mask, group_ids, eps=0.0)
+    shrink, B_loo = otb_leave_one_out(returns, energy, mask, group_ids)
+    m = _alive_mask(mask, lhs.shape[0])
+    defined = torch.isfinite(B_loo) & m
+    G = broadcast_returns(returns, m)
+    rhs = shrink * (G - torch.nan_to_num(B_loo))
+    return torch.where(defined, lhs - rhs, torch.zeros_like(lhs)), defined
+
+
 # --- the registry ------------------------------------------------------------------------------
 
 AdvantageFn = Callable[..., torch.Tensor]
-"""``fn(rewards (B,), group_ids (B,), mask (B, T), energy (B, T) | None) -> adv (B, T)``."""
+"""``fn(rewards (B,), group_ids (B,), mask (B, T), energy (B, T) | None) -> adv (B, T)``.
 
-ADVANTAGES: dict[str, AdvantageFn] = {
-    "grpo": lambda rewards, group_ids, mask, energy=None: grpo_advantages(rewards, group_ids,
-                                                                          mask),
-    "dr_grpo": lambda rewards, group_ids, mask, energy=None: dr_grpo_advantages(rewards,
-                                                                                group_ids, mask),
-    "rloo": lambda rewards, group_ids, mask, energy=None: rloo_advantages(rewards, group_ids,
-                                                                          mask),
-    "otb": lambda rewards, group_ids, mask, energy=None: optimal_token_baseline(
-        rewards, _need_energy(energy), mask, group_ids),
-}
-"""The advantage estimators by name, with one signature (see :data:`AdvantageFn`)."""
+``energy`` is ``W`` from :func:`realized_energy`; only ``otb`` reads it (the others ignore it)."""
+
+ADVANTAGES: dict[str, AdvantageFn] = {}
+"""The advantage estimators by name, with one signature (see :data:`AdvantageFn`); the one
+registry of the package (the training engine looks its group advantages up here)."""
 
 
-def _need_energy(energy):
+def register_advantage(name: str):
+    """Decorator: add an :data:`AdvantageFn` to :data:`ADVANTAGES`; an existing name raises."""
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGES[name] = fn
+        return fn
+    return deco
+
+
+@register_advantage("grpo")
+def _grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
+    return grpo_advantages(rewards, group_ids, mask)
+
+
+@register_advantage("dr_grpo")
+def _dr_grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
+    return dr_grpo_advantages(rewards, group_ids, mask)
+
+
+@register_advantage("rloo")
+def _rloo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
+    return rloo_advantages(rewards, group_ids, mask)
+
+
+@register_advantage("otb")
+def _otb(rewards, group_ids, mask, energy=None) -> torch.Tensor:
     if energy is None:
         raise ValueError("energy is required by 'otb': pass W from realized_energy(...)")
-    return energy
+    return optimal_token_baseline(rewards, energy, mask, group_ids)
 
 
 def advantage_fn(name: str) -> AdvantageFn:
@@ -287,4 +328,5 @@ def advantage_fn(name: str) -> AdvantageFn:
 
 __all__ = ["OTB_EPS", "GRPO_EPS", "token_energy", "realized_energy", "group_index",
            "broadcast_returns", "grpo_advantages", "dr_grpo_advantages", "rloo_advantages",
-           "optimal_token_baseline", "otb_leave_one_out", "ADVANTAGES", "advantage_fn"]
+           "optimal_token_baseline", "otb_leave_one_out", "ADVANTAGES", "advantage_fn",
+           "register_advantage"]

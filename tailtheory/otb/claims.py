@@ -1,4 +1,4 @@
-"""Checks of the optimal token baseline O1-O6 (THEORY.md section 6).
+"""Checks of the optimal token baseline O1-O6 (OTB, arXiv 2602.07078; docs/claims.md).
 
 O1, O2, O5 are identities checked to machine precision on exact tabular policies; O3, O4 are
 exact variances over a sweep of random policies (seeds, sharpness, horizon, with and without
@@ -8,14 +8,12 @@ groups against the exact gradient.
 
 from __future__ import annotations
 
-import functools
-
-import sympy as sp
 import torch
 
 from tailtheory.otb import variance as bv
+from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.checks import ATOL_F64
-from tailtheory.otb.baselines import optimal_token_baseline, otb_leave_one_out, token_energy
+from tailtheory.otb.baselines import self_inclusion_residual, token_energy
 from tailtheory.core.tabular import TabularPolicy
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
@@ -48,30 +46,11 @@ def check_o1(profile: str) -> Evidence:
     err, n = 0.0, 0
     for pol in _o1_policies(profile):
         w = token_energy(pol.probs().pow(2).sum(-1)[pol.ctx], pol.token_logp, pol.mask)
-        for i, t in pol.mask.nonzero().tolist():
-            z = pol.logits.clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(torch.log_softmax(z[pol.ctx[i, t]], -1)[pol.seqs[i, t]],
-                                       z)
-            err = max(err, abs(g.pow(2).sum().item() - w[i, t].item()))
-            n += 1
+        err = max(err, (bv.autograd_sq_norms(pol) - w)[pol.mask].abs().max().item())
+        n += int(pol.mask.sum())
     ok = err <= ATOL_F64
     return Evidence(Verdict.HOLDS if ok else Verdict.REFUTED,
                     {"max_abs_err": err, "tokens_checked": n, "atol": ATOL_F64})
-
-
-def _fd_grad(f, B):
-    e = torch.eye(len(B), dtype=torch.float64) * FD_H
-    return torch.stack([(f(B + e[t]) - f(B - e[t])) / (2 * FD_H) for t in range(len(B))])
-
-
-def _sympy_closed_form(n: int = 4) -> bool:
-    a = sp.symbols(f"a0:{n}", positive=True)
-    g = sp.symbols(f"g0:{n}", real=True)
-    b = sp.Symbol("b", real=True)
-    J = sum(ai * (gi - b) ** 2 for ai, gi in zip(a, g))
-    (sol,) = sp.solve(sp.diff(J, b), b)
-    return (sp.simplify(sol - sum(x * y for x, y in zip(a, g)) / sum(a)) == 0
-            and sp.simplify(sp.diff(J, b, 2) - 2 * sum(a)) == 0)
 
 
 @register("O2", paper="OTB", statement="OTB minimises J(B) = sum_t E[||S_<=t||^2 (G_t - B_t)^2 "
@@ -88,15 +67,16 @@ def check_o2(profile: str) -> Evidence:
             S2 = bv.prefix_sq_norms(bv.score_gram(pol, tied=tied), pol.mask)
             scale = float(pol.expect(S2.sum(-1)))
             J = lambda b: bv.prefix_surrogate(pol, R, b, S2)  # noqa: E731
-            d_true = _fd_grad(J, bv.weighted_baseline(pol, R, S2)).abs().max().item() / scale
+            B_true = bv.weighted_baseline(pol, R, S2)
+            d_true = bv.fd_gradient(J, B_true, FD_H).abs().max().item() / scale
             fd_true = max(fd_true, d_true)
             if tied:
                 proxy = bv.population_baselines(pol, R)["otb"]
-                fd_tied = min(fd_tied, _fd_grad(J, proxy).abs().max().item() / scale)
+                fd_tied = min(fd_tied, bv.fd_gradient(J, proxy, FD_H).abs().max().item() / scale)
             else:
                 proxy_err = max(proxy_err, (S2 - bv.tabular_energy(pol) * pol.mask).abs().max()
                                 .item())
-    sym = _sympy_closed_form()
+    sym = all(r == 0 for r in bv.surrogate_argmin_residuals())
     holds = fd_true <= FD_RTOL and proxy_err <= ATOL_F64 and sym
     verdict = (Verdict.HOLDS_UNDER if holds and fd_tied > FD_RTOL else
                Verdict.HOLDS if holds else Verdict.REFUTED)
@@ -107,14 +87,6 @@ def check_o2(profile: str) -> Evidence:
                     "assumption: cross-token orthogonality of scores (exact for tabular policies); "
                     "with one logit bias shared by all contexts the proxy W_t misses the cross "
                     "terms and dJ/dB at proxy-OTB is no longer 0")
-
-
-@functools.lru_cache(maxsize=2)
-def variance_table(profile: str) -> tuple[dict, ...]:
-    """The O3/O4 sweep: exact variance ratios over random tabular policies (cached per profile)."""
-    return tuple(bv.variance_sweep(Ts=pick(profile, (2, 3, 4, 5), (2, 3, 4, 5, 6)),
-                                   Vs=pick(profile, (3,), (3, 4)),
-                                   seeds=pick(profile, (0,), (0, 1, 2, 3))))
 
 
 @register("O3", paper="OTB", statement="B = M^-1 c, not OTB, minimises the true estimator variance",
@@ -183,24 +155,12 @@ def check_o5(profile: str) -> Evidence:
         R = (torch.rand(B, generator=g) < 0.5).double()
         w = 2 * torch.rand(B, T, generator=g, dtype=torch.float64) ** 8
         W = (w * mask).cumsum(-1)
-        lhs = optimal_token_baseline(R, W, mask, gid, eps=0.0)
-        shrink, B_loo = otb_leave_one_out(R, W, mask, gid)
-        ok = torch.isfinite(B_loo) & mask
-        rhs = shrink * (R[:, None] - torch.nan_to_num(B_loo))
-        err = max(err, (lhs - rhs)[ok].abs().max().item() if ok.any() else 0.0)
+        res, ok = self_inclusion_residual(R, W, mask, gid)
+        err = max(err, res[ok].abs().max().item() if ok.any() else 0.0)
         n += int(ok.sum())
     holds = err <= ATOL_F64
     return Evidence(Verdict.HOLDS if holds else Verdict.REFUTED,
                     {"max_abs_err": err, "positions_checked": n, "atol": ATOL_F64})
-
-
-@functools.lru_cache(maxsize=2)
-def group_table(profile: str) -> tuple[dict, ...]:
-    """The O6 table: the finite-group study averaged over the profile's policies (cached)."""
-    return tuple(bv.group_sweep(
-        policies=pick(profile, ((3, 4, None, 1.0), (3, 4, 0, 2.0)),
-                      ((3, 4, None, 1.0), (3, 4, 0, 2.0), (3, 5, None, 2.0), (4, 4, 0, 1.0))),
-        n_groups=pick(profile, 200, 2000)))
 
 
 @register("O6", paper="OTB", statement="N = 4 with OTB matches N = 32 without",

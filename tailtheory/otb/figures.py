@@ -7,10 +7,8 @@ Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
 from __future__ import annotations
 
 import pandas as pd
-import torch
 
-from tailtheory.otb import variance as bv
-from tailtheory.core.tabular import TabularPolicy
+from tailtheory.otb.experiments import proxy_table
 
 BASELINE_LABELS = {"mean": "group mean E[R]", "otb": "OTB (proxy W_t)",
                    "token": "w_t-weighted mean", "zero": "no baseline"}
@@ -49,23 +47,11 @@ def plot_baseline_variance(rows):
     return fig, long
 
 
-def proxy_table(V: int = 3, T: int = 4, sharpness: float = 1.5, seed: int = 0) -> pd.DataFrame:
-    """O2: the proxy ``W_t`` against the true ``||S_<=t||^2`` at every alive position, for the
-    tabular policy (orthogonal scores) and the same policy with a shared logit bias (``tied``)."""
-    pol = TabularPolicy.random(V, T, sharpness=sharpness, seed=seed)
-    W = bv.tabular_energy(pol)
-    parts = []
-    for tied in (False, True):
-        true = bv.prefix_sq_norms(bv.score_gram(pol, tied=tied), pol.mask)
-        t = torch.arange(T).expand_as(W)
-        parts.append(pd.DataFrame({"parameters": "shared bias" if tied else "tabular",
-                                   "t": t[pol.mask].numpy(), "W_proxy": W[pol.mask].numpy(),
-                                   "true_prefix_sq_norm": true[pol.mask].numpy()}))
-    return pd.concat(parts, ignore_index=True)
-
-
 def plot_proxy_vs_true(**kwargs):
-    """O2: scatter of ``W_t`` against ``||S_<=t||^2``; tabular points sit on the diagonal."""
+    """O2: scatter of ``W_t`` against ``||S_<=t||^2``; tabular points sit on the diagonal.
+
+    ``kwargs`` go to :func:`tailtheory.otb.experiments.proxy_table`. Returns ``(fig, df)``.
+    """
     import matplotlib.pyplot as plt
 
     df = proxy_table(**kwargs)

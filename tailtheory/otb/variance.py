@@ -1,7 +1,6 @@
 """The exact variance of token-level policy-gradient estimators on tabular policies.
 
-Paper card
-    OTB: Li et al., *The Optimal Token Baseline*, arXiv 2602.07078, section 6 of THEORY.md.
+Source: OTB, Li et al., *The Optimal Token Baseline*, arXiv 2602.07078 (O1-O4, O6).
 
 Setting: a :class:`~tailtheory.core.tabular.TabularPolicy` (one logit row per context, every sequence
 enumerated with its probability ``q_n``). The score of position ``t`` is
@@ -11,13 +10,17 @@ elsewhere. For a position-dependent baseline ``B`` (T,) the token-level estimato
 ``V(B) = E ||g_B||^2 - ||grad J||^2`` is the quadratic ``B'MB - 2 B'c + const`` with
 ``M_tu = E[<s_t, s_u> m_t m_u]``, ``c_t = E[<s_t, sum_u s_u G_u m_u> m_t]``.
 
-Claims (ids of THEORY.md section 6):
-    O1  w_t = ||s_t||^2                                         :func:`score_gram` (diagonal)
-    O2  OTB minimises the prefix surrogate J(B)                 :func:`prefix_surrogate`
+Claims (ids of docs/claims.md):
+    O1  w_t = ||s_t||^2                                         :func:`score_gram` (diagonal),
+                                                                :func:`autograd_sq_norms`
+    O2  OTB minimises the prefix surrogate J(B)                 :func:`prefix_surrogate`,
+                                    :func:`fd_gradient`, :func:`surrogate_argmin_residuals`
     O3  B = M^-1 c minimises V(B), not OTB                       :func:`variance_quadratic`
     O4  V(OTB) / V(mean) < 1                                     :func:`population_baselines`,
                                                                 :func:`adversarial_otb_ratio`
     O6  N = 4 with OTB matches N = 32 without                     :func:`group_study`
+
+The profile tables shared by the checks and notebook 03 are in :mod:`tailtheory.otb.experiments`.
 
 ``tied=True`` adds one logit-bias vector shared by every context (``z_c + b``): scores of
 different positions then overlap, the case where the proxy ``W_t`` stops being the prefix norm.
@@ -28,12 +31,12 @@ Shapes: N sequences of the policy, T positions, P contexts, V tokens.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from tailtheory.otb.baselines import advantage_fn, broadcast_returns, realized_energy
 from tailtheory.core.tabular import TabularPolicy, random_rewards
+from tailtheory.otb.baselines import advantage_fn, broadcast_returns, realized_energy
 
 
 def logit_scores(pol: TabularPolicy) -> torch.Tensor:
@@ -67,6 +70,48 @@ def prefix_sq_norms(gram: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     cum = gram.cumsum(1).cumsum(2)                                       # (N, T, T)
     return torch.diagonal(cum, dim1=1, dim2=2) * mask
+
+
+def autograd_sq_norms(pol: TabularPolicy) -> torch.Tensor:
+    """The slow reference of O1: ``||d log pi(y_t|c_t) / d logits||^2`` over the whole (P, V)
+    logit table by autograd, one backward per alive token; 0 where dead.
+
+    Source: OTB (O1). Shapes: -> (N, T).
+    """
+    out = torch.zeros(pol.seqs.shape, dtype=torch.float64)
+    for n, t in pol.mask.nonzero().tolist():
+        z = pol.logits.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(torch.log_softmax(z[pol.ctx[n, t]], -1)[pol.seqs[n, t]], z)
+        out[n, t] = grad.pow(2).sum()
+    return out
+
+
+def fd_gradient(f: Callable[[torch.Tensor], Any], B: torch.Tensor, h: float) -> torch.Tensor:
+    """Central finite differences ``(f(B + h e_t) - f(B - h e_t)) / 2h`` for every ``t``.
+
+    Exact on a quadratic such as :func:`prefix_surrogate` up to rounding. Shapes: B (T,) -> (T,).
+    """
+    e = torch.eye(len(B), dtype=torch.float64) * h
+    return torch.stack([torch.as_tensor((f(B + e[t]) - f(B - e[t])) / (2 * h))
+                        for t in range(len(B))])
+
+
+def surrogate_argmin_residuals(n: int = 4):
+    """O2's closed form by sympy: ``argmin_b sum_i a_i (g_i - b)^2 - sum a_i g_i / sum a_i`` and
+    ``d^2/db^2 - 2 sum a_i`` for ``n`` positive weights ``a_i``; both are 0 when OTB's weighted
+    mean is the (unique) minimiser of each position's term of the prefix surrogate.
+
+    Source: OTB (O2). Returns two sympy expressions.
+    """
+    import sympy as sp
+
+    a = sp.symbols(f"a0:{n}", positive=True)
+    g = sp.symbols(f"g0:{n}", real=True)
+    b = sp.Symbol("b", real=True)
+    J = sum(ai * (gi - b) ** 2 for ai, gi in zip(a, g))
+    (sol,) = sp.solve(sp.diff(J, b), b)
+    return (sp.simplify(sol - sum(x * y for x, y in zip(a, g)) / sum(a)),
+            sp.simplify(sp.diff(J, b, 2) - 2 * sum(a)))
 
 
 def exact_gradient(pol: TabularPolicy, returns: Any, B: Any = None) -> torch.Tensor:
@@ -331,6 +376,6 @@ def group_sweep(policies=((3, 4, None, 1.0), (3, 4, 0, 2.0)), Ns=(2, 4, 8, 16, 3
 __all__ = ["logit_scores", "score_gram", "prefix_sq_norms", "exact_gradient",
            "variance_quadratic", "baseline_variance", "optimal_baseline", "weighted_baseline",
            "population_baselines", "prefix_surrogate", "adversarial_otb_ratio", "ZERO_UPDATE_RTOL",
-           "tabular_energy",
-           "group_estimates", "group_quality", "group_study", "matching_group_size",
-           "binary_rewards", "variance_sweep", "group_sweep"]
+           "tabular_energy", "group_estimates", "group_quality", "group_study",
+           "matching_group_size", "binary_rewards", "variance_sweep", "group_sweep",
+           "autograd_sq_norms", "fd_gradient", "surrogate_argmin_residuals"]

@@ -1,1 +1,35 @@
-"""pruning"""
+"""Dynamic vocabulary pruning: a safe token set, its exact cost and what it buys (claims P1-P4).
+
+Paper: **DVP**, Li et al., *Taming the Tail: Stable LLM RL via Dynamic Vocabulary Pruning*,
+arXiv 2512.23087 (v2: *Dynamic Vocabulary Pruning: Stable LLM-RL by Taming the Tail*).
+
+Notation: logits `z` of a state `s`, `pi = softmax(z)`, a safe set `S(s)` of kept tokens, the
+pruned policy `pi~(a|s) = pi(a|s) 1[a in S] / pi(S|s)` (in logits: `-inf` outside `S` before the
+log-softmax), the pruned mass `m(s) = 1 - pi(S|s)`. The rule for `S` is a parameter: min-p
+relative `pi(a) >= rho max_b pi(b)` (the default, `rho = 1e-4`), top-p (smallest set of mass
+`>= 1 - eta`) or absolute (`pi(a) >= tau`). `R_max` bounds the reward, `T` the horizon.
+
+Claims:
+
+- **P1** (exact) `TV(pi~, pi) = m` and `KL(pi~ || pi) = -log(1 - m)`.
+- **P2** (trajectory) `TV(P~, P) <= sum_t E_{pi~}[m(s_t)]`, so
+  `|J(pi~) - J(pi)| <= R_max sum_t E[m(s_t)] <= R_max T max_s m(s)`; under min-p,
+  `m(s) <= (V - |S(s)|) rho max_b pi(b|s)`. Checked by exact enumeration.
+- **P3** (exact) A sampler that truncates and renormalises over `S` while the trainer uses the
+  full vocabulary shifts every token's log-ratio by exactly `log pi(S|s)`: pruning must use the
+  same `S` on both sides.
+- **P4** (the trade) Sweeping `rho` from 1e-8 to 1e-1, DVP's argument predicts a knee: small
+  `rho` removes most of the biased mismatch of sampled tokens at negligible pruned mass.
+
+Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/pruning/`):
+
+| id | exact quantity | bound | check | figure | tests |
+|---|---|---|---|---|---|
+| P1 | `vocab.pruned_tv`, `vocab.pruned_kl`, `vocab.pruned_mass` | - | `claims._p1` | - | `test_vocab.py` |
+| P2 | `vocab.trajectory_tv`, `vocab.return_gap` | `vocab.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_vocab.py` |
+| P3 | `vocab.truncation_log_ratio`, `vocab.truncation_bias`, `sampler.dvp_keep` | - | `claims._p3` | - | `test_vocab.py`, `test_sampler.py` |
+| P4 | `vocab.pruning_sweep`, `vocab.remaining_mismatch`, `vocab.pruning_knee` | `vocab.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff` | `test_vocab.py` |
+
+Pruning in training (P5) runs through the GRPO engine's `dvp` method, with the kept set of
+`sampler.dvp_keep` on both sides; it has no registered check yet.
+"""

@@ -6,6 +6,7 @@ import torch
 
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.pruning.vocab import P4_VOCAB, p4_measurement  # noqa: F401  (P4's measurement)
 
 RULE_GRID = (("min_p", (0.0, 1e-8, 1e-4, 1e-2, 0.5, 1.0)), ("top_p", (0.0, 1e-6, 0.05, 0.5)),
              ("absolute", (0.0, 1e-9, 1e-4)))
@@ -131,23 +132,6 @@ def _p3(profile: str) -> Evidence:
                     {"max_err": err, "bias_min": bias_min, "bias_max": bias_max},
                     "one-sided minus both-sided log-ratio equals log pi_train(S) <= 0 for every "
                     "sampled token, with a logit mismatch of std 0.05 between the sides")
-
-
-P4_VOCAB = 512
-"""P4's trainer is M7's: a random tiny Qwen2-style LM with this vocabulary, its lm_head scaled by
-``tailtheory.mismatch.real.SHARPEN_SCALE`` so that it has a real low-probability tail."""
-
-
-def p4_measurement(profile: str = "quick", path: str = "bf16"):
-    """P4's sweep table on the real ``path`` mismatch of the tiny LM (used by notebook 01)."""
-    from tailtheory.core.models import tiny_lm
-    from tailtheory.pruning.vocab import pruning_sweep
-    from tailtheory.mismatch.real import SHARPEN_SCALE, paired_logits, random_input_ids, sharpen
-
-    model = sharpen(tiny_lm(vocab_size=P4_VOCAB, seed=0), SHARPEN_SCALE)
-    B, T = pick(profile, (16, 32), (64, 64))
-    z, z_prime = paired_logits(model, random_input_ids(P4_VOCAB, B, T, seed=0), path)
-    return pruning_sweep(z, z_prime), z, z_prime
 
 
 @register("P4", paper="DVP", statement="sweeping rho: a knee where small rho removes most "

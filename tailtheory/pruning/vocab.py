@@ -16,7 +16,7 @@ Rules for ``S`` (the paper's exact rule could not be read, so the rule is a para
   valid ``eta`` in ``[0, 1)`` (``eta >= 1`` is met by the empty set and raises).
 - ``absolute`` keep ``pi(a) >= tau``; valid ``tau`` in ``[0, max_a pi(a)]`` for every row.
 
-Claims (ids of THEORY.md section 3):
+Claims (ids of docs/claims.md):
     P1  TV(pi~, pi) = m, KL(pi~ || pi) = -log(1 - m)     :func:`pruned_tv`, :func:`pruned_kl`
     P2  TV(P~, P) <= sum_t E_pi~[m(s_t)]; |J(pi~) - J(pi)| <= R_max sum_t E[m] <= R_max T max m;
         min-p: m(s) <= (V - |S(s)|) rho max_b pi(b|s)   :func:`trajectory_bias_bound`
@@ -34,13 +34,15 @@ from typing import Any, Callable
 
 import torch
 
-from tailtheory.core.checks import check_logits, check_same_shape, check_tokens
+from tailtheory.core.checks import (check_logits, check_mask, check_same_shape, check_tokens,
+                                    has_minus_inf)
+from tailtheory.core.stats import map_row_blocks
 
 RULES = ("min_p", "top_p", "absolute")
 """The pruning rules :func:`safe_vocab_mask` knows."""
 
 RHO_DEFAULT = 1e-4
-"""Default min-p ratio: inside the ``1e-4 .. 1e-8`` range THEORY.md gives for DVP."""
+"""Default min-p ratio: inside DVP's ``1e-4 .. 1e-8`` range (arXiv 2512.23087)."""
 
 
 # --- the safe set ------------------------------------------------------------------------------
@@ -67,13 +69,16 @@ def _top_p(logp: torch.Tensor, eta: float) -> torch.Tensor:
 def _absolute(logp: torch.Tensor, tau: float) -> torch.Tensor:
     if tau == 0:
         return torch.ones_like(logp, dtype=torch.bool)
-    pi = logp.exp()
-    top = pi.amax(-1)
+    return logp.exp() >= tau
+
+
+def _check_absolute(z: torch.Tensor, tau: float) -> None:
+    """Every row must have ``max_a pi(a) >= tau``, or the absolute rule would empty ``S``."""
+    top = map_row_blocks(lambda zc: torch.log_softmax(zc.to(torch.float64), -1).exp().amax(-1), z)
     if (top < tau).any():
         raise ValueError(f"threshold tau={tau:g} exceeds max_a pi(a) = {float(top.min()):.4g} in "
                          f"{int((top < tau).sum())} row(s): the absolute rule would remove every "
                          f"token there")
-    return pi >= tau
 
 
 _RULE_FNS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
@@ -105,28 +110,59 @@ def safe_vocab_mask(logits, rule: str = "min_p", threshold: float = RHO_DEFAULT)
     ``absolute``: ``pi(a) >= tau``, ``tau <= max_a pi(a)`` in every row (``pi`` as
     ``exp(log_softmax(z))``). A threshold that would
     empty ``S`` raises ``ValueError``. A vocabulary of one keeps its only token (``pi = 1``).
+    A ``-inf`` logit (``pi = 0``) is pruned by every threshold above 0. Computed in float64
+    blocks of rows (``tailtheory.core.stats.map_row_blocks``).
 
     Shapes: logits (..., V) -> mask (..., V) bool.
     """
     x = _check_threshold(rule, threshold)
-    z = check_logits(logits)
+    z = check_logits(logits, dtype=None)
     if z.shape[-1] == 1:  # the only token has pi = 1: every valid threshold keeps it
-        return torch.ones_like(z, dtype=torch.bool)
-    return _RULE_FNS[rule](torch.log_softmax(z, -1), x)
+        return torch.ones(z.shape, dtype=torch.bool, device=z.device)
+    if rule == "absolute" and x > 0:
+        _check_absolute(z, x)
+    fn = _RULE_FNS[rule]
+    return map_row_blocks(lambda zc: fn(torch.log_softmax(zc.to(torch.float64), -1), x), z)
 
 
-def _check_pruning(logits, mask, name: str = "mask") -> tuple[torch.Tensor, torch.Tensor]:
-    z = check_logits(logits)
-    keep = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
-    if keep.dtype != torch.bool:
-        raise ValueError(f"{name} must be a bool keep-mask, got dtype {keep.dtype}")
-    check_same_shape(z, keep, ("logits", name))
+def _check_pruning(logits, mask, name: str = "mask",
+                   logits_name: str = "logits") -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits in their own dtype (blocks go to float64 later) and a bool keep-mask of their
+    shape that keeps, in every row, a token whose logit is finite."""
+    z = check_logits(logits, logits_name, dtype=None)
+    keep = check_mask(mask, z, name, allow_empty=True, like_name=logits_name)
     empty = ~keep.any(-1)
     if empty.any():
         raise ValueError(f"{name} keeps no token in {int(empty.sum())} row(s) (first at "
                          f"{tuple(int(i) for i in empty.nonzero()[0])}): the pruned policy is "
                          f"undefined there")
+    if has_minus_inf(z):
+        dead = ~(keep & (z > -math.inf)).any(-1)                       # z has -inf entries
+        if dead.any():
+            raise ValueError(f"{name} keeps only tokens whose {logits_name} is -inf in "
+                             f"{int(dead.sum())} row(s) (first at "
+                             f"{tuple(int(i) for i in dead.nonzero()[0])}): pi(S) = 0 there")
     return z, keep
+
+
+def _f64(z: torch.Tensor) -> torch.Tensor:
+    return z.to(torch.float64)
+
+
+def _pruned_lsm_rows(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(_f64(z).masked_fill(~keep, -math.inf), -1)
+
+
+def _pruned_mass_rows(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    z = _f64(z)
+    return torch.exp(torch.logsumexp(z.masked_fill(keep, -math.inf), -1) - torch.logsumexp(z, -1))
+
+
+def _kept_log_mass_rows(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    z = _f64(z)
+    m = _pruned_mass_rows(z, keep)
+    direct = torch.logsumexp(z.masked_fill(~keep, -math.inf), -1) - torch.logsumexp(z, -1)
+    return torch.where(m < 0.5, torch.log1p(-m.clamp(max=0.5)), direct)
 
 
 # --- P1: the pruned policy and its exact cost --------------------------------------------------
@@ -134,11 +170,11 @@ def _check_pruning(logits, mask, name: str = "mask") -> tuple[torch.Tensor, torc
 def pruned_log_softmax(logits, mask) -> torch.Tensor:
     """``log pi~(a|s)``: the log-softmax over the safe set, ``-inf`` outside it.
 
-    Source: DVP (P1). ``log_softmax(where(S, z, -inf))``.
+    Source: DVP (P1). ``log_softmax(where(S, z, -inf))``, in float64 blocks of rows.
     Shapes: logits (..., V), mask (..., V) bool -> (..., V).
     """
     z, keep = _check_pruning(logits, mask)
-    return torch.log_softmax(z.masked_fill(~keep, -math.inf), -1)
+    return map_row_blocks(_pruned_lsm_rows, z, keep)
 
 
 def pruned_mass(logits, mask) -> torch.Tensor:
@@ -148,7 +184,7 @@ def pruned_mass(logits, mask) -> torch.Tensor:
     Shapes: logits (..., V), mask (..., V) bool -> (...).
     """
     z, keep = _check_pruning(logits, mask)
-    return torch.exp(torch.logsumexp(z.masked_fill(keep, -math.inf), -1) - torch.logsumexp(z, -1))
+    return map_row_blocks(_pruned_mass_rows, z, keep)
 
 
 def kept_log_mass(logits, mask) -> torch.Tensor:
@@ -158,9 +194,7 @@ def kept_log_mass(logits, mask) -> torch.Tensor:
     Shapes: logits (..., V), mask (..., V) bool -> (...).
     """
     z, keep = _check_pruning(logits, mask)
-    m = pruned_mass(z, keep)
-    direct = torch.logsumexp(z.masked_fill(~keep, -math.inf), -1) - torch.logsumexp(z, -1)
-    return torch.where(m < 0.5, torch.log1p(-m.clamp(max=0.5)), direct)
+    return map_row_blocks(_kept_log_mass_rows, z, keep)
 
 
 def pruned_tv(logits, mask) -> torch.Tensor:
@@ -170,8 +204,9 @@ def pruned_tv(logits, mask) -> torch.Tensor:
     Shapes: logits (..., V), mask (..., V) bool -> (...).
     """
     z, keep = _check_pruning(logits, mask)
-    pi_tilde = pruned_log_softmax(z, keep).exp()
-    return 0.5 * (pi_tilde - torch.softmax(z, -1)).abs().sum(-1)
+    return map_row_blocks(lambda zc, kc: 0.5 * (_pruned_lsm_rows(zc, kc).exp()
+                                                - torch.softmax(_f64(zc), -1)).abs().sum(-1),
+                          z, keep)
 
 
 def pruned_kl(logits, mask) -> torch.Tensor:
@@ -181,9 +216,15 @@ def pruned_kl(logits, mask) -> torch.Tensor:
     Shapes: logits (..., V), mask (..., V) bool -> (...).
     """
     z, keep = _check_pruning(logits, mask)
-    lp_tilde = pruned_log_softmax(z, keep)
-    lp = torch.log_softmax(z, -1)
-    terms = torch.where(keep, lp_tilde.exp() * (lp_tilde - lp), torch.zeros_like(lp))
+    return map_row_blocks(_pruned_kl_rows, z, keep)
+
+
+def _pruned_kl_rows(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    lp_tilde = _pruned_lsm_rows(z, keep)                               # (r, V)
+    lp = torch.log_softmax(_f64(z), -1)
+    # over pi~ > 0: S minus its -inf logits (0 log 0 = 0; equal to S for finite logits)
+    terms = torch.where(lp_tilde > -math.inf, lp_tilde.exp() * (lp_tilde - lp),
+                        torch.zeros_like(lp))
     return terms.sum(-1)
 
 
@@ -196,7 +237,8 @@ def min_p_mass_bound(logits, mask, rho: float) -> torch.Tensor:
     rho = _check_threshold("min_p", rho)
     z, keep = _check_pruning(logits, mask)
     n_pruned = (~keep).sum(-1).to(torch.float64)
-    return n_pruned * rho * torch.softmax(z, -1).amax(-1)
+    top = map_row_blocks(lambda zc: torch.softmax(_f64(zc), -1).amax(-1), z)
+    return n_pruned * rho * top
 
 
 # --- P2: the pruned policy over whole trajectories (exact enumeration) -------------------------
@@ -207,7 +249,7 @@ def prune_policy(pol, mask):
     Source: DVP (P2). Shapes: pol.logits (P, V), mask (P, V) bool -> TabularPolicy.
     """
     z, keep = _check_pruning(pol.logits, mask)
-    return pol.with_logits(z.masked_fill(~keep, -math.inf))
+    return pol.with_logits(_f64(z).masked_fill(~keep, -math.inf))
 
 
 def _check_same_tree(pol_a, pol_b) -> None:
@@ -261,19 +303,29 @@ def truncation_log_ratio(logits, mask, token, sampler_logits=None) -> torch.Tens
     Source: DVP (P3). Trainer: full-vocabulary log-softmax of ``logits``; sampler:
     :func:`pruned_log_softmax` of ``sampler_logits`` (default: the same logits). P3 says this
     is the both-sided log-ratio plus ``log pi_train(S|s)`` (:func:`truncation_bias`) for every
-    ``k`` in ``S``; with equal logits, exactly ``log pi(S|s)``.
+    ``k`` in ``S``; with equal logits, exactly ``log pi(S|s)``. A token whose sampler logit is
+    ``-inf`` raises (the sampler never emits it); a ``-inf`` trainer logit gives ``-inf``.
     Shapes: logits (..., V), mask (..., V) bool, token (...) ids inside S -> (...).
     """
     z, keep = _check_pruning(logits, mask)
-    z_s = z if sampler_logits is None else check_logits(sampler_logits, "sampler_logits")
+    z_s = z if sampler_logits is None else check_logits(sampler_logits, "sampler_logits",
+                                                        dtype=None)
     check_same_shape(z, z_s, ("logits", "sampler_logits"))
+    if sampler_logits is not None:
+        _check_pruning(z_s, keep, logits_name="sampler_logits")
     k = check_tokens(token, z)
     if not keep.gather(-1, k[..., None]).all():
         raise ValueError("token must lie in the safe set S: a truncating sampler never emits "
                          "a pruned token")
-    lp_train = torch.log_softmax(z, -1).gather(-1, k[..., None])[..., 0]
-    lp_sampler = pruned_log_softmax(z_s, keep).gather(-1, k[..., None])[..., 0]
-    return lp_train - lp_sampler
+    if not (z_s.gather(-1, k[..., None]) > -math.inf).all():
+        raise ValueError("token must have a finite sampler logit: a sampler never emits a token "
+                         "of probability 0")
+    return map_row_blocks(_truncation_rows, z, z_s, keep, k)
+
+
+def _truncation_rows(z, z_s, keep, k) -> torch.Tensor:
+    lp_train = torch.log_softmax(_f64(z), -1).gather(-1, k[:, None])[:, 0]
+    return lp_train - _pruned_lsm_rows(z_s, keep).gather(-1, k[:, None])[:, 0]
 
 
 def truncation_bias(logits, mask) -> torch.Tensor:
@@ -288,7 +340,7 @@ def truncation_bias(logits, mask) -> torch.Tensor:
 # --- P4: the trade between pruned mass and remaining mismatch ----------------------------------
 
 RHO_SWEEP = tuple(10.0 ** -k for k in range(8, 0, -1))
-"""P4's sweep: ``rho = 1e-8 .. 1e-1``, one per decade, as in THEORY.md."""
+"""P4's sweep: ``rho = 1e-8 .. 1e-1``, one per decade (P4 in docs/claims.md)."""
 
 
 def remaining_mismatch(logits, perturbed_logits, mask, resp_mask=None) -> dict:
@@ -298,28 +350,38 @@ def remaining_mismatch(logits, perturbed_logits, mask, resp_mask=None) -> dict:
     as in ``tailtheory.mismatch.logprob``); per position ``E_{k~pi~'}|Delta~_k|``, ``max_{k in S}
     |Delta~_k|`` and the bias ``E_{k~pi~'}[Delta~_k] = KL(pi~' || pi~)`` (M4 on ``S``); per sequence
     ``sum_t KL`` and the P2 bias bound ``sum_t m(s_t)`` with ``m`` the trainer's pruned mass.
+    A token of ``S`` whose logit is ``-inf`` on both sides adds 0 (as in ``logprob_mismatch``).
+    Per-position values come from float64 blocks of rows: no ``(B, T, V)`` temporary.
     Shapes: logits, perturbed_logits (B, T, V), mask (B, T, V) bool, resp_mask (B, T) -> dict.
     """
     z, keep = _check_pruning(logits, mask)
-    z_prime, _ = _check_pruning(perturbed_logits, mask, "mask")
+    z_prime, _ = _check_pruning(perturbed_logits, mask, "mask", "perturbed_logits")
+    check_same_shape(z, z_prime, ("logits", "perturbed_logits"))
     if z.ndim != 3:
         raise ValueError(f"logits must have shape (B, T, V), got {tuple(z.shape)}")
     alive = (torch.ones(z.shape[:2], dtype=torch.bool) if resp_mask is None
-             else torch.as_tensor(resp_mask).bool())
-    check_same_shape(alive, z[..., 0], ("resp_mask", "logits[..., 0]"))
-    lp, lp_prime = pruned_log_softmax(z, keep), pruned_log_softmax(z_prime, keep)
-    Delta = torch.where(keep, lp_prime - lp, torch.zeros_like(lp))          # (B, T, V)
-    q = lp_prime.exp()                                                       # pi~', 0 off S
-    kl = (q * Delta).sum(-1)                                                 # (B, T)
-    m = pruned_mass(z, keep)                                                 # (B, T)
+             else check_mask(resp_mask, z[..., 0], "resp_mask", like_name="logits[..., 0]"))
+    m, abs_mean, abs_max, kl = map_row_blocks(_remaining_rows, z, z_prime, keep).unbind(-1)
     n = alive.sum()
     return {"mass_mean": float((m * alive).sum() / n), "mass_max": float(m[alive].max()),
             "seq_mass": float((m * alive).sum(-1).mean()),
             "kept_frac": float((keep.sum(-1) * alive).sum() / n / z.shape[-1]),
-            "abs_delta_mean": float(((q * Delta.abs()).sum(-1) * alive).sum() / n),
-            "abs_delta_max": float(Delta.abs().amax(-1)[alive].max()),
+            "abs_delta_mean": float((abs_mean * alive).sum() / n),
+            "abs_delta_max": float(abs_max[alive].max()),
             "bias_mean": float((kl * alive).sum() / n),
             "seq_kl": float((kl * alive).sum(-1).mean())}
+
+
+def _remaining_rows(z, z_prime, keep) -> torch.Tensor:
+    """Per row: ``m``, ``E_{pi~'}|Delta~|``, ``max_S |Delta~|``, ``KL(pi~' || pi~)``; (r, 4)."""
+    lp, lp_prime = _pruned_lsm_rows(z, keep), _pruned_lsm_rows(z_prime, keep)   # (r, V)
+    Delta = lp_prime - lp
+    Delta = torch.where(keep & ~Delta.isnan(), Delta, torch.zeros_like(lp))  # NaN: -inf twice
+    q = lp_prime.exp()                                                       # pi~', 0 off S
+    live = q > 0                                                             # 0 * inf = 0
+    kl = torch.where(live, q * Delta, 0.0).sum(-1)
+    abs_mean = torch.where(live, q * Delta.abs(), 0.0).sum(-1)
+    return torch.stack([_pruned_mass_rows(z, keep), abs_mean, Delta.abs().amax(-1), kl], -1)
 
 
 def pruning_sweep(logits, perturbed_logits, rhos=RHO_SWEEP, rule: str = "min_p",
@@ -333,7 +395,7 @@ def pruning_sweep(logits, perturbed_logits, rhos=RHO_SWEEP, rule: str = "min_p",
     """
     import pandas as pd
 
-    z_prime = check_logits(perturbed_logits, "perturbed_logits")
+    z_prime = check_logits(perturbed_logits, "perturbed_logits", dtype=None)
     rows = []
     for rho in (0.0, *rhos):
         keep = safe_vocab_mask(z_prime, rule, rho)
@@ -361,8 +423,30 @@ def pruning_knee(sweep, mass_negligible: float = 1e-3) -> dict:
     return out
 
 
+P4_VOCAB = 512
+"""P4's trainer is M7's model (``tailtheory.mismatch.real.m7_model``): a random tiny
+Qwen2-style LM with this vocabulary, its lm_head sharpened so that it has a real
+low-probability tail."""
+
+
+def p4_measurement(profile: str = "quick", path: str = "bf16"):
+    """P4's sweep on the real ``path`` mismatch of M7's model: ``(sweep, z, z_prime)``.
+
+    Source: DVP (P4), TIM (M7). Random contexts of ``16 x 32`` tokens (``64 x 64`` thorough);
+    ``z, z_prime`` from :func:`tailtheory.mismatch.real.paired_logits`, the table from
+    :func:`pruning_sweep`. Shapes: -> (DataFrame, (B, T, V), (B, T, V)).
+    """
+    from tailtheory.core.registry import pick
+    from tailtheory.mismatch.real import m7_model, paired_logits, random_input_ids
+
+    model = m7_model(P4_VOCAB)
+    B, T = pick(profile, (16, 32), (64, 64))
+    z, z_prime = paired_logits(model, random_input_ids(P4_VOCAB, B, T, seed=0), path)
+    return pruning_sweep(z, z_prime), z, z_prime
+
+
 __all__ = ["RULES", "RHO_DEFAULT", "safe_vocab_mask", "pruned_log_softmax", "pruned_mass",
            "kept_log_mass", "pruned_tv", "pruned_kl", "min_p_mass_bound",
            "prune_policy", "trajectory_tv", "return_gap", "trajectory_bias_bound",
            "truncation_log_ratio", "truncation_bias", "RHO_SWEEP", "remaining_mismatch",
-           "pruning_sweep", "pruning_knee"]
+           "pruning_sweep", "pruning_knee", "P4_VOCAB", "p4_measurement"]

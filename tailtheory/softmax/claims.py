@@ -1,4 +1,5 @@
-"""Checks of the softmax facts S1-S5 (THEORY.md section 1), against :mod:`tailtheory.softmax.scores`.
+"""Checks of the softmax facts S1-S5 (LOPTI, OTB; docs/claims.md), against
+:mod:`tailtheory.softmax.scores` (S1-S4) and :mod:`tailtheory.softmax.wedge` (S5).
 
 Every check draws float64 logits over a ladder of scales (nearly uniform to extremely peaked),
 common offsets up to +-50 and vocabularies up to thousands, then derives its verdict from the
@@ -14,19 +15,12 @@ import torch
 
 from tailtheory.softmax import scores as sm
 from tailtheory.softmax import symbolic
+from tailtheory.softmax import wedge as sw
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 TIGHT_RATIO = 0.999
-"""A bound counts as attained when a witness reaches this ratio (THEORY.md S4)."""
-
-LSE_BUDGET_FACTOR = 8.0
-"""S3 rounding budget ``8 u (1 + ln V)``: three roundings of numbers in [0, ln V] (two LSEs and
-their difference) give about ``u (1 + 4 ln V)`` in the exponent; the factor 2 on top covers the
-rounding of ``z - max z``. ``u`` is the unit roundoff of the dtype."""
-
-UNIT_ROUNDOFF = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8}
-
+"""A bound counts as attained when a witness reaches this ratio (S4: both ends attained)."""
 
 def _samples(profile: str, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
@@ -65,22 +59,6 @@ def check_s2(profile: str) -> Evidence:
                     {"max_abs_err": err, "symbolic_residual_zero": str(sym), "atol": ATOL_F64})
 
 
-def lse_budget(V: int, dtype: torch.dtype) -> float:
-    """The S3 rounding budget on the relative error in ``dtype`` (see LSE_BUDGET_FACTOR)."""
-    return LSE_BUDGET_FACTOR * UNIT_ROUNDOFF[dtype] * (1 + math.log(V))
-
-
-def s3_errors(z: torch.Tensor, dtype: torch.dtype) -> dict[str, float]:
-    """Relative errors of three routes in ``dtype``, against the extended-precision truth on the
-    same (rounded) logits: LSE max-centred, LSE raw, and the plain softmax code."""
-    zd = z.to(dtype)
-    truth = sm.sum_p_squared_longdouble(zd)
-    rel = lambda x: ((x.double() - truth).abs() / truth).max().item()  # noqa: E731
-    return {"lse": rel(sm.sum_p_squared(zd, keep_dtype=True)),
-            "lse_raw": rel(sm.sum_p_squared(zd, keep_dtype=True, center=False)),
-            "softmax": rel(sm.sum_p_squared_reference(zd, keep_dtype=True))}
-
-
 @register("S3", paper="OTB", statement="sum_j p_j^2 = exp(LSE(2z) - 2 LSE(z)) in f64/f32/bf16",
           expected=Verdict.HOLDS_UNDER)
 def check_s3(profile: str) -> Evidence:
@@ -90,7 +68,7 @@ def check_s3(profile: str) -> Evidence:
     for V, z, _ in _samples(profile):
         for dtype, tag in ((torch.float64, "f64"), (torch.float32, "f32"),
                            (torch.bfloat16, "bf16")):
-            e, budget = s3_errors(z, dtype), lse_budget(V, dtype)
+            e, budget = sm.s3_errors(z, dtype), sm.lse_budget(V, dtype)
             centred_ok &= e["lse"] <= budget
             raw_ok &= e["lse_raw"] <= budget
             for route, v in e.items():
@@ -98,7 +76,7 @@ def check_s3(profile: str) -> Evidence:
     verdict = (Verdict.REFUTED if not centred_ok else
                Verdict.HOLDS if raw_ok else Verdict.HOLDS_UNDER)
     numbers = {"bf16_rel_err": worst["bf16_lse_rel_err"], **worst,
-               "bf16_budget_V4096": lse_budget(4096, torch.bfloat16),
+               "bf16_budget_V4096": sm.lse_budget(4096, torch.bfloat16),
                "truth_unit_roundoff": float(np.finfo(np.longdouble).eps) / 2}
     note = ("within 8u(1+ln V) in every dtype when z is max-centred first (exact in real "
             "arithmetic, done by sum_p_squared); the raw formula with offsets up to 50 errs by "
@@ -123,31 +101,18 @@ def _optimised_ratio(V: int, end: str, steps: int, seed: int) -> float:
     return float(ratio.detach())
 
 
-def s4_slacks(z: torch.Tensor, k: torch.Tensor) -> dict[str, float]:
-    """Smallest slacks of the three S4 inequalities over the rows of ``z``."""
-    V = z.shape[-1]
-    norm, p_k = sm.score_norm(z, k), torch.softmax(z, -1).gather(-1, k[:, None]).squeeze(-1)
-    lower, upper = sm.score_norm_bounds(p_k, V)
-    weak = sm.score_norm_bound_weak(p_k)
-    return {"lower": (norm - lower).min().item(), "upper": (upper - norm).min().item(),
-            "weak": (weak - upper).min().item()}
-
-
 @register("S4", paper="LOPTI", statement="sqrt(V/(V-1))(1-p_k) <= ||e_k - p|| <= sqrt(2)(1-p_k) "
           "<= sqrt(2(1-p_k)); both ends attained", expected=Verdict.HOLDS)
 def check_s4(profile: str) -> Evidence:
     """S4: slacks over sampled logits; witnesses built and found by optimisation."""
     slack = {"lower": math.inf, "upper": math.inf, "weak": math.inf}
     for V, z, k in _samples(profile):
-        for name, v in s4_slacks(z, k).items():
+        for name, v in sm.s4_slacks(z, k).items():
             slack[name] = min(slack[name], v)
     tight = {}
     for V in (2, 16, 1000):
         for end in ("upper", "lower"):
-            z = sm.score_norm_witness(V, 0.3, end)
-            norm = sm.score_norm(z, 0).item()
-            lower, upper = sm.score_norm_bounds(torch.softmax(z, -1)[0], V)
-            r = norm / upper.item() if end == "upper" else lower.item() / norm
+            r = sm.witness_ratio(V, 0.3, end)
             tight[f"{end}_witness_ratio_min"] = min(tight.get(f"{end}_witness_ratio_min", 1.0), r)
     steps = pick(profile, 150, 600)
     tight["upper_ratio_optimised"] = _optimised_ratio(16, "upper", steps, seed=1)
@@ -166,8 +131,8 @@ def check_s4(profile: str) -> Evidence:
 def check_s5(profile: str) -> Evidence:
     """S5 on a tiny Qwen2 LM with V <= H (J has full row rank, both ends apply)."""
     V, H = pick(profile, (32, 64), (64, 128))
-    rows, names = sm.tiny_lm_wedge(V, H, T=pick(profile, 8, 32), n_tokens=pick(profile, 4, 8))
-    summary = sm.wedge_summary(rows, V)
+    rows, names = sw.tiny_lm_wedge(V, H, T=pick(profile, 8, 32), n_tokens=pick(profile, 4, 8))
+    summary = sw.wedge_summary(rows, V)
     numbers: dict[str, float | int | str] = {
         "frac_inside_min": min(s["frac_inside"] for s in summary),
         "case": "V<=H: full row rank" if V <= H else "V>H: upper bound only",
@@ -180,10 +145,10 @@ def check_s5(profile: str) -> Evidence:
         name = names[s["layer"]]
         numbers[f"c_lo/{name}"], numbers[f"c_hi/{name}"] = s["c_lo"], s["c_hi"]
     if profile == "thorough":  # V > H: J is rank deficient, only the upper end applies
-        wide = sm.wedge_summary(sm.tiny_lm_wedge(256, 64, T=16, n_tokens=4)[0], 256)
+        wide = sw.wedge_summary(sw.tiny_lm_wedge(256, 64, T=16, n_tokens=4)[0], 256)
         numbers["frac_inside_min_V256_H64"] = min(s["frac_inside"] for s in wide)
     holds = all(v == 1.0 for k, v in numbers.items() if k.startswith("frac_inside"))
-    note = (f"random init, output head x{sm.S5_SHARPEN:g}, float64; the wedge is exact linear "
+    note = (f"random init, output head x{sw.S5_SHARPEN:g}, float64; the wedge is exact linear "
             "algebra (grad = J^T(e_k - p)) and loose: tokens reach at most "
             f"{numbers['upper_ratio_max']:.2f} of the upper end and "
             f"{numbers['lower_ratio_min']:.2f}x the lower end")

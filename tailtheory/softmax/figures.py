@@ -9,36 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 
 from tailtheory.softmax import scores as sm
-from tailtheory.core.checks import check_logits, check_tokens
+from tailtheory.softmax.scores import score_norm_table
+from tailtheory.softmax.wedge import layer_wedge_table
 
 WITNESS_P = (0.05, 0.2, 0.4, 0.6, 0.8, 0.95)
 """Probabilities at which the S4 witnesses are drawn."""
-
-
-def score_norm_table(logits=None, token=None, *, vocab_size: int = 64, n: int = 2000,
-                     seed: int = 0) -> pd.DataFrame:
-    """One row per token: ``p``, ``1 - p``, ``||e_k - p||`` and the three S4 bounds.
-
-    Without ``logits``, ``n`` rows are drawn (:func:`tailtheory.softmax.scores.draw_logits`, half the
-    tokens sampled from p, half uniform). Shapes: logits (n, V), token (n,).
-    """
-    if logits is None:
-        g = torch.Generator().manual_seed(seed)
-        logits = sm.draw_logits(n, vocab_size, g)
-        token = sm.draw_tokens(logits, g)
-    if token is None:
-        raise ValueError("token is required when logits are given")
-    z = check_logits(logits)
-    z = z.reshape(-1, z.shape[-1])  # (n, V)
-    k = check_tokens(torch.as_tensor(token).reshape(-1), z)
-    p = torch.softmax(z, -1).gather(-1, k[:, None]).squeeze(-1)  # (n,)
-    lower, upper = sm.score_norm_bounds(p, z.shape[-1])
-    return pd.DataFrame({"V": z.shape[-1], "p": p.numpy(), "one_minus_p": (1 - p).numpy(),
-                         "score_norm": sm.score_norm(z, k).numpy(), "lower": lower.numpy(),
-                         "upper": upper.numpy(), "weak": sm.score_norm_bound_weak(p).numpy()})
 
 
 def plot_score_norm(logits=None, token=None, *, vocab_size: int = 64, n: int = 2000,
@@ -74,32 +51,13 @@ def plot_score_norm(logits=None, token=None, *, vocab_size: int = 64, n: int = 2
     return fig, df
 
 
-def layer_wedge_table(rows=None, names=None, *, vocab_size: int = 64, hidden: int = 128,
-                      T: int = 10, n_tokens: int = 4, seed: int = 0) -> pd.DataFrame:
-    """One row per (layer, token): ``||grad_a log p_k||``, ``1 - p`` and its own Jacobian wedge.
-
-    ``rows``/``names`` as from :func:`tailtheory.softmax.scores.tiny_lm_wedge` (built with the other
-    arguments when omitted). ``vocab_size`` must be the model's vocabulary.
-    """
-    if rows is None:
-        rows, names = sm.tiny_lm_wedge(vocab_size, hidden, T, n_tokens, seed=seed)
-    lower, upper = sm.score_norm_bounds(rows["p"], vocab_size)
-    idx = rows["layer"].numpy()
-    return pd.DataFrame({
-        "layer": [names[i] if names else str(i) for i in idx], "t": rows["t"].numpy(),
-        "k": rows["k"].numpy(), "p": rows["p"].numpy(), "one_minus_p": (1 - rows["p"]).numpy(),
-        "grad_norm": rows["grad_norm"].numpy(), "J_norm": rows["J_norm"].numpy(),
-        "J_smin": rows["J_smin"].numpy(), "upper": (rows["J_norm"] * upper).numpy(),
-        "lower": (rows["J_smin"] * lower).numpy()})
-
-
 def plot_layer_wedge(rows=None, names=None, *, vocab_size: int = 64, hidden: int = 128,
                      T: int = 10, n_tokens: int = 4, seed: int = 0):
     """S5: per layer, ``||grad_a log p_k||`` against ``1 - p_k`` with the fitted wedge.
 
     Each panel: the tokens (dots), each token's own Jacobian bounds (faint ticks), and the fitted
     constants ``c_lo (1-p)`` and ``c_hi (1-p)`` (dashed; smallest/largest ratio). Returns
-    ``(fig, df)`` with the per-token table of :func:`layer_wedge_table`.
+    ``(fig, df)`` with the per-token table of :func:`tailtheory.softmax.wedge.layer_wedge_table`.
     """
     import matplotlib.pyplot as plt
 
@@ -125,3 +83,7 @@ def plot_layer_wedge(rows=None, names=None, *, vocab_size: int = 64, hidden: int
     fig.suptitle("S5: activation-gradient wedge per layer (tiny LM, random init)", fontsize=9)
     fig.tight_layout()
     return fig, df
+
+
+__all__ = ["WITNESS_P", "plot_score_norm", "plot_layer_wedge", "score_norm_table",
+           "layer_wedge_table"]

@@ -1,7 +1,7 @@
 """Bounds on the surrogate error of long-horizon policy optimisation.
 
 Source: TRM. Li et al., *Trust Region Masking for Long-Horizon LLM Reinforcement Learning*,
-arXiv 2512.23075. Claims T1-T8 and T10 of THEORY.md section 5.
+arXiv 2512.23075. Claims T1-T8 and T10 (docs/claims.md).
 
 Notation: horizon ``T``; ``delta = max_c KL(pi_roll || pi_theta)(c)``; ``eps = max_c D_TV(c)``;
 ``seq_kl = D^seq_KL = sum_t E_{d_t}[D_KL]``; ``seq_tv = D^seq_TV = TV(P^roll, P^theta)``;
@@ -34,7 +34,7 @@ from tailtheory.core.checks import as_tensor, check_nonneg, check_positive_int
 
 BOUND_KEYS = ("classical", "pm_kl", "pm_tv", "mix_kl", "mix_tv", "coupling", "adaptive",
               "unified")
-"""Keys of :func:`trust_region_bounds`, in the order of THEORY.md's table (T1-T8)."""
+"""Keys of :func:`trust_region_bounds`, in the order of the claims T1-T8."""
 
 UNIFIED_OF = ("pm_kl", "pm_tv", "mix_kl", "mix_tv", "coupling", "adaptive")
 """The bounds T8 takes the minimum of (T2-T7; the classical bound is not among them)."""

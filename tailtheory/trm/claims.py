@@ -1,4 +1,4 @@
-"""Checks of TRM's trust-region claims T1-T13 (THEORY.md section 5).
+"""Checks of TRM's trust-region claims T1-T13 (TRM, arXiv 2512.23075; docs/claims.md).
 
 T1-T8 and T10 share one sweep of random tabular pairs (dense and sparse perturbations, ``V`` 2..4,
 ``T`` up to 12 with ``V = 2``, with and without EOS), each scored with the reward in ``[0, 1]``
@@ -9,7 +9,6 @@ from the measured slacks: one violation beyond rounding refutes a bound.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import pandas as pd
@@ -17,9 +16,8 @@ import torch
 
 from tailtheory.trm import experiments as tx
 from tailtheory.trm import mask as tm
-from tailtheory.mismatch.logprob import k3
 from tailtheory.core.tabular import TabularPolicy, random_rewards
-from tailtheory.trm.exact import context_kl, delta_t9, error
+from tailtheory.trm.exact import context_kl, delta_t9, error, k3_expectation
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 BOUND_CLAIMS = {"T1": "classical", "T2": "pm_kl", "T3": "pm_tv", "T4": "mix_kl", "T5": "mix_tv",
@@ -31,11 +29,6 @@ T13_TS = tuple(range(2, 13))
 T13_SCALE = 0.3
 """Logit noise of the T13 pairs; one logit pair shared by every context (stationary), so the
 per-step divergences stay fixed as T grows and each bound shows its nominal exponent."""
-
-
-@functools.lru_cache(maxsize=2)
-def _sweep(profile: str) -> pd.DataFrame:
-    return tx.random_pair_sweep(pick(profile, 80, 1500), seed=0, max_T=pick(profile, 12, 14))
 
 
 def _counterexample(df: pd.DataFrame, col: str) -> str:
@@ -50,7 +43,7 @@ def _bound_check(cid: str, profile: str) -> Evidence:
     """T1-T8: bound ``cid`` >= exact worst-case ``|Error|`` on every pair of the sweep; its
     tightness (largest ``|Error| / bound``) and how often it is the smallest of T2-T7."""
     key = BOUND_CLAIMS[cid]
-    df = _sweep(profile)
+    df = tx.sweep_table(profile)
     full = tx.slack_table(df).set_index("bound").loc[key]
     half = tx.slack_table(df, "half").set_index("bound").loc[key]
     numbers = {"pairs": len(df), "violations": int(full.violations),
@@ -63,8 +56,7 @@ def _bound_check(cid: str, profile: str) -> Evidence:
             numbers[f"share_min_{tag}/{kind}"] = float(share.get(kind, 0.0))
     wkey = "classical" if key == "coupling" else key
     if wkey in tx.T10_WITNESSES:
-        row = tx.pair_record(*tx.witness_pair(tx.T10_WITNESSES[wkey]))
-        numbers["witness_ratio_err_over_bound"] = row["abs_error"] / row[f"bound/{key}"]
+        numbers["witness_ratio_err_over_bound"] = tx.witness_ratio(wkey, key, prefix="bound")
     if full.violations:
         return Evidence(Verdict.REFUTED, numbers, _counterexample(df, f"bound/{key}"))
     return Evidence(Verdict.HOLDS, numbers, f"worst-case reward per pair; |Error| reaches "
@@ -90,7 +82,7 @@ _make_bound_claim("T8", "Unified bound = min of T2-T7")
 @tx.one_thread
 def _t9(profile: str) -> Evidence:
     """T9: ``Error + Delta = 0`` on the sweep's pairs, with worst-case and random rewards."""
-    df = _sweep(profile)
+    df = tx.sweep_table(profile)
     worst = ((df["error"] + df["delta_t9"]).abs() / df["num_tol"]).max()
     rng_pairs = [tx.make_pair(2, T, eos, 1.0, 1.0, 1.0, seed=T)
                  for T, eos in zip(range(1, 11), [None, 0] * 5)]
@@ -109,14 +101,13 @@ def _t9(profile: str) -> Evidence:
           expected=Verdict.HOLDS)
 def _t10(profile: str) -> Evidence:
     """T10 (derived): the halved bounds of T1-T8 against the same worst-case errors."""
-    df = _sweep(profile)
+    df = tx.sweep_table(profile)
     half = tx.slack_table(df, "half").set_index("bound")
     numbers = {"pairs": len(df), "violations": int(half.violations.sum()),
                **{f"max_ratio_halved/{k}": float(half.loc[k, "max_ratio"]) for k in half.index}}
     witness = {}
-    for key, x in tx.T10_WITNESSES.items():
-        row = tx.pair_record(*tx.witness_pair(x))
-        witness[key] = row["abs_error"] / row[f"half/{key}"]
+    for key in tx.T10_WITNESSES:
+        witness[key] = tx.witness_ratio(key)
         numbers[f"witness_ratio_halved/{key}"] = witness[key]
     if half.violations.sum() or max(witness.values()) > 1 + 1e-9:
         worst = half.violations.idxmax()
@@ -166,17 +157,11 @@ def _t12_hand_cases() -> int:
 def _t12(profile: str) -> Evidence:
     """T12: masks against hand cases; ``E_roll[k3] = KL`` exactly; ``(1-q)^T`` by simulation."""
     bad = _t12_hand_cases()
-    pol = TabularPolicy.random(6, 1, sharpness=3.0, seed=1)
+    pol = TabularPolicy.random(6, 1, sharpness=3.0, seed=1)               # one context
     th = pol.perturbed(2.0, seed=2)
-    lr = th.log_probs() - pol.log_probs()                               # (1, V) log rho
-    k3_err = abs((pol.probs() * k3(lr)).sum().item() - context_kl(pol, th).item())
+    k3_err = abs(k3_expectation(pol, th).sum().item() - context_kl(pol, th).item())
     B = pick(profile, 8000, 200000)
-    zmax = 0.0
-    for q in (0.001, 0.01, 0.05):
-        for T in (1, 16, 64, 256):
-            p = tm.acceptance_prob(q, T).item()
-            sim = tm.simulate_acceptance(q, T, B, seed=T)
-            zmax = max(zmax, abs(sim - p) / math.sqrt(max(p * (1 - p), 1e-12) / B))
+    zmax = float(tx.acceptance_table((0.001, 0.01, 0.05), (1, 16, 64, 256), B)["z"].max())
     ok = bad == 0 and k3_err < 1e-12 and zmax < 5.0
     keep256 = tm.acceptance_prob(0.01, 256).item()
     numbers = {"hand_case_mismatches": bad, "k3_mean_minus_kl": k3_err,

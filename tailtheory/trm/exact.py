@@ -51,6 +51,18 @@ def context_kl(roll: TabularPolicy, theta: TabularPolicy) -> torch.Tensor:
     return term.sum(-1).clamp_min(0.0)
 
 
+def k3_expectation(roll: TabularPolicy, theta: TabularPolicy) -> torch.Tensor:
+    """``(P,)`` ``E_{v ~ pi_roll(.|c)}[k3(log rho_v)]`` per context, ``rho = pi_theta / pi_roll``.
+
+    Source: TRM (T12). Equals :func:`context_kl` exactly: ``k3 = rho - 1 - log rho`` is an
+    unbiased (and non-negative) estimate of ``KL(pi_roll || pi_theta)`` from sampled tokens.
+    """
+    from tailtheory.mismatch.logprob import k3
+
+    _check_pair(roll, theta)
+    return (roll.probs() * k3(theta.log_probs() - roll.log_probs())).sum(-1)
+
+
 def context_tv(roll: TabularPolicy, theta: TabularPolicy) -> torch.Tensor:
     """``(P,)`` ``1/2 sum_v |pi_theta(v|c) - pi_roll(v|c)|`` per context."""
     _check_pair(roll, theta)
@@ -140,5 +152,5 @@ def exact_report(roll: TabularPolicy, theta: TabularPolicy, R) -> dict[str, obje
     return out
 
 
-__all__ = ["context_kl", "context_tv", "depth_average", "divergences", "log_ratio", "objective",
+__all__ = ["context_kl", "k3_expectation", "context_tv", "depth_average", "divergences", "log_ratio", "objective",
            "surrogate", "error", "delta_t9", "worst_case_reward", "exact_report"]

@@ -1,6 +1,6 @@
 """Experiments behind TRM's claims: exact errors of tabular pairs next to every bound.
 
-Source: TRM (T1-T8, T10, T11, T13). Pure functions returning pandas DataFrames, shared by the
+Source: TRM (T1-T8, T10-T13). Pure functions returning pandas DataFrames, shared by the
 claim checks (:mod:`tailtheory.trm.claims`) and notebook 02.
 
 A *pair* is ``pi_roll`` (random logits of a given sharpness) and ``pi_theta`` (its logits plus
@@ -19,9 +19,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tailtheory.core.registry import pick
 from tailtheory.core.tabular import TabularPolicy, random_rewards
 from tailtheory.trm.exact import divergences, exact_report, worst_case_reward
 from tailtheory.trm.bounds import BOUND_KEYS, tightest_bound, trust_region_bounds
+from tailtheory.trm.mask import acceptance_prob, simulate_acceptance
 
 SPARSE_FRAC = 0.02
 """Fraction of contexts perturbed in a sparse pair (few, mostly rare, contexts)."""
@@ -53,6 +55,16 @@ def witness_pair(x) -> tuple[TabularPolicy, TabularPolicy]:
     z = torch.as_tensor(x, dtype=torch.float64).reshape(2, 3, 2)
     roll = TabularPolicy(z[0], V=2, T=2)
     return roll, roll.with_logits(z[1])
+
+
+def witness_ratio(key: str, bound: str | None = None, prefix: str = "half") -> float:
+    """``|Error| / bound`` at the pinned witness ``T10_WITNESSES[key]`` (worst-case reward).
+
+    Source: TRM (T10). ``bound`` defaults to ``key``; ``prefix`` is ``half`` (the halved bounds of
+    T10) or ``bound`` (the stated ones). A ratio near 1 shows the bound is attained there.
+    """
+    row = pair_record(*witness_pair(T10_WITNESSES[key]))
+    return row["abs_error"] / row[f"{prefix}/{bound or key}"]
 
 
 def one_thread(fn):
@@ -132,6 +144,13 @@ def random_pair_sweep(n: int, seed: int = 0, max_T: int = 12) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@functools.lru_cache(maxsize=2)
+def sweep_table(profile: str) -> pd.DataFrame:
+    """The random-pair sweep of a claims profile (``quick``: 80 pairs up to ``T = 12``;
+    ``thorough``: 1500 up to 14), cached: T1-T8 and T10 read the same table. Source: TRM."""
+    return random_pair_sweep(pick(profile, 80, 1500), seed=0, max_T=pick(profile, 12, 14))
+
+
 def slack_table(df: pd.DataFrame, prefix: str = "bound") -> pd.DataFrame:
     """Per bound: ``violations`` (slack below ``-num_tol``), the minimum slack ``bound - |Error|``,
     the largest ratio ``|Error| / bound`` (tightness; bounds above ``RATIO_FLOOR``) and how often
@@ -204,6 +223,22 @@ def t11_family(ps) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def acceptance_table(qs, Ts, B: int, seed: int = 0) -> pd.DataFrame:
+    """T12 length bias: TRM's max-filter acceptance ``(1 - q)^T`` next to its simulation.
+
+    Source: TRM (T12). One row per ``(q, T)``: ``theory`` (:func:`~tailtheory.trm.mask.
+    acceptance_prob`), ``simulated`` on ``B`` sequences (seed ``seed + T``) and ``z``, the
+    deviation in standard errors ``sqrt(p (1 - p) / B)``.
+    """
+    rows = []
+    for q, T in itertools.product(qs, Ts):
+        p = acceptance_prob(q, T).item()
+        sim = simulate_acceptance(q, T, B, seed=seed + T)
+        rows.append({"q": q, "T": T, "theory": p, "simulated": sim,
+                     "z": abs(sim - p) / math.sqrt(max(p * (1 - p), 1e-12) / B)})
+    return pd.DataFrame(rows)
+
+
 def bounds_vs_T(Ts, regimes: dict[str, dict[str, float]]) -> pd.DataFrame:
     """Every bound of T1-T8 against ``T`` for named regimes of per-step divergences
     (``delta``, optional ``eps``, ``seq_kl_per_step``, ``mean_tv``: a constant per step)."""
@@ -217,6 +252,6 @@ def bounds_vs_T(Ts, regimes: dict[str, dict[str, float]]) -> pd.DataFrame:
 
 
 __all__ = ["SPARSE_FRAC", "ROUNDING_RTOL", "RATIO_FLOOR", "T10_WITNESSES", "witness_pair",
-           "one_thread", "pair_record",
-           "make_pair", "make_stationary_pair", "random_pair_sweep", "slack_table", "error_vs_T",
+           "witness_ratio", "acceptance_table", "one_thread", "pair_record",
+           "make_pair", "make_stationary_pair", "random_pair_sweep", "sweep_table", "slack_table", "error_vs_T",
            "growth_exponent", "rare_context_pair", "t11_family", "bounds_vs_T"]

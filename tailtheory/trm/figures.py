@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from tailtheory.trm import experiments as tx
-from tailtheory.trm import mask as tm
 
 BOUND_STYLE = {
     "classical": ("T1 classical", "k", "-"), "pm_kl": ("T2 PM-KL", "tab:blue", "-"),
@@ -73,10 +72,7 @@ def plot_acceptance(qs=(0.001, 0.005, 0.02), Ts=(1, 4, 16, 64, 256, 1024), B: in
     """T12 length bias: TRM's acceptance rate against ``T``, ``(1-q)^T`` and simulation."""
     import matplotlib.pyplot as plt
 
-    rows = [{"q": q, "T": T, "theory": tm.acceptance_prob(q, T).item(),
-             "simulated": tm.simulate_acceptance(q, T, B, seed=seed + T)}
-            for q in qs for T in Ts]
-    df = pd.DataFrame(rows)
+    df = tx.acceptance_table(qs, Ts, B, seed=seed)
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for q, g in df.groupby("q"):
         line = ax.semilogx(g["T"], g["theory"], label=f"(1-q)^T, q={q:g}")[0]

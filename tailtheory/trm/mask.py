@@ -37,13 +37,13 @@ def _token_divergences(mask, kl, log_ratio) -> tuple[torch.Tensor, torch.Tensor,
                          "(sampled-token log rho)")
     if kl is not None:
         d = check_nonneg(as_tensor(kl, "kl"), "kl")
-        d_max, d_avg = d, d
+        d_max, d_avg, name = d, d, "kl"
     else:
         lr = check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
-        d_max, d_avg = k2(lr), k3(lr)
+        d_max, d_avg, name = k2(lr), k3(lr), "log_ratio"
     if d_max.ndim != 2:
         raise ValueError(f"per-token divergences must be (B, T), got shape {tuple(d_max.shape)}")
-    m = check_mask(mask, d_max, "mask", allow_empty=True)
+    m = check_mask(mask, d_max, "mask", allow_empty=True, like_name=name)
     return m, d_max, d_avg
 
 
@@ -89,14 +89,20 @@ def trm_masked_loss(tok_loss, mask, keep) -> tuple[torch.Tensor, dict[str, float
     """T12: ``(1/B) sum_b keep_b sum_t mask_bt tok_loss_bt``: rejected sequences add zero and
     the denominator is the total number of sequences ``B``, not the number kept.
 
+    An empty batch (``B = 0``) raises: the mean over sequences is undefined.
     Returns ``(loss, metrics)`` with ``trm/accept_rate``. Shapes: tok_loss, mask (B, T); keep (B,).
     """
     x = check_finite(as_tensor(tok_loss, "tok_loss", dtype=None), "tok_loss")
-    m = check_mask(mask, x, "mask", allow_empty=True)
-    k = torch.as_tensor(keep)
+    if x.ndim != 2:
+        raise ValueError(f"tok_loss must have shape (B, T), got {tuple(x.shape)}")
+    if x.shape[0] == 0:
+        raise ValueError("tok_loss has an empty batch (B = 0): the loss divides by the number of "
+                         "sequences")
+    m = check_mask(mask, x, "mask", allow_empty=True, like_name="tok_loss")
+    k = keep if isinstance(keep, torch.Tensor) else torch.as_tensor(keep)
     if k.shape != (x.shape[0],):
         raise ValueError(f"keep must have shape (B,) = ({x.shape[0]},), got {tuple(k.shape)}")
-    k = k.bool()
+    k = check_mask(k, k, "keep", allow_empty=True)
     per_seq = torch.where(m, x, torch.zeros((), dtype=x.dtype)).sum(-1)  # (B,)
     loss = torch.where(k, per_seq, torch.zeros((), dtype=x.dtype)).sum() / x.shape[0]
     return loss, {"trm/accept_rate": k.double().mean().item()}

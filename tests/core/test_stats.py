@@ -183,7 +183,10 @@ K = torch.zeros(2, 3, dtype=torch.long)
     (dict(logits=Z.clone().index_put_((torch.tensor(1),), torch.tensor(float("inf"))), tokens=K),
      r"^logits .*contains .*non-finite"),
     (dict(logits=Z, tokens=K, ref_logits=torch.full((2, 3, 5), float("-inf"))),
-     r"^ref_logits .*contains"),
+     r"^ref_logits .*every entry is -inf"),
+    (dict(logits=torch.full((2, 3, 5), float("-inf")), tokens=K), r"^logits .*every entry is -inf"),
+    (dict(logits=Z.clone().index_put_((torch.tensor(1), torch.tensor(1)), torch.tensor(
+        [float("-inf")] * 5)), tokens=K), r"^logits .*every entry is -inf"),
     (dict(logits=torch.zeros(2, 5), tokens=K), "logits must have shape"),
     (dict(logits=Z, tokens=torch.zeros(2, 4, dtype=torch.long)), "tokens has shape"),
     (dict(logits=Z, tokens=K + 5), r"tokens must lie in \[0, 5\)"),
@@ -191,7 +194,10 @@ K = torch.zeros(2, 3, dtype=torch.long)
     (dict(logits=Z, tokens=K.float()), "tokens must hold integer"),
     (dict(logits=Z, tokens=K, ref_logits=torch.zeros(2, 3, 6)), "ref_logits .* same shape"),
     (dict(logits=Z, tokens=K, keep=torch.ones(2, 3, 4, dtype=torch.bool)), "keep has shape"),
-    (dict(logits=Z, tokens=K, keep=torch.ones(2, 3, 5)), "keep must be a bool"),
+    (dict(logits=Z, tokens=K, keep=torch.full((2, 3, 5), 0.5)), "keep must be a bool"),
+    (dict(logits=Z.clone().index_fill_(-1, torch.tensor([1, 2, 3, 4]), float("-inf")),
+          tokens=K + 1, keep=torch.ones(2, 3, 5, dtype=torch.bool).index_fill_(
+              -1, torch.tensor([0]), False)), "keep must keep at least one token whose logit"),
     (dict(logits=Z, tokens=K, keep=torch.zeros(2, 3, 5, dtype=torch.bool)), "keep must keep"),
     (dict(logits=Z, tokens=K, keep=torch.ones(2, 3, 5, dtype=torch.bool).index_fill_(
         -1, torch.tensor([0]), False)), "tokens must lie inside the kept"),
@@ -211,3 +217,47 @@ def test_bad_input_raises(kwargs, match):
 def test_empty_sequence_is_fine():
     s = token_stats(torch.zeros(2, 0, 5), torch.zeros(2, 0, dtype=torch.long))
     assert s["logp"].shape == (2, 0)
+
+
+# --- -inf logits are masked tokens -------------------------------------------------------------
+
+@given(stats_inputs(), st.integers(0, 2**31 - 1), st.floats(0.0, 0.9))
+def test_minus_inf_logits_equal_the_keep_mask(args, seed, frac):
+    """A ``-inf`` logit is a pruned token: the statistics equal those with ``keep`` removing it
+    (pruned_mass aside, which counts the mass ``keep`` removes, 0 for -inf logits)."""
+    z, k, ref, _, tau, chunk = args
+    g = torch.Generator().manual_seed(seed)
+    dead = torch.rand(z.shape, generator=g, dtype=torch.float64) < frac
+    dead.scatter_(-1, k.unsqueeze(-1), False)          # the sampled token stays alive
+    zm, rm = z.masked_fill(dead, -math.inf), ref.masked_fill(dead, -math.inf)
+    got = token_stats(zm, k, ref_logits=rm, temperature=tau, chunk_size=chunk)
+    want = token_stats(z, k, ref_logits=ref, keep=~dead, temperature=tau, chunk_size=chunk)
+    want.pop("pruned_mass")
+    _assert_agree(got, want, RTOL_F64, ATOL_F64)
+    _assert_agree(got, naive_token_stats(zm, k, ref_logits=rm, temperature=tau), RTOL_F64,
+                  ATOL_F64)
+    assert all(torch.isfinite(v).all() for v in got.values())
+
+
+def test_minus_inf_logits_gradient_and_masked_token():
+    """The chunked backward handles -inf entries (gradient 0 there, e_k - p elsewhere); a
+    sampled token at a -inf logit has logp = -inf, the honest value."""
+    z = torch.tensor([[[0.0, -math.inf, 1.0, 2.0]]], dtype=torch.float64, requires_grad=True)
+    k = torch.tensor([[2]])
+    token_stats(z, k, chunk_size=1)["logp"].sum().backward()
+    p = torch.softmax(z.detach(), -1)
+    torch.testing.assert_close(z.grad, torch.nn.functional.one_hot(k, 4).double() - p)
+    assert z.grad[0, 0, 1] == 0
+    assert token_stats(z.detach(), torch.tensor([[1]]))["logp"].item() == -math.inf
+
+
+def test_numeric_zero_one_keep_is_a_mask():
+    """One rule for masks: 0/1 numbers are accepted and mean what the bool mask means."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(2, 3, 7, generator=g, dtype=torch.float64)
+    k = torch.zeros(2, 3, dtype=torch.long)
+    keep = torch.rand(2, 3, 7, generator=g) < 0.6
+    keep[..., 0] = True
+    want = token_stats(z, k, keep=keep)
+    for as_num in (keep.long(), keep.float(), keep.numpy().astype("uint8")):
+        _assert_agree(token_stats(z, k, keep=as_num), want, 0, 0)

@@ -1,4 +1,4 @@
-"""The method registry (``tailtheory/engine/losses.py``, ``methods.py``, ``masks.py``).
+"""The method registry (``tailtheory/engine/types.py``, ``registry.py``, ``methods.py``).
 
 One test per method on a batch small enough to check by hand; the expected numbers are worked
 out in each test's comments. Claims: LOPTI L2 (AR), L3 (Lopti), TRM T12, DVP P3, TIM V4, OTB.
@@ -12,10 +12,12 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tailtheory.engine import registry
+from tailtheory.engine.methods import trm_sampled_keep
+from tailtheory.engine.registry import (advantages, correction_weight, get_method, parse_methods,
+                                        passes, register, registered)
+from tailtheory.engine.types import MethodParams, PolicyBatch
 from tailtheory.otb.baselines import GRPO_EPS
-from tailtheory.mismatch import corrections as masks
-from tailtheory.engine.losses import (METHODS, MethodParams, PolicyBatch, advantages,
-                                      correction_weight, get_method, parse_methods, passes)
 
 HP = MethodParams()
 ATOL = 1e-12
@@ -264,16 +266,19 @@ def test_every_method_registered_with_namespaced_metrics():
     """Each method returns (value, metrics) with 'namespace/key' metric names."""
     expected = {"grpo", "dr_grpo", "ar", "lopti", "lopti_reversed", "dvp", "trm", "otb", "tis",
                 "mis", "icepop"}
-    assert set(METHODS) == expected
+    assert set(registered()) == expected
     z = torch.tensor([[[0.0, -1.0], [0.5, 0.0]]] * 2, dtype=torch.float64)
     b = batch(old_p=[[0.3, 0.6], [0.5, 0.2]], roll_p=[[0.3, 0.5], [0.4, 0.2]],
               adv=[[1.0, 1.0], [-1.0, -1.0]], rewards=torch.tensor([1.0, 0.0]),
               group_ids=torch.tensor([0, 0]), sum_p2=torch.full((2, 2), 0.5),
               tok_kl=torch.full((2, 2), 0.01), logits=z, tokens=torch.zeros(2, 2).long())
-    for name, method in METHODS.items():
+    for name, method in registered().items():
         value, metrics = method.fn(b, HP)
         assert value is not None and metrics, name
-        assert all("/" in k for k in metrics), (name, list(metrics))
+        assert set(metrics) <= set(method.metrics), (name, list(metrics))  # declared keys
+        if method.advantage is not None:  # a loss also declares its group advantage's keys
+            metrics = {**metrics, **method.advantage(b, HP)[1]}
+        assert set(metrics) == set(method.metrics), (name, list(metrics))
 
 
 def test_corrections_see_mismatch_under_bypass():
@@ -285,14 +290,14 @@ def test_corrections_see_mismatch_under_bypass():
     recompute = batch(old_p=train_p, roll_p=roll_p)
     recompute = replace(recompute, train_logp=recompute.old_logp)
     bypass = replace(recompute, old_logp=recompute.roll_logp)
-    assert torch.equal(bypass.log_r, recompute.log_r) and bypass.log_r.abs().max() > 0.4
+    assert torch.equal(bypass.log_rho, recompute.log_rho) and bypass.log_rho.abs().max() > 0.4
     for name in ("tis", "mis", "icepop", "trm"):
         w_rec, m_rec = get_method(name).fn(recompute, hp)
         w_byp, m_byp = get_method(name).fn(bypass, hp)
         assert torch.equal(w_rec, w_byp) and m_rec == m_byp, name
         assert (w_byp != 1).any(), name  # the mismatch is large enough for every method to act
     legacy = batch(old_p=train_p, roll_p=roll_p)  # no train_logp: old_logp stands for pi_train
-    assert torch.equal(legacy.log_r, recompute.log_r)
+    assert torch.equal(legacy.log_rho, recompute.log_rho)
 
 
 def test_trm_correction_metric_does_not_clash_with_monitor():
@@ -303,50 +308,51 @@ def test_trm_correction_metric_does_not_clash_with_monitor():
     assert set(m) == {"trm/kept_frac"}
 
 
-# ---- input checks of engine/masks.py -----------------------------------------------------------
+# ---- the registry's rules ---------------------------------------------------------------------
 
-NAN_CASES = [
-    ("advantage_reweight", lambda x, m: masks.advantage_reweight(torch.ones(2, 3), x, 0.3),
-     "old_logp"),
-    ("lopti_passes", lambda x, m: masks.lopti_passes(x, m, 0.5), "old_logp"),
-    ("tis_weight", lambda x, m: masks.tis_weight(x, 2.0), "log_r"),
-    ("seq_log_ratio", lambda x, m: masks.seq_log_ratio(x, m, False), "log_r"),
-    ("mis_keep", lambda x, m: masks.mis_keep(x, m, 0.5, 2.0), "log_r"),
-    ("icepop_keep", lambda x, m: masks.icepop_keep(x, 0.5, 2.0), "log_r"),
-    ("dvp_keep", lambda x, m: masks.dvp_keep(x[..., None].expand(2, 3, 4),
-                                             torch.zeros(2, 3, dtype=torch.long), "top_p", 0.5),
-     "roll_logits"),
-]
+def test_register_refuses_an_existing_name():
+    """Two methods never share a name: registering ``tis`` again raises, the first one stays."""
+    before = get_method("tis")
+    with pytest.raises(ValueError, match="'tis' is already registered"):
+        register("tis", "correction", "test")(lambda b, hp: (None, {}))
+    assert get_method("tis") is before
 
 
-@pytest.mark.parametrize("name, call, arg", NAN_CASES, ids=[c[0] for c in NAN_CASES])
-def test_masks_reject_nan(name, call, arg):
-    """A NaN log-prob (even at a masked position) is an error naming the argument, never a token
-    silently put in a group or kept."""
-    x = torch.full((2, 3), -0.5, dtype=torch.float64)
-    x[0, 2] = float("nan")
-    m = torch.ones(2, 3, dtype=torch.bool)
-    m[0, 2] = False
-    with pytest.raises(ValueError, match=arg):
-        call(x, m)
+def test_unknown_method_lists_the_valid_names():
+    with pytest.raises(ValueError, match="unknown method 'nope'; valid methods: ar, dr_grpo, dvp"):
+        get_method("nope")
 
 
-SHAPE_CASES = [
-    ("advantage_reweight", lambda: masks.advantage_reweight(torch.ones(2, 3), torch.zeros(3), 0.3),
-     "old_logp"),
-    ("lopti_passes", lambda: masks.lopti_passes(torch.zeros(2, 3), torch.ones(3).bool(), 0.5),
-     "old_logp"),
-    ("seq_log_ratio", lambda: masks.seq_log_ratio(torch.zeros(2, 3), torch.ones(3).bool(), False),
-     "log_r"),
-    ("mis_keep", lambda: masks.mis_keep(torch.zeros(2, 3), torch.ones(3).bool(), 0.5, 2.0),
-     "log_r"),
-    ("dvp_keep", lambda: masks.dvp_keep(torch.zeros(2, 3, 4), torch.zeros(3, dtype=torch.long),
-                                        "top_p", 0.5), "tokens"),
-]
+def test_registry_never_imports_the_methods():
+    """No import cycle: the registry module does not import ``engine/methods.py`` at import time
+    (its lookups import it lazily)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(registry))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert "tailtheory.engine.methods" not in imported
+    assert not any(m and m.startswith("tailtheory.engine.methods") for m in imported)
 
 
-@pytest.mark.parametrize("name, call, arg", SHAPE_CASES, ids=[c[0] for c in SHAPE_CASES])
-def test_masks_reject_shape_mismatch(name, call, arg):
-    """``mis_keep(log_r (2, 3), mask (3,))`` and the like raise instead of broadcasting."""
-    with pytest.raises(ValueError, match=arg):
-        call()
+def test_log_rho_is_computed_once_per_batch():
+    """``log_rho`` is cached on the batch; ``replace`` makes a new batch with its own."""
+    b = batch(old_p=[[0.1, 0.6]], roll_p=[[0.2, 0.2]])
+    assert b.log_rho is b.log_rho
+    b2 = replace(b, roll_logp=b.old_logp)
+    assert torch.equal(b2.log_rho, torch.zeros_like(b2.log_rho))
+
+
+def test_trm_reuses_the_trainers_acceptance():
+    """TRM (T12), k2k3: the trm method keeps what ``trm_accept`` says (the trainer computed it
+    once for its monitor), and without it computes the same mask itself."""
+    b = batch(old_p=[[0.5 * math.exp(0.1), 0.5], [0.5 * math.exp(0.5), 0.5]],
+              roll_p=[[0.5, 0.5], [0.5, 0.5]])
+    hp = replace(HP, trm_estimator="k2k3")
+    own, _ = get_method("trm").fn(b, hp)
+    accept = trm_sampled_keep(b.mask, b.log_rho, hp)
+    shared, _ = get_method("trm").fn(replace(b, trm_accept=accept), hp)
+    assert torch.equal(own, shared) and accept.tolist() == [True, False]
+    forced, _ = get_method("trm").fn(replace(b, trm_accept=torch.tensor([False, True])), hp)
+    assert forced.tolist() == [[0.0, 0.0], [1.0, 1.0]]

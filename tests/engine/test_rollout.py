@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, left_pad,
-                                       response_logprobs)
+                                       response_logprobs, sampled_logprobs)
+from tailtheory.mismatch.copies import fp8_dequantize, fp8_quantize, fp8_weight_names
 from tailtheory.core.stats import token_stats
 from tailtheory.core.models import tiny_lm
 from tailtheory.pruning.vocab import safe_vocab_mask
@@ -44,7 +45,8 @@ def test_exact_path_is_bitwise_the_trainer_V1(model, cfg):
             assert torch.equal(rb.logp[rb.mask], lp.detach()[rb.mask])
 
 
-@pytest.mark.parametrize("path, max_abs", [("bf16", 0.5), ("fp16", 0.1), ("kv", 1e-4)])
+@pytest.mark.parametrize("path, max_abs", [("bf16", 0.5), ("fp16", 0.1), ("kv", 1e-4),
+                                           ("fp8", 2.0)])
 def test_mismatch_paths_are_nonzero_but_small_V2(model, path, max_abs):
     """V2: the low-precision copies and KV decoding disagree with the trainer, but only a little."""
     deltas = []
@@ -74,7 +76,7 @@ def test_three_token_smoke(model, path):
     assert rb.prompt_lens.tolist() == [len(p) for p in PROMPTS]
 
 
-@pytest.mark.parametrize("path", ["bf16", "fp16", "kv"])
+@pytest.mark.parametrize("path", ["bf16", "fp16", "kv", "fp8"])
 def test_rollout_logp_is_of_the_sampled_distribution(model, path):
     """The returned logp is log softmax_S(z / tau) of the rollout logits at the sampled token."""
     rb = _gen(model, 1, path=path, temperature=0.8, prune_rule="min_p", rho=1e-2,
@@ -124,6 +126,46 @@ def test_bf16_copy_follows_the_trainer_after_sync():
         assert torch.equal(p, dict(trainer.named_parameters())[name].bfloat16()), name
 
 
+FP8_OVER_BF16 = 2.0
+"""fp8's mean |Delta| on sampled tokens must exceed bf16's by this factor (measured: ~4x)."""
+
+
+def test_fp8_mismatch_is_larger_than_bf16(model):
+    """The fp8 path (e4m3 Linear weights, 4 mantissa bits) mismatches the trainer more than the
+    bf16 path (8 bits): mean |Delta| over the same seeds' sampled tokens, > 2x."""
+    mean = {}
+    for path in ("bf16", "fp8"):
+        runs = sampled_logprobs(model, RolloutConfig(path=path, max_new_tokens=16), seeds=(0, 1))
+        d = torch.cat([(roll - train)[mask] for roll, train, mask in runs]).abs().double()
+        assert d.numel() > 400
+        mean[path] = float(d.mean())
+    assert mean["fp8"] > FP8_OVER_BF16 * mean["bf16"] > 0, mean
+
+
+@pytest.mark.parametrize("scaling", ["channel", "tensor"])
+def test_fp8_copy_is_requantised_at_sync(scaling):
+    """After sync the fp8 copy holds the e4m3 round trip of the new trainer weights (fresh
+    scales) on the block Linears, their bfloat16 cast elsewhere."""
+    trainer = tiny_lm(vocab_size=V, hidden=64, layers=2, seed=1)
+    eng = RolloutEngine(trainer, RolloutConfig(path="fp8", fp8_scaling=scaling))
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.mul_(2.0).add_(0.05)
+    eng.sync(trainer)
+    src, fp8 = dict(trainer.named_parameters()), fp8_weight_names(trainer)
+    for name, p in eng.infer.named_parameters():
+        w = src[name]
+        want = fp8_dequantize(*fp8_quantize(w, scaling)) if name in fp8 else w.bfloat16()
+        assert p.dtype == torch.bfloat16 and torch.equal(p, want), name
+
+
+def test_fp8_needs_float8_dtypes(monkeypatch):
+    monkeypatch.delattr(torch, "float8_e4m3fn")
+    with pytest.raises(ValueError, match=r"fp8 path needs a torch build with float8 dtypes"):
+        RolloutConfig(path="fp8")
+    RolloutConfig(path="bf16")
+
+
 def test_response_logprobs_is_differentiable(model):
     rb = _gen(model, 0, path="exact", max_new_tokens=3)
     with torch.enable_grad():
@@ -137,6 +179,7 @@ def test_response_logprobs_is_differentiable(model):
     (dict(temperature=0.0), "temperature"),
     (dict(max_new_tokens=0), "max_new_tokens"),
     (dict(prune_rule="top_k"), "prune_rule"),
+    (dict(path="fp8", fp8_scaling="block"), "fp8_scaling"),
 ])
 def test_bad_config_raises(cfg, match):
     with pytest.raises(ValueError, match=match):
@@ -164,7 +207,7 @@ def test_left_pad_positions():
     assert lens.tolist() == [3, 1]
 
 
-@pytest.mark.parametrize("path", ["bf16", "fp16", "kv"])
+@pytest.mark.parametrize("path", ["bf16", "fp16", "kv", "fp8"])
 def test_prebuilt_decode_mask_is_bitwise_the_2d_mask(model, path, monkeypatch):
     """The additive 4-D decode mask built once per rollout gives the samples, log-probs and logits
     of the 2-D padding mask the model expands itself at every step (padded prompts)."""

@@ -6,28 +6,38 @@ Only tiny configs run here (seconds); the real warm start (minutes) is the ``slo
 import argparse
 import dataclasses
 import types
-import warnings
 
 import pytest
 import torch
 
 from tailtheory.engine import sft
-from tailtheory.engine.sft import (IGNORE_INDEX, SFTConfig, config_hash, load_warm_start,
-                                   pack_sft_batch, read_record, sampled_accuracy, sft_data,
-                                   warm_start)
+from tailtheory.engine.sft import (IGNORE_INDEX, SFTConfig, WarmStartMissed, config_hash,
+                                   load_warm_start, pack_sft_batch, read_record, sampled_accuracy,
+                                   sft_data, warm_start)
 from tailtheory.engine.tasks import get_task
 from tailtheory.core.models import TinyLMConfig, load_lm, tiny_lm
 
 TINY = SFTConfig(task="kk", task_kwargs={"n_people": 2},
                  model=TinyLMConfig(hidden=32, layers=1, heads=2, kv_heads=1),
                  batch_size=16, max_steps=4, eval_every=2, eval_n=32, pool_size=128)
-"""A warm start that runs in about a second (it does not reach the window)."""
+"""A warm start that runs in about a second (it does not reach the window on its own)."""
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv(sft.CACHE_ENV, str(tmp_path))
     return tmp_path / "sft"
+
+
+def script_accuracy(monkeypatch, accs):
+    """Make the held-out evaluations return ``accs`` in turn (then the last one forever)."""
+    accs = list(accs)
+    monkeypatch.setattr(sft, "sampled_accuracy", lambda *a, **k: accs.pop(0) if len(accs) > 1
+                        else accs[0])
+
+
+IN_WINDOW = 0.5
+"""A scripted accuracy inside TINY's window [0.35, 0.70]."""
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -50,8 +60,9 @@ def test_config_hash_is_stable_and_sensitive():
     assert len({config_hash(TINY), config_hash(dataclasses.replace(TINY, lr=2e-3)),
                 config_hash(dataclasses.replace(TINY, task_kwargs={"n_people": 3})),
                 config_hash(dataclasses.replace(TINY, model=TinyLMConfig(hidden=64)))}) == 4
-    # the time budget bounds a run but does not change a run that finished inside it
-    assert config_hash(dataclasses.replace(TINY, max_seconds=1e6)) == config_hash(TINY)
+    # the step budget bounds a run but does not change a run that finished inside it
+    assert config_hash(dataclasses.replace(TINY, max_steps=10**6)) == config_hash(TINY)
+    assert "max_seconds" not in {f.name for f in dataclasses.fields(SFTConfig)}
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -133,11 +144,10 @@ def test_sampled_accuracy_of_an_untrained_model_is_near_zero():
 
 # --- stopping rule (accuracy scripted) ---------------------------------------------------------
 
-@pytest.mark.parametrize("acc, out_of_time, reason", [
-    (0.05, False, None), (0.05, True, "max_seconds"), (0.2, False, "window"), (0.2, True, "window"),
-    (0.1, False, "window"), (0.7, False, "window"), (0.71, False, "overshoot")])
-def test_stop_reason(acc, out_of_time, reason):
-    assert sft.stop_reason(acc, 0.1, 0.7, out_of_time) == reason
+@pytest.mark.parametrize("acc, reason", [
+    (0.05, None), (0.2, "window"), (0.1, "window"), (0.7, "window"), (0.71, "overshoot")])
+def test_stop_reason(acc, reason):
+    assert sft.stop_reason(acc, 0.1, 0.7) == reason
 
 
 @pytest.mark.parametrize("accs, stop, steps", [
@@ -147,25 +157,35 @@ def test_stopping_rule(monkeypatch, accs, stop, steps):
     script = iter(accs)
     monkeypatch.setattr(sft, "sampled_accuracy", lambda *a, **k: next(script))
     cfg = dataclasses.replace(TINY, max_steps=8)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        _, _, rec = sft.train_sft(cfg, progress=False)
+    _, _, rec = sft.train_sft(cfg, progress=False)
     assert (rec["stop"], rec["steps"], rec["in_window"]) == (stop, steps, stop == "window")
+    assert rec["usable"] == (stop == "window")
     assert rec["window"] == [pytest.approx(0.35), 0.70] and rec["chance"] == 0.25
     assert [h["step"] for h in rec["history"]] == list(range(2, steps + 1, 2))
-    assert any("outside" in str(x.message) for x in w) == (stop != "window")
+
+
+def test_small_model_trains_on_one_thread_and_restores_the_count(monkeypatch):
+    """The tiny model trains on one CPU thread unless told otherwise; the caller's count is back
+    afterwards. (Training itself is replaced: two threads on a busy test machine are slow.)"""
+    monkeypatch.setattr(sft, "_train_sft", lambda cfg, model, device, progress:
+                        (model, None, {"threads": torch.get_num_threads()}))
+    before = torch.get_num_threads()
+    for threads, used in ((0, 1), (1, 1), (3, 3)):
+        assert sft.train_sft(TINY, progress=False, threads=threads)[2]["threads"] == used
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        sft.train_sft(TINY, progress=False, threads=-1)
 
 
 # --- the cache ---------------------------------------------------------------------------------
 
 def test_warm_start_tiny_saves_and_caches(cache, monkeypatch):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        path = warm_start(TINY, progress=False)
+    script_accuracy(monkeypatch, [0.0, IN_WINDOW])
+    path = warm_start(TINY, progress=False)
     assert path == cache / config_hash(TINY)
     rec = read_record(path)
-    assert {"steps", "accuracy", "seconds", "stop", "history"} <= set(rec)
-    assert rec["steps"] == 4 and 0 <= rec["accuracy"] <= 1 and rec["config"]["task"] == "kk"
+    assert {"steps", "accuracy", "seconds", "stop", "history", "usable"} <= set(rec)
+    assert rec["steps"] == 4 and rec["usable"] and rec["config"]["task"] == "kk"
     assert sorted(p.name for p in cache.iterdir()) == [path.name]      # no temporary folder left
     model, task = load_warm_start(path, device="cpu")
     assert model.config.vocab_size == len(task.tokenizer) == 512 and task.n_people == 2
@@ -174,22 +194,71 @@ def test_warm_start_tiny_saves_and_caches(cache, monkeypatch):
     calls = []
     monkeypatch.setattr(sft, "train_sft", lambda *a, **k: calls.append(1) or 1 / 0)
     assert warm_start(TINY, progress=False) == path and not calls       # cache hit
+    # a usable result is found whatever the budget of the call (the budget is not in the key)
+    assert warm_start(dataclasses.replace(TINY, max_steps=2), progress=False) == path
     with pytest.raises(ZeroDivisionError):
         warm_start(TINY, progress=False, force=True)
     assert calls and read_record(path)["steps"] == 4                    # failed retrain: kept
     assert sorted(p.name for p in cache.iterdir()) == [path.name]
 
 
-def test_run_cut_short_by_time_is_retrained(cache, monkeypatch):
-    cfg = dataclasses.replace(TINY, max_seconds=1e-9)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        path = warm_start(cfg, progress=False)
-        assert read_record(path)["stop"] == "max_seconds" and read_record(path)["steps"] == 1
-        calls = []
-        real = sft.train_sft
-        monkeypatch.setattr(sft, "train_sft", lambda *a, **k: calls.append(1) or real(*a, **k))
-        assert warm_start(cfg, progress=False) == path and calls == [1]
+def test_missed_window_is_kept_unusable_and_refused(cache, monkeypatch):
+    """A run that ends below the window is saved for inspection, marked unusable, and raises
+    with the command to run; the same budget again raises at once (no retraining), a larger
+    budget retrains, and a miss never replaces a usable result."""
+    script_accuracy(monkeypatch, [0.0])
+    with pytest.raises(WarmStartMissed, match=r"missed its accuracy window.*after 4 steps.*"
+                                              r"tailtheory sft --task kk --n-people 2 --steps 8"):
+        warm_start(TINY, progress=False)
+    path = cache / config_hash(TINY)
+    rec = read_record(path)
+    assert (rec["usable"], rec["stop"], rec["steps"]) == (False, "max_steps", 4)
+
+    calls = []
+    real = sft.train_sft
+    monkeypatch.setattr(sft, "train_sft", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytest.raises(WarmStartMissed, match="not used"):
+        warm_start(TINY, progress=False)
+    assert calls == []                                                  # same budget: same miss
+    script_accuracy(monkeypatch, [0.0, 0.0, 0.0, IN_WINDOW])
+    assert warm_start(dataclasses.replace(TINY, max_steps=8), progress=False) == path
+    assert calls == [1] and read_record(path)["usable"] and read_record(path)["steps"] == 8
+    script_accuracy(monkeypatch, [0.0])
+    with pytest.raises(WarmStartMissed):
+        warm_start(TINY, progress=False, force=True)
+    assert read_record(path)["usable"]                                  # the good one is kept
+
+
+def test_overshoot_says_evaluate_more_often(cache, monkeypatch):
+    script_accuracy(monkeypatch, [0.0, 0.9])
+    with pytest.raises(WarmStartMissed, match="overshot.*--eval-every 1"):
+        warm_start(TINY, progress=False)
+
+
+def test_train_refuses_a_missed_warm_start(cache, monkeypatch, tmp_path, capsys):
+    """``tailtheory train --model warm`` on a warm start that missed its window: one line saying
+    what to do, exit status 2, and no run written."""
+    from tailtheory.cli import main
+
+    script_accuracy(monkeypatch, [0.0])
+    monkeypatch.setattr(sft.SFTConfig, "__init__", _shrunk_init(sft.SFTConfig.__init__))
+    out = tmp_path / "run"
+    rc = main(["train", "--task", "kk", "--n-people", "2", "--model", "warm", "--steps", "1",
+               "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "missed its accuracy window" in err and "tailtheory sft" in err
+    assert "Traceback" not in err and not (out / "metrics.jsonl").exists()
+
+
+def _shrunk_init(init):
+    """``SFTConfig.__init__`` with TINY's sizes, so the warm start of ``train`` takes a second."""
+    small = {f.name: getattr(TINY, f.name) for f in dataclasses.fields(TINY)
+             if f.name not in ("task", "task_kwargs")}
+
+    def wrapped(self, task="kk", task_kwargs=None, **kw):
+        init(self, task=task, task_kwargs=task_kwargs or {}, **{**small, **kw})
+
+    return wrapped
 
 
 def test_read_record_of_a_non_warm_start(tmp_path):
@@ -203,24 +272,43 @@ def test_sft_main(cache, capsys, monkeypatch):
     real = sft.warm_start
 
     def shrunk(cfg, **kw):
-        seen.append(cfg)
+        seen.append((cfg, kw))
         return real(dataclasses.replace(TINY, max_steps=cfg.max_steps,
                                         eval_every=cfg.eval_every), **kw)
 
     monkeypatch.setattr(sft, "warm_start", shrunk)
     p = argparse.ArgumentParser()
     sft.add_sft_arguments(p)
+    script_accuracy(monkeypatch, [IN_WINDOW])
     args = p.parse_args(["--task", "kk", "--n-people", "2", "--steps", "2", "--eval-every", "1",
-                         "--seconds", "50", "--quiet", "--threads", str(torch.get_num_threads())])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rc = sft.sft_main(args)
-    cfg = seen[0]
-    assert (cfg.task, cfg.task_kwargs, cfg.max_steps, cfg.eval_every, cfg.max_seconds) == (
-        "kk", {"n_people": 2}, 2, 1, 50.0)
+                         "--quiet", "--threads", "1"])
+    assert sft.sft_main(args) == 0
+    cfg, kw = seen[0]
+    assert (cfg.task, cfg.task_kwargs, cfg.max_steps, cfg.eval_every, kw["threads"]) == (
+        "kk", {"n_people": 2}, 2, 1, 1)
     out = capsys.readouterr().out
-    assert "sampled accuracy" in out and str(cache) in out
-    assert rc == (0 if "stop: window" in out else 1)
+    assert "sampled accuracy" in out and "stop: window" in out and str(cache) in out
+
+    script_accuracy(monkeypatch, [0.0])
+    args = p.parse_args(["--task", "kk", "--n-people", "2", "--steps", "2", "--eval-every", "1",
+                         "--quiet", "--force"])
+    assert sft.sft_main(args) == 1
+    assert "missed its accuracy window" in capsys.readouterr().err
+
+
+def test_sft_main_three_people_is_the_default_task(monkeypatch):
+    """``--n-people 3`` is the warm start ``train`` uses (same cache key as no flag)."""
+    p = argparse.ArgumentParser()
+    sft.add_sft_arguments(p)
+    seen = []
+
+    def record(cfg, **kw):
+        seen.append(cfg)
+        raise WarmStartMissed("not trained here")
+
+    monkeypatch.setattr(sft, "warm_start", record)
+    assert sft.sft_main(p.parse_args(["--n-people", "3", "--quiet"])) == 1
+    assert config_hash(seen[0]) == config_hash(SFTConfig())
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Property tests of tailtheory.mismatch.logprob: claims M1-M6 (DVP, TIM), one group per claim id."""
 
 import math
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ from hypothesis import strategies as st
 from tailtheory.mismatch import logprob as mm
 from tailtheory.mismatch.figures import plot_accumulation, plot_selection_bias
 
-from strategies import logits, mismatch_cases
+from strategies import logits, masked_logits, mismatch_cases
+from tailtheory.core import stats
 
 ATOL = 1e-10
 
@@ -277,7 +279,7 @@ def test_k1_is_Delta():
 
 # --- bad input ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_logits_rejected(bad):
     z = torch.zeros(4, dtype=torch.float64)
     zb = z.clone()
@@ -344,3 +346,126 @@ def test_plot_selection_bias_and_accumulation():
     last = df.dropna().groupby("group")["mean"].last()
     assert last["many tail tokens"] < last["few tail tokens"] < 0.5
     plt.close(fig)
+
+
+# --- masked (-inf) logits, large eps, masks, chunking ---------------------------------------------
+
+@given(masked_logits(max_v=512), st.floats(0.0, 3.0), st.integers(0, 2**31 - 1))
+def test_M1_M4_with_minus_inf_equal_the_restricted_rows(args, sigma, seed):
+    """M1/M4 with tokens masked (-inf) on both sides equal the rows restricted to the live tokens;
+    the masked entries of Delta are 0."""
+    z, alive = args
+    g = torch.Generator().manual_seed(seed)
+    z_prime = z + sigma * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    Delta, bias = mm.logprob_mismatch(z, z_prime), mm.sampled_mismatch_bias(z, z_prime)
+    assert (Delta[~alive] == 0).all() and torch.isfinite(bias).all()
+    for i in range(z.shape[0]):
+        a = alive[i]
+        torch.testing.assert_close(Delta[i][a], mm.logprob_mismatch(z[i][a], z_prime[i][a]),
+                                   rtol=0, atol=ATOL)
+        assert bias[i].item() == pytest.approx(
+            mm.sampled_mismatch_bias(z[i][a], z_prime[i][a]).item(), abs=ATOL)
+        assert bias[i] >= -ATOL                                        # M4 on the live set
+
+
+def test_one_sided_mask_gives_infinite_mismatch():
+    """A token masked only by the trainer: Delta = +inf there and an infinite M4 bias (KL);
+    masked only by the engine: Delta = -inf, and it adds nothing to E_{p'}[Delta]."""
+    z = torch.tensor([0.0, -math.inf, 1.0], dtype=torch.float64)
+    zp = torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64)
+    assert mm.logprob_mismatch(z, zp)[1] == math.inf and mm.sampled_mismatch_bias(z, zp) == math.inf
+    assert mm.logprob_mismatch(zp, z)[1] == -math.inf
+    assert math.isfinite(mm.sampled_mismatch_bias(zp, z))
+
+
+def test_all_minus_inf_row_rejected():
+    z = torch.zeros(2, 4, dtype=torch.float64)
+    z[1] = -math.inf
+    for args in ((z, torch.zeros(2, 4)), (torch.zeros(2, 4), z)):
+        with pytest.raises(ValueError, match=r"logits has 1 row\(s\) whose every entry is -inf"):
+            mm.logprob_mismatch(*args)
+    with pytest.raises(ValueError, match="delta contains"):
+        mm.mismatch_identity(torch.tensor([0.5, 0.5]), torch.tensor([0.0, -math.inf]))
+
+
+def _naive_mismatch(z, zp):
+    """The unchunked formulas (finite logits): M1, M4 and KL on whole tensors."""
+    Delta = torch.log_softmax(zp, -1) - torch.log_softmax(z, -1)
+    q, p = torch.softmax(zp, -1), torch.softmax(z, -1)
+    kl = torch.where(q > 0, q * (torch.log(q) - torch.log(p)), torch.zeros_like(q)).sum(-1)
+    return Delta, (q * Delta).sum(-1), kl
+
+
+@given(logits(max_v=300, batch=(3, 4)), st.floats(0.0, 2.0))
+def test_chunked_mismatch_equals_the_one_shot_code(z, sigma):
+    """Blocks of one row (CHUNK_ELEMENTS = 1) against the unchunked formulas."""
+    g = torch.Generator().manual_seed(z.shape[-1])
+    zp = z + sigma * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    q, p = torch.softmax(zp, -1), torch.softmax(z, -1)
+    with patch.object(stats, "CHUNK_ELEMENTS", 1):
+        got = (mm.logprob_mismatch(z, zp), mm.sampled_mismatch_bias(z, zp), mm.kl_divergence(q, p))
+    for a, b in zip(got, _naive_mismatch(z, zp)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+    with patch.object(stats, "CHUNK_ELEMENTS", 7 * z.shape[-1]):      # ragged last block
+        torch.testing.assert_close(mm.logprob_mismatch(z.float(), zp.float()),
+                                   mm.logprob_mismatch(z.float().double(), zp.float().double()),
+                                   rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("eps", [10.0, 354.0, 356.0, 1e3, 1e6, 1e300])
+@pytest.mark.parametrize("p_k", [0.0, 1e-12, 0.3, 1 - 1e-12, 1.0])
+def test_M3_bound_finite_for_large_eps(eps, p_k):
+    """M3's exact bound never overflows: log(p + (1-p) e^{2eps}) in [0, 2 eps], monotone in eps;
+    the first-order form is 0 at p = 1 and +inf only past float64's range."""
+    exact = float(mm.mismatch_bound(p_k, eps))
+    assert math.isfinite(exact) and 0 <= exact <= 2 * eps * (1 + 1e-15)
+    if p_k == 0:
+        assert exact == pytest.approx(2 * eps, rel=1e-15)
+    if p_k == 1:
+        assert exact == 0 and float(mm.mismatch_bound(p_k, eps, "first")) == 0
+    first = float(mm.mismatch_bound(p_k, eps, "first"))
+    assert first >= exact and not math.isnan(first)
+    assert math.isfinite(float(mm.mismatch_bound(p_k, eps, "linear")))
+    assert float(mm.mismatch_bound(p_k, eps * 1.5)) >= exact
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 300.0))
+def test_M3_bound_forms_agree_where_both_are_finite(p_k, eps):
+    """Below the overflow the bound is log1p(first), unchanged; the log-space form agrees."""
+    first = mm.mismatch_bound(p_k, eps, "first")
+    exact = mm.mismatch_bound(p_k, eps)
+    assert exact.item() == torch.log1p(first).item()
+    with np.errstate(divide="ignore"):
+        log_space = float(np.logaddexp(np.log(p_k), np.log1p(-p_k) + 2 * eps))
+    assert exact.item() == pytest.approx(log_space, rel=1e-9, abs=1e-12)
+
+
+def test_bound_and_sigma_shapes_name_both():
+    with pytest.raises(ValueError, match=r"p \(3,\) and eps \(2,\) must broadcast"):
+        mm.mismatch_bound(torch.full((3,), 0.5), torch.full((2,), 0.1))
+    with pytest.raises(ValueError, match=r"p \(2, 4\) and sigma \(3,\) must broadcast"):
+        mm.sampled_bias_second_order(torch.full((2, 4), 0.25), torch.full((3,), 0.1))
+
+
+def test_M6_mask_selects_and_never_weights():
+    """M6: a 0/1 float or int mask equals the bool mask; 0.5 is refused, not used as a weight."""
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(3, 5, generator=g, dtype=torch.float64)
+    m = torch.rand(3, 5, generator=g) < 0.6
+    want = mm.sequence_log_ratio(D, m)
+    for x in (m.float(), m.long(), m.numpy()):
+        torch.testing.assert_close(mm.sequence_log_ratio(D, x), want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="mask must be a bool tensor, or a numeric one"):
+        mm.sequence_log_ratio(D, torch.full((3, 5), 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_low_precision_probabilities_accepted(dtype):
+    """bf16/fp16/float32 softmax outputs are probabilities (dtype-aware tolerance)."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(4, 32_000, generator=g)                  # p >= ~1e-7: no fp16 underflow
+    q = torch.softmax((z + 0.1 * torch.randn(4, 32_000, generator=g)).to(dtype), -1)
+    p = torch.softmax(z.to(dtype), -1)
+    kl = mm.kl_divergence(q, p)
+    assert kl.shape == (4,) and torch.isfinite(kl).all()
+    assert mm.mismatch_identity(p, torch.zeros(4, 32_000)).shape == (4, 32_000)

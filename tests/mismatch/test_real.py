@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from tailtheory.mismatch import real as rm
-from tailtheory.core.models import tiny_lm
 from tailtheory.mismatch.figures import plot_mismatch_vs_p
 
 V = 512
@@ -12,7 +11,7 @@ V = 512
 
 @pytest.fixture(scope="module")
 def model():
-    return rm.sharpen(tiny_lm(vocab_size=V, hidden=64, layers=2, seed=0), rm.SHARPEN_SCALE)
+    return rm.m7_model(V, hidden=64, layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,7 @@ def ids():
 
 @pytest.fixture(scope="module")
 def pairs(model, ids):
-    return {path: rm.paired_logits(model, ids, path) for path in rm.PATHS}
+    return {path: rm.paired_logits(model, ids, path) for path in rm.M7_PATHS}
 
 
 def test_paired_logits_shapes_and_trainer_is_fp32_forward(model, ids, pairs):
@@ -86,8 +85,7 @@ def test_m7_envelope_slope_is_one_for_small_noise_and_can_fail(monkeypatch):
     check can fail)."""
     from tailtheory.mismatch import claims as claims_mismatch
 
-    m7_model = rm.sharpen(tiny_lm(vocab_size=V, seed=0), rm.SHARPEN_SCALE)
-    pair = rm.paired_logits(m7_model, rm.random_input_ids(V, 8, 24, seed=0), "bf16")
+    pair = rm.paired_logits(rm.m7_model(), rm.random_input_ids(V, 8, 24, seed=0), "bf16")
     lo, hi = claims_mismatch.M7_SLOPE_RANGE
     slope, n_bins = claims_mismatch._envelope_slope(*pair)
     assert n_bins >= 3 and lo <= slope <= hi
@@ -103,7 +101,7 @@ def test_plot_mismatch_vs_p(pairs):
     import matplotlib.pyplot as plt
 
     fig, df = plot_mismatch_vs_p(pairs, max_points=2000)
-    assert set(df.label) == set(rm.PATHS)
+    assert set(df.label) == set(rm.M7_PATHS)
     assert (df.abs_Delta <= df.bound_exact * (1 + rm.BOUND_RTOL) + 1e-15).all()
     plt.close(fig)
 

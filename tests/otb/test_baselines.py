@@ -9,30 +9,18 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from strategies import grouped_batches, logits, tabular_policies
+from strategies import grouped_batches, logits, masked_logits, tabular_policies
 from tailtheory.otb.baselines import (ADVANTAGES, GRPO_EPS, OTB_EPS, SUM_P2_TOL, advantage_fn,
                                   dr_grpo_advantages, grpo_advantages,
                                   optimal_token_baseline, otb_leave_one_out, realized_energy,
-                                  rloo_advantages, token_energy)
+                                  rloo_advantages, self_inclusion_residual, token_energy)
 from tailtheory.core.tabular import TabularPolicy
+from tailtheory.otb.variance import autograd_sq_norms
 
 ATOL = 1e-12
 
 
 # --- O1: the energy is the squared score norm ---------------------------------------------------
-
-def _autograd_sq_norms(pol: TabularPolicy) -> torch.Tensor:
-    """||d log pi(y_t|c_t) / d logits||^2 over the whole (P, V) table, one backward per token."""
-    out = torch.zeros(pol.seqs.shape, dtype=torch.float64)
-    for n in range(pol.seqs.shape[0]):
-        for t in range(pol.T):
-            if pol.mask[n, t]:
-                z = pol.logits.clone().requires_grad_(True)
-                lp = torch.log_softmax(z[pol.ctx[n, t]], -1)[pol.seqs[n, t]]
-                (grad,) = torch.autograd.grad(lp, z)
-                out[n, t] = grad.pow(2).sum()
-    return out
-
 
 @given(tabular_policies(max_sequences=60, max_scale=5.0))
 @example(TabularPolicy.random(3, 2, eos=0, sharpness=30.0, seed=1))
@@ -40,7 +28,7 @@ def test_o1_energy_is_exact_squared_score_norm(pol):
     """O1: w_t from Sum p^2 and pi_t equals the autograd squared score norm (tabular policy)."""
     sum_p2 = pol.probs().pow(2).sum(-1)[pol.ctx]
     w = token_energy(sum_p2, pol.token_logp, pol.mask)
-    assert torch.allclose(w, _autograd_sq_norms(pol), atol=ATOL, rtol=0)
+    assert torch.allclose(w, autograd_sq_norms(pol), atol=ATOL, rtol=0)
 
 
 @given(logits(max_v=512, batch=(2, 3)))
@@ -184,12 +172,10 @@ def test_otb_rewards_to_go_and_numpy_inputs():
 def test_o5_self_inclusion_identity(batch):
     """O5: G^i - B* = W^-i / (W^i + W^-i) (G^i - B^-i), exactly (eps = 0)."""
     R, gid, mask, W = batch
-    lhs = optimal_token_baseline(R, W, mask, gid, eps=0.0)
-    shrink, B_loo = otb_leave_one_out(R, W, mask, gid)
-    has_rest = torch.isfinite(B_loo) & mask
-    rhs = shrink * (R[:, None] - torch.nan_to_num(B_loo))
+    res, has_rest = self_inclusion_residual(R, W, mask, gid)  # the O5 check's measurement
     assert has_rest.any() or (W == 0).any()
-    assert torch.allclose(lhs[has_rest], rhs[has_rest], atol=1e-12)
+    assert res.abs().max() <= ATOL
+    shrink, _ = otb_leave_one_out(R, W, mask, gid)
     assert ((shrink >= 0) & (shrink <= 1)).all()
 
 
@@ -255,3 +241,45 @@ def test_equal_rewards_give_zero_grpo_and_unknown_name_lists_valid():
     assert (A == 0).all()
     with pytest.raises(ValueError, match="grpo, dr_grpo, rloo, otb"):
         advantage_fn("ppo")
+
+
+# --- input rules: masked logits, eps, masks, shapes ---------------------------------------------
+
+@given(masked_logits(max_v=256, batch=(2, 3)))
+def test_O1_energy_with_minus_inf_logits_equals_restricted_rows(args):
+    """O1 from logits with -inf entries equals O1 from sum_p2 of each row's finite entries."""
+    z, alive = args
+    lp = torch.log_softmax(z, -1).amax(-1)                             # a live token's logp
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    sp2 = torch.tensor([[float(torch.softmax(z[b, t][alive[b, t]], -1).pow(2).sum())
+                         for t in range(3)] for b in range(2)], dtype=torch.float64)
+    torch.testing.assert_close(token_energy(z, lp, mask), token_energy(sp2, lp, mask),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("eps", [-1e-6, -1.0, float("nan"), float("inf")])
+def test_grpo_rejects_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+        grpo_advantages(torch.tensor([0.0, 1.0]), [0, 0], torch.ones(2, 1, dtype=torch.bool),
+                        eps=eps)
+
+
+def test_masks_select_and_never_weight():
+    R, gid = torch.tensor([0.0, 1.0, 1.0, 0.5]), [0, 0, 1, 1]
+    m = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
+    want = grpo_advantages(R, gid, m.bool())
+    assert torch.equal(grpo_advantages(R, gid, m), want)
+    assert torch.equal(grpo_advantages(R, gid, m.double()), want)
+    with pytest.raises(ValueError, match="mask must be a bool tensor, or a numeric one"):
+        grpo_advantages(R, gid, m * 0.5)
+
+
+def test_shape_mismatches_name_both_arguments():
+    m = torch.ones(4, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"returns must have shape .* to match mask"):
+        otb_leave_one_out(torch.zeros(3), torch.zeros(4, 2), m, [0, 0, 1, 1])
+    with pytest.raises(ValueError, match=r"mask must have shape \(B, T\) with B = 4, the length "
+                                         r"of rewards"):
+        rloo_advantages(torch.zeros(4), [0, 0, 1, 1], torch.ones(3, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"energy \(4, 3\) and mask \(4, 2\)"):
+        optimal_token_baseline(torch.zeros(4), torch.zeros(4, 3), m, [0, 0, 1, 1])

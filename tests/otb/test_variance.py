@@ -2,18 +2,17 @@
 O2 (OTB minimises the prefix surrogate), O3 (M^-1 c minimises the variance), O4, O6."""
 
 import pytest
-import sympy as sp
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from strategies import tabular_policies
-from tailtheory.otb.variance import (baseline_variance, exact_gradient, group_estimates,
-                                          group_quality, group_study, logit_scores,
-                                          matching_group_size, optimal_baseline,
-                                          population_baselines, prefix_sq_norms,
-                                          prefix_surrogate, score_gram, tabular_energy,
-                                          variance_quadratic)
+from tailtheory.otb.variance import (baseline_variance, exact_gradient, fd_gradient,
+                                     group_estimates, group_quality, group_study, logit_scores,
+                                     matching_group_size, optimal_baseline, population_baselines,
+                                     prefix_sq_norms, prefix_surrogate, score_gram,
+                                     surrogate_argmin_residuals, tabular_energy,
+                                     variance_quadratic)
 from tailtheory.core.tabular import TabularPolicy, random_rewards
 
 FD_H = 1e-5
@@ -73,15 +72,6 @@ def test_o1_gram_is_diagonal_energy_for_tabular_policies(pol):
                           atol=1e-12)
 
 
-def _fd_grad(f, B):
-    out = torch.zeros_like(B)
-    for t in range(len(B)):
-        e = torch.zeros_like(B)
-        e[t] = FD_H
-        out[t] = (f(B + e) - f(B - e)) / (2 * FD_H)
-    return out
-
-
 @given(tabular_policies(max_sequences=300, max_scale=5.0))
 def test_o2_otb_is_stationary_point_of_prefix_surrogate(pol):
     """O2: dJ/dB vanishes at OTB (true prefix norms); J is convex (J(B + d) >= J(B))."""
@@ -90,21 +80,14 @@ def test_o2_otb_is_stationary_point_of_prefix_surrogate(pol):
     B = population_baselines(pol, R)["otb_true"]
     J = lambda b: prefix_surrogate(pol, R, b, S2)  # noqa: E731
     scale = float(pol.expect((S2).sum(-1))) + 1e-300
-    assert _fd_grad(J, B).abs().max() / scale < 1e-8
+    assert fd_gradient(J, B, FD_H).abs().max() / scale < 1e-8
     d = torch.randn(pol.T, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert J(B + 0.1 * d) >= J(B) - 1e-15
 
 
 def test_o2_closed_form_by_sympy():
     """O2: argmin_b sum_i a_i (g_i - b)^2 = sum a_i g_i / sum a_i, a minimum when sum a_i > 0."""
-    n = 4
-    a = sp.symbols(f"a0:{n}", positive=True)
-    g = sp.symbols(f"g0:{n}", real=True)
-    b = sp.Symbol("b", real=True)
-    J = sum(ai * (gi - b) ** 2 for ai, gi in zip(a, g))
-    (sol,) = sp.solve(sp.diff(J, b), b)
-    assert sp.simplify(sol - sum(ai * gi for ai, gi in zip(a, g)) / sum(a)) == 0
-    assert sp.simplify(sp.diff(J, b, 2) - 2 * sum(a)) == 0
+    assert surrogate_argmin_residuals(4) == (0, 0)
 
 
 def test_o2_proxy_fails_without_orthogonality():
@@ -117,8 +100,8 @@ def test_o2_proxy_fails_without_orthogonality():
     from tailtheory.otb.variance import weighted_baseline
     proxy = population_baselines(pol, R)["otb"]
     true = weighted_baseline(pol, R, S2)
-    assert _fd_grad(J, true).abs().max() < 1e-9
-    assert _fd_grad(J, proxy).abs().max() > 1e-4
+    assert fd_gradient(J, true, FD_H).abs().max() < 1e-9
+    assert fd_gradient(J, proxy, FD_H).abs().max() > 1e-4
 
 
 @given(tabular_policies(max_sequences=300), st.integers(0, 2**31 - 1))

@@ -1,6 +1,7 @@
 """Property tests of ``tailtheory.pruning.vocab``: DVP's vocabulary pruning, claims P1-P4."""
 
 import math
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -8,7 +9,8 @@ import torch
 from hypothesis import example, given, target
 from hypothesis import strategies as st
 
-from strategies import logits, tabular_policies
+from strategies import logits, masked_logits, tabular_policies
+from tailtheory.core import stats
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.mismatch.logprob import logprob_mismatch, sampled_mismatch_bias
 from tailtheory.pruning.vocab import (RULES, kept_log_mass, min_p_mass_bound, prune_policy,
@@ -317,7 +319,7 @@ def test_bad_logits_and_masks():
         with pytest.raises(ValueError, match="keeps no token in 1 row"):
             fn(z, torch.tensor([[True] * 4, [False] * 4]))
         with pytest.raises(ValueError, match="bool"):
-            fn(z, keep.long())
+            fn(z, keep.long() * 2)
     with pytest.raises(ValueError, match="safe set"):
         truncation_log_ratio(z, torch.tensor([[True, False] * 2] * 2), torch.tensor([1, 0]))
     with pytest.raises(ValueError, match="sampler_logits"):
@@ -368,3 +370,90 @@ def test_plot_pruning_tradeoff_returns_figure_and_data():
         plot_pruning_tradeoff(sweep.iloc[1:])
     with pytest.raises(ValueError, match="rho = 0"):
         pruning_knee(sweep.iloc[1:])
+
+
+# --- masked (-inf) logits, masks, chunking -------------------------------------------------------
+
+@given(masked_logits(max_v=256), st.floats(0.0, 1.0), st.sampled_from(RULES))
+def test_P1_with_minus_inf_equal_the_restricted_rows(args, u, rule):
+    """P1 on logits with -inf entries (what pruned_log_softmax returns) equals P1 on each row's
+    finite entries; the pruned policy of a pruned policy is itself (pruning is idempotent)."""
+    z, alive = args
+    x = _threshold(rule, u, z)
+    keep = safe_vocab_mask(z, rule, x)
+    assert x == 0 or not (keep & ~alive).any()                         # -inf is pruned by x > 0
+    out = {f.__name__: f(z, keep) for f in (pruned_mass, kept_log_mass, pruned_tv, pruned_kl)}
+    lp = pruned_log_softmax(z, keep)
+    for i in range(z.shape[0]):
+        a = alive[i]
+        for f in (pruned_mass, kept_log_mass, pruned_tv, pruned_kl):
+            assert out[f.__name__][i].item() == pytest.approx(f(z[i][a], keep[i][a]).item(),
+                                                              abs=1e-12)
+        torch.testing.assert_close(lp[i][a], pruned_log_softmax(z[i][a], keep[i][a]), rtol=0,
+                                   atol=1e-12)
+    torch.testing.assert_close(pruned_log_softmax(lp, keep), lp, rtol=0, atol=1e-12)
+    assert all(torch.isfinite(v).all() for v in out.values())
+
+
+def test_minus_inf_only_keep_and_dead_rows_rejected():
+    z = torch.tensor([[0.0, -math.inf, 1.0]], dtype=torch.float64)
+    only_dead = torch.tensor([[False, True, False]])
+    for fn in (pruned_log_softmax, pruned_mass, pruned_kl, kept_log_mass):
+        with pytest.raises(ValueError, match="keeps only tokens whose logits is -inf"):
+            fn(z, only_dead)
+    with pytest.raises(ValueError, match="every entry is -inf"):
+        safe_vocab_mask(torch.full((2, 3), -math.inf), "min_p", 0.1)
+    with pytest.raises(ValueError, match="finite sampler logit"):
+        truncation_log_ratio(torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool), torch.tensor([1]),
+                             sampler_logits=z)
+
+
+def test_zero_one_keep_accepted_and_weights_refused():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 9, generator=g, dtype=torch.float64)
+    keep = safe_vocab_mask(z, "min_p", 0.2)
+    for fn in (pruned_log_softmax, pruned_mass, pruned_tv, pruned_kl, kept_log_mass):
+        assert torch.equal(fn(z, keep.float()), fn(z, keep))
+        with pytest.raises(ValueError, match="mask must be a bool tensor, or a numeric one"):
+            fn(z, keep * 0.5)
+    with pytest.raises(ValueError, match="resp_mask must be a bool"):
+        remaining_mismatch(z[None], z[None], keep[None], torch.full((1, 3), 0.5))
+    with pytest.raises(ValueError, match=r"perturbed_logits \(1, 3, 8\) and mask"):
+        remaining_mismatch(z[None], z[None, :, :8], keep[None])
+
+
+def _naive_pruning(z, keep, z_prime):
+    """The unchunked formulas on whole tensors (finite logits)."""
+    lpt = torch.log_softmax(z.masked_fill(~keep, -math.inf), -1)
+    lp = torch.log_softmax(z, -1)
+    m = torch.exp(torch.logsumexp(z.masked_fill(keep, -math.inf), -1) - torch.logsumexp(z, -1))
+    direct = torch.logsumexp(z.masked_fill(~keep, -math.inf), -1) - torch.logsumexp(z, -1)
+    lpq = torch.log_softmax(z_prime.masked_fill(~keep, -math.inf), -1)
+    Delta = torch.where(keep, lpq - lpt, torch.zeros_like(lpt))
+    return {"lsm": lpt, "mass": m, "klm": torch.where(m < 0.5, torch.log1p(-m.clamp(max=0.5)),
+                                                       direct),
+            "tv": 0.5 * (lpt.exp() - lp.exp()).abs().sum(-1),
+            "kl": torch.where(keep, lpt.exp() * (lpt - lp), torch.zeros_like(lp)).sum(-1),
+            "min_p": (~keep).sum(-1).double() * 0.01 * torch.softmax(z, -1).amax(-1),
+            "bias": (lpq.exp() * Delta).sum(-1), "abs_max": Delta.abs().amax(-1)}
+
+
+@given(logits(max_v=200, batch=(2, 3)), st.sampled_from(RULES), st.floats(0.0, 1.0))
+def test_chunked_pruning_equals_the_one_shot_code(z, rule, u):
+    """Blocks of one row (CHUNK_ELEMENTS = 1) against the unchunked P1-P4 formulas."""
+    x = _threshold(rule, u, z)
+    g = torch.Generator().manual_seed(z.shape[-1])
+    z_prime = z + 0.3 * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    want_keep = safe_vocab_mask(z, rule, x)
+    with patch.object(stats, "CHUNK_ELEMENTS", 1):
+        keep = safe_vocab_mask(z, rule, x)
+        got = {"lsm": pruned_log_softmax(z, keep), "mass": pruned_mass(z, keep),
+               "klm": kept_log_mass(z, keep), "tv": pruned_tv(z, keep), "kl": pruned_kl(z, keep),
+               "min_p": min_p_mass_bound(z, keep, 0.01)}
+        rem = remaining_mismatch(z, z_prime, keep)
+    want = _naive_pruning(z, keep, z_prime)
+    assert torch.equal(keep, want_keep)
+    for name, v in got.items():
+        torch.testing.assert_close(v, want[name].to(v.dtype), rtol=0, atol=1e-13, msg=name)
+    assert rem["bias_mean"] == pytest.approx(float(want["bias"].mean()), abs=1e-13)
+    assert rem["abs_delta_max"] == pytest.approx(float(want["abs_max"].max()), abs=1e-13)
