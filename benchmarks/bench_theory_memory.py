@@ -91,7 +91,8 @@ def child(name: str, variant: str) -> dict:
     out = fn(z, zp, k, keep)
     dt = time.perf_counter() - t0
     return {"function": name, "variant": variant, "V": V, "B": B, "T": T,
-            "logits_mib": z.numel() * 4 / 2**20, "out_mib": out.numel() * out.element_size() / 2**20,
+            "logits_mib": z.numel() * 4 / 2**20,
+            "out_mib": out.numel() * out.element_size() / 2**20,
             "peak_extra_mib": _max_rss_mib() - base, "time_s": dt}
 
 

@@ -188,7 +188,8 @@ def check_same_shape(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str]) -
                          f"must have the same shape")
 
 
-def check_broadcastable(a: torch.Tensor, b: torch.Tensor, names: tuple[str, str]) -> tuple[int, ...]:
+def check_broadcastable(a: torch.Tensor, b: torch.Tensor,
+                        names: tuple[str, str]) -> tuple[int, ...]:
     """The broadcast shape of ``a`` and ``b``; a ``ValueError`` naming both when there is none."""
     try:
         return tuple(torch.broadcast_shapes(a.shape, b.shape))

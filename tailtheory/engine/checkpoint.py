@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +94,9 @@ def read_checkpoint(path: str | Path) -> dict:
     (naming the file, and the previous checkpoint if there is one) when it cannot be used."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on foreign pickles: the error says it
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # torch's refusal names the global it would call
         called = [ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln][:1]
         why = ("it holds more than tensors and plain data (crafted so that loading it could run "

@@ -41,12 +41,13 @@ def is_run(path: str | Path) -> bool:
 
 
 def run_contents(run: Path) -> list[str]:
-    """Names in ``run`` that belong to a run's output: all but the marker, the lock and the
-    leftovers of interrupted writes."""
+    """Names in ``run`` that belong to a run's output: all but the marker, the lock, the
+    leftovers of interrupted writes and sub-directories holding nothing else."""
     if not run.is_dir():
         return []
     return sorted(p.name for p in run.iterdir()
-                  if p.name not in (MARKER, LOCK) and not p.match(PARTIAL_GLOB))
+                  if p.name not in (MARKER, LOCK) and not p.match(PARTIAL_GLOB)
+                  and not (p.is_dir() and p.name in SUBDIRS and not run_contents(p)))
 
 
 def check_out(run: Path, resume: bool) -> None:

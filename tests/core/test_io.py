@@ -54,3 +54,18 @@ def test_preset_env_override(monkeypatch):
     monkeypatch.setenv("TAILTHEORY_PRESET", "huge")
     with pytest.raises(ValueError, match="PRESET"):
         preset("quick")
+
+
+def test_remove_partial_writes_takes_only_atomic_write_leftovers(tmp_path):
+    """A write killed between its temporary file and the rename leaves ``.NAME.XXXX.tmp``; those
+    go, everything else stays."""
+    from tailtheory.core.io import remove_partial_writes
+
+    atomic_write_text(tmp_path / "a.txt", "whole")
+    left = [tmp_path / ".a.txt.q1w2.tmp", tmp_path / ".b.json.zz.tmp"]
+    for p in left:
+        p.write_text("partial")
+    (tmp_path / "mine.tmp").write_text("not a leftover")
+    assert remove_partial_writes(tmp_path) == sorted(left)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "mine.tmp"]
+    assert remove_partial_writes(tmp_path / "absent") == []

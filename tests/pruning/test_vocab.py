@@ -404,8 +404,8 @@ def test_minus_inf_only_keep_and_dead_rows_rejected():
     with pytest.raises(ValueError, match="every entry is -inf"):
         safe_vocab_mask(torch.full((2, 3), -math.inf), "min_p", 0.1)
     with pytest.raises(ValueError, match="finite sampler logit"):
-        truncation_log_ratio(torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool), torch.tensor([1]),
-                             sampler_logits=z)
+        truncation_log_ratio(torch.zeros(1, 3), torch.ones(1, 3, dtype=torch.bool),
+                             torch.tensor([1]), sampler_logits=z)
 
 
 def test_zero_one_keep_accepted_and_weights_refused():
