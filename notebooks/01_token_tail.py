@@ -49,7 +49,7 @@ from tailtheory.core.registry import all_claims, run_claim
 from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
 from tailtheory.pruning.figures import plot_pruning_tradeoff
 from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
-from tailtheory.pruning.vocab import P4_VOCAB, pruning_sweep
+from tailtheory.pruning.sweep import P4_VOCAB, pruning_sweep
 from tailtheory.mismatch.real import M7_PATHS, m7_model, paired_logits, random_input_ids
 
 # %% [markdown]

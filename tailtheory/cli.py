@@ -21,6 +21,7 @@ def _verify(args: argparse.Namespace) -> int:
 
     from tailtheory.core.registry import PROFILES, run_claim, select
     from tailtheory.core.report import table, write_claims_json
+    from tailtheory.engine.threads import torch_threads
 
     only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
     if args.profile not in PROFILES:
@@ -28,9 +29,12 @@ def _verify(args: argparse.Namespace) -> int:
     claims = select(only)
     results = []
     bar = tqdm(claims, desc="verify", unit="claim", disable=args.quiet, file=sys.stderr)
-    for claim in bar:
-        bar.set_postfix_str(claim.id)
-        results.append(run_claim(claim, args.profile))
+    # One thread: reductions run in one order whatever the core count, so the same code writes
+    # the same claims.json on any machine of the same CPU kind (and tiny checks run faster).
+    with torch_threads(1):
+        for claim in bar:
+            bar.set_postfix_str(claim.id)
+            results.append(run_claim(claim, args.profile))
     print(table(results))
     out = Path(args.out) if args.out else figures_dir() / "claims.json"
     write_claims_json(results, out, args.profile)

@@ -110,3 +110,17 @@ def test_verify_writes_the_same_claims_json_twice(tmp_path, capsys):
     assert not any("seconds" in c for c in claims)
     table = capsys.readouterr().out
     assert re.search(r"M1 .* \d+\.\d\n", table)  # the timing column is in the printed table
+
+
+@pytest.mark.parametrize("flag, used", [([], 1), (["--threads", "2"], 2)])
+def test_train_threads(flag, used, tmp_path, monkeypatch):
+    """The tiny model trains on one thread by default, on ``--threads N`` when given; the
+    caller's count is back afterwards."""
+    import torch
+
+    seen, real_step = [], trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda *a, **k: seen.append(
+        torch.get_num_threads()) or real_step(*a, **k))
+    before = torch.get_num_threads()
+    assert main([*TINY_TRAIN, "--steps", "1", *flag, "--out", str(tmp_path / "r")]) == 0
+    assert seen == [used] and torch.get_num_threads() == before

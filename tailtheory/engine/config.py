@@ -125,6 +125,9 @@ def _validate(c: TrainConfig) -> MethodSpec:
     if not (c.weight_decay >= 0 and math.isfinite(c.weight_decay)):
         raise ValueError(f"weight_decay must be a finite number >= 0, got {c.weight_decay}")
     _validate_method_params(c)
+    if spec.loss.name == "dr_grpo" and c.loss_agg not in ("token-mean", "seq-mean-token-sum-norm"):
+        raise ValueError(f"the dr_grpo loss aggregates seq-mean-token-sum-norm; got loss_agg "
+                         f"{c.loss_agg!r} (use grpo with --loss-agg, or drop --loss-agg)")
     return spec
 
 
@@ -143,14 +146,34 @@ def _validate_method_params(c: MethodParams) -> None:
         raise ValueError(f"alpha must lie in [0, 1], got {c.alpha}")
     if not (c.eps_low > 0 and c.eps_high > 0 and c.eps_low < 1):
         raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {c.eps_low}, {c.eps_high}")
-    if not c.tis_cap > 0:  # inf: plain token IS
-        raise ValueError(f"tis_cap must be > 0, got {c.tis_cap}")
-    if not 0 <= c.mis_low < c.mis_high:  # an upper bound of inf masks on one side only
-        raise ValueError(f"need 0 <= mis_low < mis_high (a non-empty band), got {c.mis_low}, "
-                         f"{c.mis_high}")
+    _validate_corrections(c)
+    _validate_loss(c)
+
+
+def _validate_corrections(c: MethodParams) -> None:
+    """TIM's remedies: caps > 0 (inf: plain IS) and non-empty bands (low < high)."""
+    for name in ("tis_cap", "seq_tis_cap"):
+        if not getattr(c, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(c, name)}")
+    for low, high in (("mis_low", "mis_high"), ("geo_low", "geo_high")):
+        lo, hi = getattr(c, low), getattr(c, high)
+        if not 0 <= lo < hi:  # an upper bound of inf masks on one side only
+            raise ValueError(f"need 0 <= {low} < {high} (a non-empty band), got {lo}, {hi}")
     if not 0 < c.icepop_low < 1 < c.icepop_high:
         raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {c.icepop_low}, "
                          f"{c.icepop_high}")
+
+
+def _validate_loss(c: MethodParams) -> None:
+    """The aggregation's name and constant, and the dual clip's ``c > 1`` (or None: off)."""
+    from tailtheory.engine.methods import LOSS_AGGS
+
+    if c.loss_agg not in LOSS_AGGS:
+        raise ValueError(f"unknown loss_agg {c.loss_agg!r}; valid: {', '.join(LOSS_AGGS)}")
+    check_positive_int(c.loss_norm_len, "loss_norm_len", minimum=0)
+    if c.clip_ratio_c is not None and not (c.clip_ratio_c > 1 and math.isfinite(c.clip_ratio_c)):
+        raise ValueError(f"clip_ratio_c must be a finite number > 1 (or none: off), got "
+                         f"{c.clip_ratio_c}")
 
 
 def _validate_dvp(c: MethodParams) -> None:
@@ -196,7 +219,7 @@ def add_config_arguments(parser, cls=None) -> None:
     own_first = sorted(fields(cls), key=lambda f: f.name in MethodParams.__dataclass_fields__)
     for f in own_first:
         flags = [f"--{f.name.replace('_', '-')}"]
-        kind = hints[f.name]
+        kind = _optional_parser(hints[f.name])
         help_ = f"{docs.get(f.name, '')} (default: {f.default})"
         if kind is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
@@ -204,6 +227,22 @@ def add_config_arguments(parser, cls=None) -> None:
         else:
             parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, help=help_,
                                 metavar=f.name.upper())
+
+
+def _optional_parser(kind):
+    """``X | None`` -> a parser of ``X`` that reads ``none`` / ``off`` as None; else ``kind``."""
+    import types
+    import typing
+
+    args = typing.get_args(kind)
+    if not (typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args):
+        return kind
+    (inner,) = [a for a in args if a is not type(None)]
+
+    def parse(text: str):
+        return None if text.strip().lower() in ("none", "off") else inner(text)
+    parse.__name__ = inner.__name__  # argparse names the type in its error message
+    return parse
 
 
 def config_from_args(args, cls=None):

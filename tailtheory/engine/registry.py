@@ -8,9 +8,11 @@ registered under its name with the stage it acts at and the metric keys it repor
 | vocab      | dvp                         | kept vocabulary ``(B, T, V)`` bool       |
 | advantage  | otb                         | advantages ``(B, T)``                    |
 | reweight   | ar                          | advantages ``(B, T)``                    |
-| correction | tis, mis, icepop, trm       | token weights ``(B, T)`` (0 = masked)    |
+| correction | tis, seq_tis, mis, icepop,  | token weights ``(B, T)`` (0 = masked)    |
+|            | token_reject, seq_reject,   |                                          |
+|            | geo_reject, trm             |                                          |
 | schedule   | lopti, lopti_reversed       | ``[(name, pass mask (B, T))]``           |
-| loss       | grpo, dr_grpo               | scalar loss                              |
+| loss       | grpo, dr_grpo               | scalar loss (aggregated by ``loss_agg``) |
 
 A method spec such as ``"ar+lopti"`` or ``["tis", "mis"]`` is parsed once by
 :func:`parse_methods`; the loss defaults to ``grpo``, whose group advantages are used unless

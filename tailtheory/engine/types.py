@@ -90,15 +90,33 @@ class MethodParams:
     eta: float = 0.5
     """Lopti's probability threshold: 0.5 in LOPTI (SEPERATE_PROB)."""
     tis_cap: float = 2.0
-    """Token TIS cap ``C`` in ``min(r, C)``; our choice (TIM names no value we could read)."""
+    """Token TIS cap ``C`` in ``min(rho_t, C)`` (``tis``); our choice (TIM names no value we could
+    read; verl's rollout_is_threshold default is also 2.0)."""
+    seq_tis_cap: float = 2.0
+    """Sequence TIS cap ``C`` in ``min(prod_t rho_t, C)`` (``seq_tis``): verl's
+    rollout_is_threshold default (2.0)."""
     mis_low: float = 0.5
     mis_high: float = 2.0
-    """Sequence-masking band on the sequence ratio; our choice, symmetric in log space."""
-    mis_geometric: bool = False
-    """Mask on the geometric mean of the token ratios instead of their product."""
+    """Band on the sequence ratio ``prod_t rho_t``: ``mis`` weighs by it inside, ``seq_reject``
+    keeps (weight 1) inside; 0 outside. Our choice, symmetric in log space."""
+    geo_low: float = 0.999
+    geo_high: float = 1.001
+    """``geo_reject``'s band on the geometric mean ``exp(mean_t log rho_t)``: verl's geometric
+    rejection preset (0.999_1.001)."""
     icepop_low: float = 0.5
     icepop_high: float = 2.0
-    """IcePop token band on ``r_t``; our choice, symmetric in log space."""
+    """Token band on ``rho_t``: ``icepop`` weighs by ``rho_t`` inside, ``token_reject`` keeps
+    (weight 1) inside; 0 outside. Our choice, symmetric in log space."""
+    loss_agg: str = "token-mean"
+    """Loss aggregation (``tailtheory.engine.methods.LOSS_AGGS``): ``token-mean`` (LOPTI's run
+    scripts; DAPO, TRL's dapo / bnpo), ``seq-mean-token-mean`` (the original GRPO, TRL's grpo) or
+    ``seq-mean-token-sum-norm`` (Dr. GRPO). The ``dr_grpo`` loss always uses the last."""
+    loss_norm_len: int = 0
+    """Dr. GRPO's constant in ``seq-mean-token-sum-norm``; 0 means the batch's padded response
+    length T (verl's loss_scale_factor = None). TRL uses max_completion_length."""
+    clip_ratio_c: float | None = None
+    """Dual-clip constant ``c > 1`` (dual-clip PPO, arXiv 1912.09729): for ``A < 0`` the token
+    loss is ``min(PPO loss, -c A)``; verl's default is 3.0; None (off) keeps plain PPO clipping."""
     trm_mode: str = "max"
     """TRM criterion (``tailtheory.trm.mask.CRITERIA``): ``max``, ``avg`` or ``both``."""
     trm_estimator: str = "exact"

@@ -40,9 +40,9 @@ Where each claim lives (modules of `tailtheory/mismatch/`, tests in `tests/misma
 | M1 | `logprob.logprob_mismatch`, `logprob.mismatch_identity`, `symbolic.m1_residual` | - | `claims._m1` | - | `test_logprob.py`, `test_symbolic.py` |
 | M2 | `logprob.first_order_mismatch`, `symbolic.m2_residual`, `symbolic.m2_second_order` | `logprob.mismatch_bound` | `claims._m2` | - | `test_logprob.py`, `test_symbolic.py` |
 | M3 | `logprob.logprob_mismatch`, `logprob.worst_case_mismatch` | `logprob.mismatch_bound` | `claims._m3` | `figures.plot_mismatch_vs_p` | `test_logprob.py` |
-| M4 | `logprob.sampled_mismatch_bias`, `logprob.kl_divergence` | - | `claims._m4` | `figures.plot_selection_bias` (data `logprob.selection_bias_table`) | `test_logprob.py` |
-| M5 | `logprob.sampled_bias_monte_carlo` | `logprob.sampled_bias_second_order` (the formula) | `claims._m5` | `figures.plot_selection_bias` | `test_logprob.py` |
-| M6 | `logprob.sequence_log_ratio`, `logprob.simulate_sequences`, `logprob.accumulation_regression` | - | `claims._m6` | `figures.plot_accumulation` (data `logprob.accumulation_table`) | `test_logprob.py` |
+| M4 | `logprob.sampled_mismatch_bias`, `logprob.kl_divergence` | - | `claims._m4` | `figures.plot_selection_bias` (data `selection.selection_bias_table`) | `test_logprob.py`, `test_selection.py` |
+| M5 | `selection.sampled_bias_monte_carlo` | `selection.sampled_bias_second_order` (the formula) | `claims._m5` | `figures.plot_selection_bias` | `test_selection.py` |
+| M6 | `accumulation.sequence_log_ratio`, `accumulation.simulate_sequences`, `accumulation.accumulation_regression` | - | `claims._m6` | `figures.plot_accumulation` (data `accumulation.accumulation_table`) | `test_accumulation.py` |
 | M7 | `real.paired_logits`, `real.mismatch_envelope`, `copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `test_copies.py` |
 
 Also here: TIM's corrections of the mismatch (token TIS `corrections.tis_weight`, sequence

@@ -6,7 +6,9 @@ import math
 
 import torch
 
+from tailtheory.mismatch import accumulation as acc
 from tailtheory.mismatch import logprob as mm
+from tailtheory.mismatch import selection as sel
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 TOL_IDENTITY = 1e-9
@@ -146,12 +148,12 @@ def _m5(profile: str) -> Evidence:
     for sigma in M5_SIGMA_SMALL + M5_SIGMA_LARGE:
         errs = []
         for i, p in enumerate(ps):
-            f = mm.sampled_bias_second_order(p, sigma)
-            mc = mm.sampled_bias_monte_carlo(p, sigma, n, seed=i)
+            f = sel.sampled_bias_second_order(p, sigma)
+            mc = sel.sampled_bias_monte_carlo(p, sigma, n, seed=i)
             errs.append(float((mc - f).abs().max() / f.abs().max()))
         rel[sigma] = max(errs)
     p = torch.cat([torch.tensor([0.9]), torch.full((15,), 0.1 / 15)]).double()  # a clear head
-    f = mm.sampled_bias_second_order(p, 0.1) / 0.01  # in units of sigma^2
+    f = sel.sampled_bias_second_order(p, 0.1) / 0.01  # in units of sigma^2
     small = max(rel[s] for s in M5_SIGMA_SMALL)
     ok = small < M5_REL_TOL and float(f[1:].min()) > max(float(f[0]), 0.0)
     numbers = {f"rel_err_sigma_{s}": v for s, v in rel.items()}
@@ -180,16 +182,16 @@ def _m6_identity_err(sigma: float, seed: int, B: int = 64, T: int = 24, V: int =
 
     direct = seq_logprob(z) - seq_logprob(z_inf)
     Delta = mm.logprob_mismatch(z, z_inf).gather(-1, y)[..., 0]                 # (B, T)
-    return float((direct - mm.sequence_log_ratio(Delta, mask)).abs().max())
+    return float((direct - acc.sequence_log_ratio(Delta, mask)).abs().max())
 
 
 @register("M6", paper="DVP", statement="sequence log-ratio drifts linearly in the number of tail "
           "tokens, not sqrt(T)", expected=Verdict.HOLDS)
 def _m6(profile: str) -> Evidence:
     sigma = 0.3
-    sim = mm.simulate_sequences(pick(profile, 1000, 8000), 96, 32, sigma, seed=8)
-    log_ratio = mm.sequence_log_ratio(sim["Delta_tok"], sim["mask"])
-    fit = mm.accumulation_regression(log_ratio, sim["n_tail"].double(), sim["T"].double())
+    sim = acc.simulate_sequences(pick(profile, 1000, 8000), 96, 32, sigma, seed=8)
+    log_ratio = acc.sequence_log_ratio(sim["Delta_tok"], sim["mask"])
+    fit = acc.accumulation_regression(log_ratio, sim["n_tail"].double(), sim["T"].double())
     id_err = _m6_identity_err(sigma, seed=9)
     predicted = -sigma ** 2 / 2  # M5 at p_k -> 0, to leading order
     ratio = fit["joint/slope_tail"] / predicted
@@ -197,7 +199,7 @@ def _m6(profile: str) -> Evidence:
           and abs(fit["joint/t_sqrt_T"]) < 3 and fit["r2/n_tail"] > fit["r2/sqrt_T"])
     return Evidence(Verdict.HOLDS if ok else Verdict.REFUTED,
                     {"identity_err": id_err, "slope_tail_over_minus_sigma2_half": ratio, **fit},
-                    f"simulated: V=32, sigma={sigma}, tail token = p < {mm.TAIL_P}")
+                    f"simulated: V=32, sigma={sigma}, tail token = p < {acc.TAIL_P}")
 
 
 @register("M7", paper="TIM", statement="real bf16 / KV-cache mismatch on a small transformer has "

@@ -2,8 +2,9 @@
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
 ``tailtheory.core.io.save_figure(fig, name, data=df)``. The tables come from the theory modules
-(``tailtheory.mismatch.real.mismatch_tokens``, ``tailtheory.mismatch.logprob.selection_bias_table``,
-``accumulation_table``); this module only draws them.
+(``tailtheory.mismatch.real.mismatch_tokens``,
+``tailtheory.mismatch.selection.selection_bias_table``,
+``tailtheory.mismatch.accumulation.accumulation_table``); this module only draws them.
 Notebook 01 (``make repro``) writes them into ``figures/``.
 """
 
@@ -16,8 +17,9 @@ import pandas as pd
 import torch
 
 from tailtheory.mismatch import logprob as mm
-from tailtheory.mismatch.logprob import accumulation_table, selection_bias_table
+from tailtheory.mismatch.accumulation import accumulation_table
 from tailtheory.mismatch.real import mismatch_tokens
+from tailtheory.mismatch.selection import selection_bias_table
 
 POINT_HEAD_P = 1e-2
 """Tokens above this trainer probability are all drawn: the (1-p) law lives there."""
@@ -96,8 +98,8 @@ def plot_accumulation(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int 
                       seed: int = 0):
     """Cumulative ``log pi_train / pi_infer`` along sequences with many vs few tail tokens (M6).
 
-    Source: DVP (M6). Draws :func:`tailtheory.mismatch.logprob.accumulation_table` (mean ± sd per
-    group); the dotted curves are ``±sigma sqrt(t)``, the scale of a zero-mean random walk.
+    Source: DVP (M6). Draws :func:`tailtheory.mismatch.accumulation.accumulation_table` (mean ±
+    sd per group); the dotted curves are ``±sigma sqrt(t)``, the scale of a zero-mean random walk.
     Returns ``(fig, df)`` with columns t, group, mean, sd.
     """
     import matplotlib.pyplot as plt

@@ -24,9 +24,10 @@ Claims:
 - M5 (second order, ``delta_j ~ N(0, sigma^2)`` i.i.d.)
   ``E[Delta_k | k sampled] ~ sigma^2 [(1 - p_k)^2 + sum_{j != k} p_j^2]
   - sigma^2 (1 - sum_j p_j^2) / 2``.
-  Checked by Monte Carlo (:func:`sampled_bias_monte_carlo`).
+  Checked by Monte Carlo (:mod:`tailtheory.mismatch.selection`, with M4's selection-bias table).
 - M6 ``log pi_train(y) / pi_infer(y) = -sum_t Delta_t``; its mean drifts linearly in the number
-  of sampled tail tokens, not like ``sqrt(T)`` (simulated sequences, :func:`simulate_sequences`).
+  of sampled tail tokens, not like ``sqrt(T)`` (simulated sequences:
+  :mod:`tailtheory.mismatch.accumulation`).
 
 Per-token KL estimators of a log-ratio (TIM; used by TRM's T12): ``k1``, ``k2``, ``k3``.
 """
@@ -36,8 +37,8 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.checks import (as_tensor, check_broadcastable, check_finite, check_logits,
-                                     check_mask, check_nonneg, check_positive_int, check_probs,
-                                     check_same_shape, check_unit_interval)
+                                     check_nonneg, check_probs, check_same_shape,
+                                     check_unit_interval)
 from tailtheory.core.stats import map_row_blocks
 
 BOUND_ORDERS = ("exact", "first", "linear")
@@ -51,7 +52,7 @@ def logprob_mismatch(logits, perturbed_logits) -> torch.Tensor:
     Source: DVP (M1). ``Delta = log_softmax(z') - log_softmax(z)`` with ``z'`` the inference
     engine's logits. Sign: inference minus trainer (TIM's ``delta_t = -Delta``).
     ``-inf`` logits are masked tokens: one masked on both sides has ``Delta = 0`` (impossible
-    under both, as ``tailtheory.pruning.vocab.remaining_mismatch`` counts it), one masked on one
+    under both, as ``tailtheory.pruning.sweep.remaining_mismatch`` counts it), one masked on one
     side only ``+-inf`` (a ratio with a zero); the other entries equal those of the rows
     restricted to their finite entries. Computed in float64 blocks of rows
     (``tailtheory.core.stats.map_row_blocks``), so the extra memory is the output and a few
@@ -237,137 +238,6 @@ def k3(log_ratio) -> torch.Tensor:
     return torch.expm1(r) - r
 
 
-# --- M5: selection bias under Gaussian logit noise ---------------------------------------------
-
-def sampled_bias_second_order(p, sigma) -> torch.Tensor:
-    """M5's second-order prediction of ``E[Delta_k | k sampled]`` for ``delta_j ~ N(0, sigma^2)``.
-
-    Source: DVP (M5, derived)::
-
-        sigma^2 [(1 - p_k)^2 + sum_{j != k} p_j^2] - sigma^2 (1 - sum_j p_j^2) / 2
-
-    Shapes: p (..., V), sigma scalar -> (..., V).
-    """
-    p = check_probs(p, "p")
-    s2 = check_nonneg(sigma, "sigma") ** 2
-    check_broadcastable(p, s2, ("p", "sigma"))
-    sum_sq = (p ** 2).sum(-1, keepdim=True)  # (..., 1)
-    return s2 * ((1 - p) ** 2 + sum_sq - p ** 2) - 0.5 * s2 * (1 - sum_sq)
-
-
-def sampled_bias_monte_carlo(p, sigma, n_draws: int = 20_000, seed: int = 0) -> torch.Tensor:
-    """Monte Carlo ``E[Delta_k | k sampled]`` with ``delta_j ~ N(0, sigma^2)`` i.i.d. (checks M5).
-
-    Source: DVP (M5). ``P(k sampled | delta) = p'_k``, so the conditional mean is
-    ``E[Delta_k p'_k] / E[p'_k]``, estimated over antithetic pairs ``(delta, -delta)`` (the
-    first-order term of ``Delta`` cancels exactly within a pair).
-
-    Shapes: p (V,) -> (V,).
-    """
-    p = check_probs(p, "p")
-    if p.ndim != 1:
-        raise ValueError(f"p must be one probability vector (V,), got shape {tuple(p.shape)}")
-    sigma = float(check_nonneg(sigma, "sigma"))
-    g = torch.Generator().manual_seed(seed)
-    half = torch.randn(max(n_draws // 2, 1), p.shape[0], generator=g, dtype=torch.float64)
-    delta = sigma * torch.cat([half, -half])  # (n, V)
-    Delta = delta - torch.logsumexp(torch.log(p) + delta, -1, keepdim=True)  # (n, V), M1
-    w = p * torch.exp(Delta)  # p'_k of each draw, (n, V)
-    return (w * Delta).sum(0) / w.sum(0)
-
-
-# --- M6: accumulation along sequences -----------------------------------------------------------
-
-TAIL_P = 0.1
-"""A sampled token is a *tail token* when the trainer gave it ``p < TAIL_P`` (M6's regressor)."""
-
-
-def sequence_log_ratio(Delta_tok, mask=None) -> torch.Tensor:
-    """``log pi_train(y) / pi_infer(y) = -sum_t Delta_t`` over the response tokens (M6).
-
-    Source: DVP (M6); TIM's sequence-level mismatch (``sum_t delta_t`` in its sign).
-
-    The mask selects, it never weights: bool, or exactly 0/1 (``tailtheory.core.checks``).
-
-    Shapes: Delta_tok (B, T), mask (B, T) bool or None -> (B,).
-    """
-    D = check_finite(as_tensor(Delta_tok, "Delta_tok"), "Delta_tok")
-    if D.ndim != 2:
-        raise ValueError(f"Delta_tok must have shape (B, T), got {tuple(D.shape)}")
-    if mask is None:
-        return -D.sum(-1)
-    m = check_mask(mask, D, "mask", allow_empty=True, like_name="Delta_tok")
-    return -(D * m.to(D.dtype)).sum(-1)
-
-
-HEAD_LOGIT = 12.0
-"""Logit margin of the top token in a *head context* of :func:`simulate_sequences` (p ~ 0.9998)."""
-
-
-def simulate_sequences(B: int, T_max: int, V: int, sigma: float, seed: int = 0) -> dict:
-    """Sequences sampled by an engine whose logits carry Gaussian noise ``N(0, sigma^2)`` (M6).
-
-    Each sequence has a length ``T`` in ``[T_max/8, T_max]`` and a tail fraction ``f ~ U(0, 1)``,
-    drawn independently. Each step is a *tail context* with probability ``f`` (trainer logits
-    ``0.3 N(0, I)``: nearly uniform, every token is a tail token) or else a *head context* (one
-    token ``HEAD_LOGIT`` above the rest). The engine samples ``y_t ~ softmax(z + delta)``.
-
-    Shapes: -> dict with Delta_tok, p_tok (B, T_max) float64, mask (B, T_max) bool,
-    T, n_tail (B,) int64.
-    """
-    B, T_max = check_positive_int(B, "B"), check_positive_int(T_max, "T_max")
-    V, sigma = check_positive_int(V, "V", 2), float(check_nonneg(sigma, "sigma"))
-    g = torch.Generator().manual_seed(seed)
-    f = torch.rand(B, 1, generator=g, dtype=torch.float64)  # (B, 1)
-    T = torch.randint(max(T_max // 8, 1), T_max + 1, (B,), generator=g)  # (B,)
-    z = 0.3 * torch.randn(B, T_max, V, generator=g, dtype=torch.float64)  # (B, T, V)
-    head_ctx = torch.rand(B, T_max, generator=g, dtype=torch.float64) >= f  # (B, T)
-    z[..., 0] += HEAD_LOGIT * head_ctx
-    delta = sigma * torch.randn(B, T_max, V, generator=g, dtype=torch.float64)
-    p_prime = torch.softmax(z + delta, -1)
-    y = torch.multinomial(p_prime.reshape(-1, V), 1, generator=g).reshape(B, T_max)  # (B, T)
-    Delta = logprob_mismatch(z, z + delta).gather(-1, y[..., None])[..., 0]  # (B, T)
-    p_tok = torch.softmax(z, -1).gather(-1, y[..., None])[..., 0]  # (B, T)
-    mask = torch.arange(T_max)[None, :] < T[:, None]  # (B, T)
-    n_tail = ((p_tok < TAIL_P) & mask).sum(-1)
-    return dict(Delta_tok=Delta, p_tok=p_tok, mask=mask, T=T, n_tail=n_tail)
-
-
-def _ols(X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Least squares ``y ~ [1, X]``: coefficients, their standard errors, R^2."""
-    X = torch.cat([torch.ones(len(y), 1, dtype=torch.float64), X.reshape(len(y), -1)], 1)
-    coef = torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
-    resid = y - X @ coef
-    s2 = (resid ** 2).sum() / (len(y) - X.shape[1])
-    se = torch.sqrt(torch.diag(s2 * torch.linalg.inv(X.T @ X)))
-    return coef, se, float(1 - resid.var() / y.var())
-
-
-def accumulation_regression(log_ratio, n_tail, T) -> dict[str, float]:
-    """Regress the sequence log-ratio on the number of tail tokens and on ``sqrt(T)`` (M6).
-
-    Source: DVP (M6). One-regressor fits (slope, R^2) on ``n_tail``, ``sqrt(T)`` and ``T``, and
-    the joint fit on ``(n_tail, sqrt(T))`` with t-statistics: M6 predicts the drift is carried
-    by ``n_tail`` (slope about ``-sigma^2/2``) and the ``sqrt(T)`` coefficient is about 0.
-
-    Shapes: log_ratio, n_tail, T (B,) -> dict of floats.
-    """
-    y = check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
-    n_tail, T = as_tensor(n_tail, "n_tail"), as_tensor(T, "T")
-    check_same_shape(y, n_tail, ("log_ratio", "n_tail"))
-    check_same_shape(y, T, ("log_ratio", "T"))
-    out: dict[str, float] = {}
-    for name, x in (("n_tail", n_tail), ("sqrt_T", T.sqrt()), ("T", T)):
-        coef, _, r2 = _ols(x, y)
-        out[f"slope/{name}"], out[f"r2/{name}"] = float(coef[1]), r2
-    coef, se, r2 = _ols(torch.stack([n_tail, T.sqrt()], 1), y)
-    t = coef / se
-    out.update({"joint/slope_tail": float(coef[1]), "joint/t_tail": float(t[1]),
-                "joint/slope_sqrt_T": float(coef[2]), "joint/t_sqrt_T": float(t[2]),
-                "r2/joint": r2})
-    return out
-
-
 def worst_case_mismatch(p, k: int, eps: float, seed: int = 0) -> tuple[float, torch.Tensor]:
     """Search the ``delta`` maximising ``|Delta_k|`` given ``max_j |delta_j - delta_k| <= 2 eps``.
 
@@ -397,73 +267,3 @@ def worst_case_mismatch(p, k: int, eps: float, seed: int = 0) -> tuple[float, to
                      dtype=torch.float64).numpy()
     res = minimize(loss, u0, method="L-BFGS-B")
     return -res.fun / bound, delta_of(res.x)
-
-
-def selection_bias_table(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_000,
-                         n_bins: int = 10, seed: int = 0):
-    """Mean signed ``Delta`` of engine-sampled tokens per trainer-probability bin (M4, M5).
-
-    Source: DVP (M4, M5). Contexts have logits ``s N(0, I)`` with ``s`` from 0.3 to 8; the engine
-    adds ``N(0, sigma^2)`` noise and samples one token per context. Columns: p_lo, p_hi, p_mid,
-    count, mean_Delta, sem, m5 (M5's second-order prediction averaged over the bin).
-
-    Shapes: -> DataFrame with <= n_bins rows (empty bins are left out).
-    """
-    import numpy as np
-    import pandas as pd
-
-    g = torch.Generator().manual_seed(seed)
-    s = 0.3 + 7.7 * torch.rand(n_contexts, 1, generator=g, dtype=torch.float64)
-    z = s * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)  # (N, V)
-    delta = sigma * torch.randn(n_contexts, V, generator=g, dtype=torch.float64)
-    k = torch.multinomial(torch.softmax(z + delta, -1), 1, generator=g)  # (N, 1)
-    p = torch.softmax(z, -1)
-    Delta = logprob_mismatch(z, z + delta).gather(-1, k)[:, 0]
-    m5 = sampled_bias_second_order(p, sigma).gather(-1, k)[:, 0]
-    p_k = p.gather(-1, k)[:, 0]
-    edges = np.logspace(np.log10(max(float(p_k.min()), 1e-12)), 0, n_bins + 1)
-    df = pd.DataFrame({"p": p_k.numpy(), "Delta": Delta.numpy(), "m5": m5.numpy(),
-                       "bin": np.clip(np.digitize(p_k.numpy(), edges[1:-1]), 0, n_bins - 1)})
-    out = df.groupby("bin").agg(p_mid=("p", "median"), count=("p", "size"),
-                                mean_Delta=("Delta", "mean"), sd=("Delta", "std"),
-                                m5=("m5", "mean")).reset_index()
-    out["p_lo"], out["p_hi"] = edges[out["bin"]], edges[out["bin"] + 1]
-    out["sem"] = out.sd / np.sqrt(out["count"])
-    return out.drop(columns="sd")
-
-
-MIN_ALIVE = 30
-"""Positions where fewer sequences of a group are still running are left out of its curve."""
-
-ACCUMULATION_GROUPS = ("many tail tokens", "few tail tokens")
-"""The groups of :func:`accumulation_table`: the top and bottom quartiles of tail fraction."""
-
-
-def accumulation_table(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int = 32,
-                       seed: int = 0):
-    """Cumulative ``log pi_train / pi_infer`` along sequences with many vs few tail tokens (M6).
-
-    Source: DVP (M6). Simulated with :func:`simulate_sequences`; sequences are split at the
-    quartiles of their tail fraction over the first ``T_max/8`` positions (every sequence is at
-    least that long). Per group and position: mean and sd over the sequences still running
-    (NaN where fewer than :data:`MIN_ALIVE` are).
-
-    Shapes: -> DataFrame with 2 T_max rows, columns t, group, mean, sd.
-    """
-    import numpy as np
-    import pandas as pd
-
-    sim = simulate_sequences(B, T_max, V, sigma, seed)
-    tail = (sim["p_tok"] < TAIL_P).double()
-    frac = tail[:, : T_max // 8].mean(-1)                                   # (B,)
-    cum = -torch.cumsum(sim["Delta_tok"], -1)  # (B, T): log pi_train / pi_infer up to t
-    cum = torch.where(sim["mask"], cum, torch.nan).numpy()  # ended sequences leave the mean
-    lo, hi = torch.quantile(frac, 0.25), torch.quantile(frac, 0.75)
-    t = np.arange(1, T_max + 1)
-    rows = []
-    for name, sel in zip(ACCUMULATION_GROUPS, (frac >= hi, frac <= lo)):
-        alive = (~np.isnan(cum[sel.numpy()])).sum(0) >= MIN_ALIVE
-        mean = np.where(alive, np.nanmean(cum[sel.numpy()], 0), np.nan)
-        sd = np.where(alive, np.nanstd(cum[sel.numpy()], 0), np.nan)
-        rows.append(pd.DataFrame({"t": t, "group": name, "mean": mean, "sd": sd}))
-    return pd.concat(rows, ignore_index=True)

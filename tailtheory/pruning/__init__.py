@@ -26,9 +26,9 @@ Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/prunin
 | id | exact quantity | bound | check | figure | tests |
 |---|---|---|---|---|---|
 | P1 | `vocab.pruned_tv`, `vocab.pruned_kl`, `vocab.pruned_mass` | - | `claims._p1` | - | `test_vocab.py` |
-| P2 | `vocab.trajectory_tv`, `vocab.return_gap` | `vocab.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_vocab.py` |
+| P2 | `trajectory.trajectory_tv`, `trajectory.return_gap` | `trajectory.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_trajectory.py`, `test_vocab.py` |
 | P3 | `vocab.truncation_log_ratio`, `vocab.truncation_bias`, `sampler.dvp_keep` | - | `claims._p3` | - | `test_vocab.py`, `test_sampler.py` |
-| P4 | `vocab.pruning_sweep`, `vocab.remaining_mismatch`, `vocab.pruning_knee` | `vocab.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff` | `test_vocab.py` |
+| P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff` | `test_sweep.py` |
 
 Pruning in training (P5) runs through the GRPO engine's `dvp` method, with the kept set of
 `sampler.dvp_keep` on both sides; it has no registered check yet.

@@ -1,4 +1,5 @@
-"""Checks of DVP's vocabulary-pruning claims P1-P4 (``tailtheory.pruning.vocab``)."""
+"""Checks of DVP's vocabulary-pruning claims P1-P4 (``tailtheory.pruning.vocab``,
+``tailtheory.pruning.trajectory``, ``tailtheory.pruning.sweep``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import torch
 
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.core.registry import Evidence, Verdict, pick, register
-from tailtheory.pruning.vocab import P4_VOCAB, p4_measurement  # noqa: F401  (P4's measurement)
+from tailtheory.pruning.sweep import P4_VOCAB, p4_measurement  # noqa: F401  (P4's measurement)
 
 RULE_GRID = (("min_p", (0.0, 1e-8, 1e-4, 1e-2, 0.5, 1.0)), ("top_p", (0.0, 1e-6, 0.05, 0.5)),
              ("absolute", (0.0, 1e-9, 1e-4)))
@@ -75,8 +76,9 @@ def _p2_policies(profile: str):
 @register("P2", paper="DVP", statement="abs(J(pruned) - J(full)) <= R_max sum_t E[m(s_t)] <= "
           "R_max T max m; min-p mass bound", expected=Verdict.HOLDS)
 def _p2(profile: str) -> Evidence:
-    from tailtheory.pruning.vocab import (prune_policy, return_gap, safe_vocab_mask, trajectory_bias_bound,
-                           trajectory_tv)
+    from tailtheory.pruning.trajectory import (prune_policy, return_gap, trajectory_bias_bound,
+                                               trajectory_tv)
+    from tailtheory.pruning.vocab import safe_vocab_mask
     from tailtheory.core.tabular import random_rewards
 
     slack = {"tv": 1.0, "gap": 1.0, "uniform": 1.0, "min_p": 1.0}   # over cases that prune
@@ -139,7 +141,7 @@ def _p3(profile: str) -> Evidence:
 def _p4(profile: str) -> Evidence:
     from tailtheory.mismatch.logprob import logprob_mismatch, sampled_mismatch_bias
 
-    from tailtheory.pruning.vocab import pruning_knee
+    from tailtheory.pruning.sweep import pruning_knee
 
     df, z, z_prime = p4_measurement(profile)
     ref = df.iloc[0]                                                   # rho = 0: nothing pruned

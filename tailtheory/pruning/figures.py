@@ -15,7 +15,7 @@ LEFT_COLUMNS = ("seq_kl", "abs_delta_mean", "abs_delta_max")
 def plot_pruning_tradeoff(sweep: pd.DataFrame, mass_negligible: float | None = 1e-3):
     """P4: pruned mass (P2's bias bound) and the mismatch left after pruning, against ``rho``.
 
-    Source: DVP (P4). ``sweep`` is :func:`tailtheory.pruning.vocab.pruning_sweep`'s table (its first
+    Source: DVP (P4). ``sweep`` is :func:`tailtheory.pruning.sweep.pruning_sweep`'s table (its first
     row ``rho = 0`` is the unpruned reference). Left: the mean pruned mass per token and the
     per-sequence bound ``sum_t m`` against ``rho``; right: the fraction of each mismatch measure
     left, against the mean pruned mass (a knee would sit in the lower left).

@@ -1,4 +1,4 @@
-"""Dynamic vocabulary pruning: a safe token set, its exact cost, and what it buys (DVP; P1-P4).
+"""Dynamic vocabulary pruning: a safe token set and its exact cost (DVP; P1-P3, the set of P4).
 
 Paper card
     DVP: Li et al., *Taming the Tail: Stable LLM RL via Dynamic Vocabulary Pruning*,
@@ -19,10 +19,11 @@ Rules for ``S`` (the paper's exact rule could not be read, so the rule is a para
 Claims (ids of docs/claims.md):
     P1  TV(pi~, pi) = m, KL(pi~ || pi) = -log(1 - m)     :func:`pruned_tv`, :func:`pruned_kl`
     P2  TV(P~, P) <= sum_t E_pi~[m(s_t)]; |J(pi~) - J(pi)| <= R_max sum_t E[m] <= R_max T max m;
-        min-p: m(s) <= (V - |S(s)|) rho max_b pi(b|s)   :func:`trajectory_bias_bound`
+        min-p: m(s) <= (V - |S(s)|) rho max_b pi(b|s)   :func:`min_p_mass_bound`
+        (the trajectory bounds: :mod:`tailtheory.pruning.trajectory`)
     P3  truncating only the sampler shifts every log-ratio by exactly log pi(S|s)
                                                        :func:`truncation_log_ratio`
-    P4  sweeping rho: pruned mass against the remaining mismatch   :func:`pruning_sweep`
+    P4  sweeping rho: pruned mass against the remaining mismatch   :mod:`tailtheory.pruning.sweep`
 
 Shapes: logits (..., V), masks (..., V) bool, per-state quantities (...).
 """
@@ -241,60 +242,6 @@ def min_p_mass_bound(logits, mask, rho: float) -> torch.Tensor:
     return n_pruned * rho * top
 
 
-# --- P2: the pruned policy over whole trajectories (exact enumeration) -------------------------
-
-def prune_policy(pol, mask):
-    """The pruned tabular policy: the same tree, logits ``-inf`` outside ``S`` of each context.
-
-    Source: DVP (P2). Shapes: pol.logits (P, V), mask (P, V) bool -> TabularPolicy.
-    """
-    z, keep = _check_pruning(pol.logits, mask)
-    return pol.with_logits(_f64(z).masked_fill(~keep, -math.inf))
-
-
-def _check_same_tree(pol_a, pol_b) -> None:
-    if (pol_a.V, pol_a.T, pol_a.eos) != (pol_b.V, pol_b.T, pol_b.eos):
-        raise ValueError(f"policies must share one tree; got (V, T, eos) = "
-                         f"{(pol_a.V, pol_a.T, pol_a.eos)} and {(pol_b.V, pol_b.T, pol_b.eos)}")
-
-
-def trajectory_tv(pol_a, pol_b) -> float:
-    """Exact ``TV(P_a, P_b) = 1/2 sum_y |P_a(y) - P_b(y)|`` over every sequence of the tree.
-
-    Source: DVP (P2). Shapes: two TabularPolicy over the same tree -> float.
-    """
-    _check_same_tree(pol_a, pol_b)
-    return 0.5 * float((pol_a.seq_prob - pol_b.seq_prob).abs().sum())
-
-
-def return_gap(pol_a, pol_b, rewards) -> float:
-    """Exact ``|J(pi_a) - J(pi_b)|`` with ``J(pi) = E_{y~pi}[R(y)]``.
-
-    Source: DVP (P2). Shapes: rewards (N,) aligned with ``pol_a.seqs`` -> float.
-    """
-    _check_same_tree(pol_a, pol_b)
-    return abs(float(pol_a.expect(rewards) - pol_b.expect(rewards)))
-
-
-def trajectory_bias_bound(pol, mask, r_max: float = 1.0, rho: float | None = None) -> dict:
-    """P2's three bounds on ``|J(pi~) - J(pi)|`` (with ``r_max = 1`` also on ``TV(P~, P)``).
-
-    Source: DVP (P2). ``expected = R_max sum_t E_{pi~}[m(s_t)]``
-    ``<= uniform = R_max T max_s m(s)`` ``<= min_p = R_max T max_s (V - |S(s)|) rho max_b pi(b|s)``
-    (the last only for a min-p mask at ``rho``).
-    Shapes: pol.logits (P, V), mask (P, V) bool -> dict of floats.
-    """
-    if not (isinstance(r_max, (int, float)) and 0 <= r_max < math.inf):
-        raise ValueError(f"r_max must be a finite number >= 0, got {r_max!r}")
-    m = pruned_mass(pol.logits, mask)                                        # (P,)
-    reach = prune_policy(pol, mask).context_prob()                           # (P,) under pi~
-    out = {"expected": r_max * float((reach * m).sum()),
-           "uniform": r_max * pol.T * float(m.max())}
-    if rho is not None:
-        out["min_p"] = r_max * pol.T * float(min_p_mass_bound(pol.logits, mask, rho).max())
-    return out
-
-
 # --- P3: truncation on one side only -----------------------------------------------------------
 
 def truncation_log_ratio(logits, mask, token, sampler_logits=None) -> torch.Tensor:
@@ -337,116 +284,6 @@ def truncation_bias(logits, mask) -> torch.Tensor:
     return kept_log_mass(logits, mask)
 
 
-# --- P4: the trade between pruned mass and remaining mismatch ----------------------------------
-
-RHO_SWEEP = tuple(10.0 ** -k for k in range(8, 0, -1))
-"""P4's sweep: ``rho = 1e-8 .. 1e-1``, one per decade (P4 in docs/claims.md)."""
-
-
-def remaining_mismatch(logits, perturbed_logits, mask, resp_mask=None) -> dict:
-    """The mismatch left after pruning trainer and sampler with the same ``S``, and its price.
-
-    Source: DVP (P4). On ``S``: ``Delta~_k = log pi~'(k) - log pi~(k)`` (sampler minus trainer,
-    as in ``tailtheory.mismatch.logprob``); per position ``E_{k~pi~'}|Delta~_k|``, ``max_{k in S}
-    |Delta~_k|`` and the bias ``E_{k~pi~'}[Delta~_k] = KL(pi~' || pi~)`` (M4 on ``S``); per sequence
-    ``sum_t KL`` and the P2 bias bound ``sum_t m(s_t)`` with ``m`` the trainer's pruned mass.
-    A token of ``S`` whose logit is ``-inf`` on both sides adds 0 (as in ``logprob_mismatch``).
-    Per-position values come from float64 blocks of rows: no ``(B, T, V)`` temporary.
-    Shapes: logits, perturbed_logits (B, T, V), mask (B, T, V) bool, resp_mask (B, T) -> dict.
-    """
-    z, keep = _check_pruning(logits, mask)
-    z_prime, _ = _check_pruning(perturbed_logits, mask, "mask", "perturbed_logits")
-    check_same_shape(z, z_prime, ("logits", "perturbed_logits"))
-    if z.ndim != 3:
-        raise ValueError(f"logits must have shape (B, T, V), got {tuple(z.shape)}")
-    alive = (torch.ones(z.shape[:2], dtype=torch.bool) if resp_mask is None
-             else check_mask(resp_mask, z[..., 0], "resp_mask", like_name="logits[..., 0]"))
-    m, abs_mean, abs_max, kl = map_row_blocks(_remaining_rows, z, z_prime, keep).unbind(-1)
-    n = alive.sum()
-    return {"mass_mean": float((m * alive).sum() / n), "mass_max": float(m[alive].max()),
-            "seq_mass": float((m * alive).sum(-1).mean()),
-            "kept_frac": float((keep.sum(-1) * alive).sum() / n / z.shape[-1]),
-            "abs_delta_mean": float((abs_mean * alive).sum() / n),
-            "abs_delta_max": float(abs_max[alive].max()),
-            "bias_mean": float((kl * alive).sum() / n),
-            "seq_kl": float((kl * alive).sum(-1).mean())}
-
-
-def _remaining_rows(z, z_prime, keep) -> torch.Tensor:
-    """Per row: ``m``, ``E_{pi~'}|Delta~|``, ``max_S |Delta~|``, ``KL(pi~' || pi~)``; (r, 4)."""
-    lp, lp_prime = _pruned_lsm_rows(z, keep), _pruned_lsm_rows(z_prime, keep)   # (r, V)
-    Delta = lp_prime - lp
-    Delta = torch.where(keep & ~Delta.isnan(), Delta, torch.zeros_like(lp))  # NaN: -inf twice
-    q = lp_prime.exp()                                                       # pi~', 0 off S
-    live = q > 0                                                             # 0 * inf = 0
-    kl = torch.where(live, q * Delta, 0.0).sum(-1)
-    abs_mean = torch.where(live, q * Delta.abs(), 0.0).sum(-1)
-    return torch.stack([_pruned_mass_rows(z, keep), abs_mean, Delta.abs().amax(-1), kl], -1)
-
-
-def pruning_sweep(logits, perturbed_logits, rhos=RHO_SWEEP, rule: str = "min_p",
-                  resp_mask=None):
-    """P4's table: one row per threshold, plus ``rho = 0`` (no pruning) as the reference.
-
-    Source: DVP (P4). ``S`` is the sampler's safe set (computed from ``perturbed_logits``, so
-    every token it emits is in ``S``) and is applied to both sides.
-    Shapes: logits, perturbed_logits (B, T, V) -> DataFrame with the keys of
-    :func:`remaining_mismatch` and ``rho``.
-    """
-    import pandas as pd
-
-    z_prime = check_logits(perturbed_logits, "perturbed_logits", dtype=None)
-    rows = []
-    for rho in (0.0, *rhos):
-        keep = safe_vocab_mask(z_prime, rule, rho)
-        rows.append({"rho": float(rho), **remaining_mismatch(logits, z_prime, keep, resp_mask)})
-    return pd.DataFrame(rows)
-
-
-def pruning_knee(sweep, mass_negligible: float = 1e-3) -> dict:
-    """What the cheapest-enough threshold buys: the mismatch left at negligible pruned mass.
-
-    Source: DVP (P4). Among the rows of :func:`pruning_sweep` with ``0 < rho`` and mean pruned
-    mass ``<= mass_negligible``, the largest ``rho`` and the fraction of the unpruned sequence KL,
-    mean and max ``|Delta|`` that is left there (1 when no threshold is that cheap).
-    Shapes: DataFrame -> dict of floats.
-    """
-    if "rho" not in sweep or float(sweep.rho.iloc[0]) != 0.0:
-        raise ValueError("sweep must be pruning_sweep's table, whose first row is rho = 0")
-    ref = sweep.iloc[0]
-    cheap = sweep[(sweep.rho > 0) & (sweep.mass_mean <= mass_negligible)]
-    out = {"rho": float(cheap.rho.max()) if len(cheap) else 0.0,
-           "mass_mean": float(cheap.mass_mean.max()) if len(cheap) else 0.0}
-    for c in ("seq_kl", "abs_delta_mean", "abs_delta_max"):
-        left = (cheap[c] / ref[c]).min() if len(cheap) and ref[c] > 0 else 1.0
-        out[f"{c}_left"] = float(left)
-    return out
-
-
-P4_VOCAB = 512
-"""P4's trainer is M7's model (``tailtheory.mismatch.real.m7_model``): a random tiny
-Qwen2-style LM with this vocabulary, its lm_head sharpened so that it has a real
-low-probability tail."""
-
-
-def p4_measurement(profile: str = "quick", path: str = "bf16"):
-    """P4's sweep on the real ``path`` mismatch of M7's model: ``(sweep, z, z_prime)``.
-
-    Source: DVP (P4), TIM (M7). Random contexts of ``16 x 32`` tokens (``64 x 64`` thorough);
-    ``z, z_prime`` from :func:`tailtheory.mismatch.real.paired_logits`, the table from
-    :func:`pruning_sweep`. Shapes: -> (DataFrame, (B, T, V), (B, T, V)).
-    """
-    from tailtheory.core.registry import pick
-    from tailtheory.mismatch.real import m7_model, paired_logits, random_input_ids
-
-    model = m7_model(P4_VOCAB)
-    B, T = pick(profile, (16, 32), (64, 64))
-    z, z_prime = paired_logits(model, random_input_ids(P4_VOCAB, B, T, seed=0), path)
-    return pruning_sweep(z, z_prime), z, z_prime
-
-
 __all__ = ["RULES", "RHO_DEFAULT", "safe_vocab_mask", "pruned_log_softmax", "pruned_mass",
            "kept_log_mass", "pruned_tv", "pruned_kl", "min_p_mass_bound",
-           "prune_policy", "trajectory_tv", "return_gap", "trajectory_bias_bound",
-           "truncation_log_ratio", "truncation_bias", "RHO_SWEEP", "remaining_mismatch",
-           "pruning_sweep", "pruning_knee", "P4_VOCAB", "p4_measurement"]
+           "truncation_log_ratio", "truncation_bias"]

@@ -1,4 +1,5 @@
-"""Property tests of tailtheory.mismatch.logprob: claims M1-M6 (DVP, TIM), one group per claim id."""
+"""Property tests of tailtheory.mismatch.logprob: claims M1-M4 (DVP, TIM), one group per claim id
+(M5: test_selection.py, M6: test_accumulation.py)."""
 
 import math
 from unittest.mock import patch
@@ -10,7 +11,6 @@ from hypothesis import example, given, target
 from hypothesis import strategies as st
 
 from tailtheory.mismatch import logprob as mm
-from tailtheory.mismatch.figures import plot_accumulation, plot_selection_bias
 
 from strategies import logits, masked_logits, mismatch_cases
 from tailtheory.core import stats
@@ -157,98 +157,6 @@ def test_m4_sampled_bias_is_kl(case):
     assert abs(float(mm.sampled_mismatch_bias(z, z + 3.0))) < ATOL
 
 
-# --- M5 -----------------------------------------------------------------------------------------
-
-P_M5 = torch.softmax(torch.tensor([4.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0, -5.0],
-                                  dtype=torch.float64), -1)
-
-
-def _rel_err(sigma: float, n: int = 200_000) -> float:
-    f = mm.sampled_bias_second_order(P_M5, sigma)
-    mc = mm.sampled_bias_monte_carlo(P_M5, sigma, n, seed=0)
-    return float((mc - f).abs().max() / f.abs().max())
-
-
-def test_m5_second_order_matches_monte_carlo_at_small_sigma():
-    """M5 (HOLDS-UNDER small sigma): the formula is within 5% of Monte Carlo at sigma = 0.05."""
-    assert _rel_err(0.05) < 0.05
-
-
-def test_m5_formula_breaks_at_large_sigma():
-    """M5's assumption matters: at sigma = 1 the second-order formula is off by > 10%."""
-    assert _rel_err(1.0) > 0.10
-
-
-def test_m5_sign_tail_positive_head_negative():
-    """M5: positive for tail tokens; for the head token about -sigma^2 (1 - p_k), near 0."""
-    f = mm.sampled_bias_second_order(P_M5, 0.1) / 0.01
-    assert (f[P_M5 < 0.05] > 0).all()
-    assert -1.5 * (1 - P_M5[0]) < f[0] < 0
-
-
-def test_m5_monte_carlo_matches_exact_at_two_tokens():
-    """M5's Monte Carlo estimator vs quadrature, V = 2 (delta_1 - delta_0 ~ N(0, 2 sigma^2))."""
-    p, sigma = torch.tensor([0.8, 0.2], dtype=torch.float64), 0.5
-    x = torch.linspace(-8, 8, 20001, dtype=torch.float64) * math.sqrt(2) * sigma  # delta_1-delta_0
-    w = torch.exp(-x ** 2 / (4 * sigma ** 2))
-    Delta1 = x - torch.log(p[0] + p[1] * torch.exp(x))  # M1 with delta_0 = 0
-    pp1 = p[1] * torch.exp(Delta1)
-    exact = float((w * pp1 * Delta1).sum() / (w * pp1).sum())
-    mc = float(mm.sampled_bias_monte_carlo(p, sigma, 400_000, seed=1)[1])
-    assert abs(mc - exact) < 0.02 * abs(exact)
-
-
-# --- M6 -----------------------------------------------------------------------------------------
-
-@given(st.integers(1, 6), st.integers(1, 12), st.integers(0, 2**31 - 1))
-def test_m6_sequence_log_ratio_is_minus_sum(B, T, seed):
-    """M6: log pi_train(y) / pi_infer(y) = -sum_t Delta_t, masked positions excluded."""
-    g = torch.Generator().manual_seed(seed)
-    z = 3 * torch.randn(B, T, 9, generator=g, dtype=torch.float64)
-    zi = z + 0.2 * torch.randn(B, T, 9, generator=g, dtype=torch.float64)
-    y = torch.randint(0, 9, (B, T), generator=g)
-    mask = torch.rand(B, T, generator=g) < 0.7
-    pt = torch.softmax(z, -1).gather(-1, y[..., None])[..., 0]
-    pi = torch.softmax(zi, -1).gather(-1, y[..., None])[..., 0]
-    one = torch.ones_like(pt)
-    direct = torch.log(torch.where(mask, pt, one).prod(-1) / torch.where(mask, pi, one).prod(-1))
-    Delta = mm.logprob_mismatch(z, zi).gather(-1, y[..., None])[..., 0]
-    torch.testing.assert_close(mm.sequence_log_ratio(Delta, mask), direct, atol=ATOL, rtol=1e-12)
-
-
-def test_m6_drift_follows_tail_tokens_not_sqrt_T():
-    """M6: on simulated sequences the drift slope per tail token is ~ -sigma^2/2, sqrt(T) adds
-    nothing once the tail count is known."""
-    sim = mm.simulate_sequences(600, 64, 32, 0.3, seed=3)
-    fit = mm.accumulation_regression(mm.sequence_log_ratio(sim["Delta_tok"], sim["mask"]),
-                                     sim["n_tail"].double(), sim["T"].double())
-    assert 0.5 < fit["joint/slope_tail"] / (-0.045) < 2 and abs(fit["joint/t_tail"]) > 5
-    assert abs(fit["joint/t_sqrt_T"]) < 3
-
-
-def test_m6_regression_can_see_a_sqrt_T_drift():
-    """M6's check can fail: a drift made of sqrt(T) alone is attributed to sqrt(T)."""
-    g = torch.Generator().manual_seed(0)
-    T = torch.randint(8, 100, (500,), generator=g).double()
-    n_tail = (torch.rand(500, generator=g, dtype=torch.float64) * T).floor()
-    y = -0.5 * T.sqrt() + 0.1 * torch.randn(500, generator=g, dtype=torch.float64)
-    fit = mm.accumulation_regression(y, n_tail, T)
-    assert abs(fit["joint/t_sqrt_T"]) > 10 and fit["r2/sqrt_T"] > fit["r2/n_tail"]
-
-
-def test_m6_identity_check_can_fail(monkeypatch):
-    """M6's identity check compares independent sequence log-probs with -sum Delta: exact for
-    logprob_mismatch, and large when Delta is computed wrongly (here with the sign flipped)."""
-    from tailtheory.mismatch import claims as claims_mismatch
-
-    assert claims_mismatch._m6_identity_err(0.3, seed=9) < claims_mismatch.TOL_IDENTITY
-    def wrong(z, z_prime):
-        return torch.log_softmax(z, -1) - torch.log_softmax(z_prime, -1)
-
-    monkeypatch.setattr(claims_mismatch.mm, "logprob_mismatch", wrong)
-    assert claims_mismatch._m6_identity_err(0.3, seed=9) > 0.1
-
-
 # --- k1, k2, k3 ---------------------------------------------------------------------------------
 
 @given(mismatch_cases(max_v=512))
@@ -306,10 +214,6 @@ def test_shape_mismatch_rejected():
         mm.logprob_mismatch(torch.zeros(3), torch.zeros(4))
     with pytest.raises(ValueError, match="p .* and delta"):
         mm.mismatch_identity(torch.full((3,), 1 / 3), torch.zeros(4))
-    with pytest.raises(ValueError, match="Delta_tok .* and mask"):
-        mm.sequence_log_ratio(torch.zeros(2, 3), torch.ones(2, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="Delta_tok must have shape"):
-        mm.sequence_log_ratio(torch.zeros(3))
 
 
 def test_negative_eps_and_unknown_options_rejected():
@@ -319,36 +223,13 @@ def test_negative_eps_and_unknown_options_rejected():
         mm.mismatch_bound(0.5, 0.1, order="second")
     with pytest.raises(ValueError, match="per must be"):
         mm.mismatch_eps(torch.zeros(3), per="sequence")
-    with pytest.raises(ValueError, match="sigma must be >= 0"):
-        mm.sampled_bias_second_order(torch.tensor([0.5, 0.5]), -0.1)
     with pytest.raises(ValueError, match="infinite"):
         mm.kl_divergence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
-    with pytest.raises(ValueError, match="one probability vector"):
-        mm.sampled_bias_monte_carlo(torch.full((2, 2), 0.5), 0.1)
-    with pytest.raises(ValueError, match="V must be >= 2"):
-        mm.simulate_sequences(4, 8, 1, 0.1)
     with pytest.raises(ValueError, match="the bound is 0"):
         mm.worst_case_mismatch(torch.tensor([1.0, 0.0]), k=0, eps=0.1)
 
 
-# --- figures ------------------------------------------------------------------------------------
-
-def test_plot_selection_bias_and_accumulation():
-    """M4/M5 and M6 figures: (fig, df); the sampled-token bias is positive overall (M4)."""
-    import matplotlib.pyplot as plt
-
-    fig, df = plot_selection_bias(n_contexts=3000, n_bins=6)
-    assert {"p_mid", "mean_Delta", "sem", "m5", "count"} <= set(df.columns)
-    assert np.average(df.mean_Delta, weights=df["count"]) > 0
-    plt.close(fig)
-    fig, df = plot_accumulation(B=200, T_max=48)
-    assert set(df.group) == {"many tail tokens", "few tail tokens"}
-    last = df.dropna().groupby("group")["mean"].last()
-    assert last["many tail tokens"] < last["few tail tokens"] < 0.5
-    plt.close(fig)
-
-
-# --- masked (-inf) logits, large eps, masks, chunking ---------------------------------------------
+# --- masked (-inf) logits, large eps, chunking ---------------------------------------------------
 
 @given(masked_logits(max_v=512), st.floats(0.0, 3.0), st.integers(0, 2**31 - 1))
 def test_M1_M4_with_minus_inf_equal_the_restricted_rows(args, sigma, seed):
@@ -440,23 +321,9 @@ def test_M3_bound_forms_agree_where_both_are_finite(p_k, eps):
     assert exact.item() == pytest.approx(log_space, rel=1e-9, abs=1e-12)
 
 
-def test_bound_and_sigma_shapes_name_both():
+def test_bound_shapes_name_both():
     with pytest.raises(ValueError, match=r"p \(3,\) and eps \(2,\) must broadcast"):
         mm.mismatch_bound(torch.full((3,), 0.5), torch.full((2,), 0.1))
-    with pytest.raises(ValueError, match=r"p \(2, 4\) and sigma \(3,\) must broadcast"):
-        mm.sampled_bias_second_order(torch.full((2, 4), 0.25), torch.full((3,), 0.1))
-
-
-def test_M6_mask_selects_and_never_weights():
-    """M6: a 0/1 float or int mask equals the bool mask; 0.5 is refused, not used as a weight."""
-    g = torch.Generator().manual_seed(0)
-    D = torch.randn(3, 5, generator=g, dtype=torch.float64)
-    m = torch.rand(3, 5, generator=g) < 0.6
-    want = mm.sequence_log_ratio(D, m)
-    for x in (m.float(), m.long(), m.numpy()):
-        torch.testing.assert_close(mm.sequence_log_ratio(D, x), want, rtol=0, atol=0)
-    with pytest.raises(ValueError, match="mask must be a bool tensor, or a numeric one"):
-        mm.sequence_log_ratio(D, torch.full((3, 5), 0.5))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
