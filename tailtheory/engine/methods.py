@@ -4,7 +4,8 @@ Each function is a :class:`~tailtheory.engine.types.MethodFn`; its first docstri
 ``tailtheory methods`` prints. Formulas live with their paper: TIM's corrections in
 ``tailtheory/mismatch/corrections.py``, LOPTI's in ``tailtheory/lopti/reweight.py``, DVP's kept
 set in ``tailtheory/pruning/sampler.py``, TRM's mask in ``tailtheory/trm/mask.py``, the
-advantages in the registry of ``tailtheory/otb/baselines.py``; the clipped surrogate is below.
+advantages in the registry of ``tailtheory/otb/baselines.py``; the clipped surrogate (with the
+optional dual clip) and the loss aggregations (``LOSS_AGGS``) are below.
 Every metric key a method returns is declared at its registration.
 """
 
@@ -123,7 +124,11 @@ def group_advantage(name: str) -> MethodFn:
 @register("grpo", "loss", "GRPO; loss_agg token-mean as in LOPTI's run scripts",
           metrics=LOSS_METRICS + ADV_METRICS, advantage=group_advantage("grpo"))
 def grpo(b: PolicyBatch, hp: MethodParams):
-    """Clipped surrogate (dual clip if clip_ratio_c), aggregated by loss_agg (token-mean)."""
+    """Clipped surrogate (dual clip if clip_ratio_c), aggregated by loss_agg (token-mean).
+
+    Source: GRPO; ``l_t`` of :func:`clipped_surrogate` times the correction weight on the active
+    tokens, then :func:`aggregate_loss`. Shapes: (B, T) -> scalar.
+    """
     return _policy_loss(b, hp, hp.loss_agg)
 
 
@@ -134,6 +139,7 @@ def dr_grpo(b: PolicyBatch, hp: MethodParams):
 
     Shorthand for the ``dr_grpo`` advantage with ``loss_agg = seq-mean-token-sum-norm`` (``L =
     loss_norm_len``, or the padded length T when 0); ``loss_agg`` itself is not read.
+    Source: Dr. GRPO (arXiv 2503.20783); TRL's ``dr_grpo``. Shapes: (B, T) -> scalar.
     """
     return _policy_loss(b, hp, "seq-mean-token-sum-norm")
 
@@ -173,7 +179,11 @@ def _per_token(seq_w: torch.Tensor, b: PolicyBatch) -> torch.Tensor:
 @register("tis", "correction", "TIM (V4), token TIS",
           metrics=("tis/weight_mean", "tis/trunc_frac"))
 def tis(b: PolicyBatch, hp: MethodParams):
-    """Token truncated importance sampling: weight min(rho_t, tis_cap), detached."""
+    """Token truncated importance sampling: weight min(rho_t, tis_cap), detached.
+
+    Source: TIM (V4); verl's ``rollout_is="token"``, TRL's ``token_truncate``.
+    Shapes: (B, T) -> weight (B, T).
+    """
     w = tis_weight(b.log_rho, hp.tis_cap)
     return w, {"tis/weight_mean": _mean(w, b.mask),
                "tis/trunc_frac": _mean(b.log_rho.exp() > hp.tis_cap, b.mask)}
@@ -184,7 +194,8 @@ def tis(b: PolicyBatch, hp: MethodParams):
 def seq_tis(b: PolicyBatch, hp: MethodParams):
     """Sequence truncated importance sampling: weight min(prod_t rho_t, seq_tis_cap), detached.
 
-    Metrics over sequences: the mean weight, the fraction truncated at the cap.
+    Source: TIM (V4); verl's ``rollout_is="sequence"``, TRL's ``sequence_truncate``. Metrics
+    over sequences: the mean weight, the fraction truncated at the cap.
     Shapes: (B, T) -> weight (B, T), one value per sequence.
     """
     w = seq_tis_weight(b.log_rho, b.mask, hp.seq_tis_cap)                # (B,)
@@ -197,7 +208,8 @@ def seq_tis(b: PolicyBatch, hp: MethodParams):
 def mis(b: PolicyBatch, hp: MethodParams):
     """Masked importance sampling: weight prod_t rho_t inside [mis_low, mis_high], 0 outside.
 
-    Detached. Metrics over sequences: the rejected fraction, the mean weight (0 for rejected).
+    Source: TIM (V4); TRL's ``sequence_mask``. Detached. Metrics over sequences: the rejected
+    fraction, the mean weight (0 for rejected).
     Shapes: (B, T) -> weight (B, T), one value per sequence.
     """
     w = mis_weight(b.log_rho, b.mask, hp.mis_low, hp.mis_high)            # (B,)
@@ -209,7 +221,11 @@ def mis(b: PolicyBatch, hp: MethodParams):
 @register("seq_reject", "correction", "TIM (V4), sequence rejection",
           metrics=("seq_reject/reject_rate",))
 def seq_reject(b: PolicyBatch, hp: MethodParams):
-    """Sequence rejection: weight 1 if prod_t rho_t lies in [mis_low, mis_high], else 0."""
+    """Sequence rejection: weight 1 if prod_t rho_t lies in [mis_low, mis_high], else 0.
+
+    Source: TIM (V4); verl's ``rollout_rs="sequence"`` (which also drops the sequence from its
+    denominators; here it still counts). Shapes: (B, T) -> weight (B, T), one value per sequence.
+    """
     keep = mis_keep(b.log_rho, b.mask, hp.mis_low, hp.mis_high)          # (B,) bool
     return _per_token(keep, b), {"seq_reject/reject_rate": 1.0 - float(keep.double().mean())}
 
@@ -217,7 +233,11 @@ def seq_reject(b: PolicyBatch, hp: MethodParams):
 @register("geo_reject", "correction", "TIM (V4), geometric rejection",
           metrics=("geo_reject/reject_rate",))
 def geo_reject(b: PolicyBatch, hp: MethodParams):
-    """Geometric rejection: weight 1 if exp(mean_t log rho_t) is in [geo_low, geo_high], else 0."""
+    """Geometric rejection: weight 1 if exp(mean_t log rho_t) is in [geo_low, geo_high], else 0.
+
+    Source: TIM (V4); verl's ``rollout_rs="geometric"`` (a length-normalised sequence band).
+    Shapes: (B, T) -> weight (B, T), one value per sequence.
+    """
     keep = geo_keep(b.log_rho, b.mask, hp.geo_low, hp.geo_high)          # (B,) bool
     return _per_token(keep, b), {"geo_reject/reject_rate": 1.0 - float(keep.double().mean())}
 
@@ -227,8 +247,8 @@ def geo_reject(b: PolicyBatch, hp: MethodParams):
 def icepop(b: PolicyBatch, hp: MethodParams):
     """IcePop: weight rho_t inside [icepop_low, icepop_high], 0 outside (the ratio is kept).
 
-    Detached. Metrics over response tokens: the masked fraction, the mean weight.
-    Shapes: (B, T) -> (B, T).
+    Source: TIM (V4), IcePop; TRL's ``token_mask``. Detached. Metrics over response tokens: the
+    masked fraction, the mean weight. Shapes: (B, T) -> weight (B, T).
     """
     w = icepop_weight(b.log_rho, hp.icepop_low, hp.icepop_high).to(b.old_logp.dtype)
     keep = icepop_keep(b.log_rho, hp.icepop_low, hp.icepop_high)
@@ -239,7 +259,11 @@ def icepop(b: PolicyBatch, hp: MethodParams):
 @register("token_reject", "correction", "TIM (V4), token rejection",
           metrics=("token_reject/mask_frac",))
 def token_reject(b: PolicyBatch, hp: MethodParams):
-    """Token rejection: weight 1 if rho_t lies in [icepop_low, icepop_high], else 0."""
+    """Token rejection: weight 1 if rho_t lies in [icepop_low, icepop_high], else 0.
+
+    Source: TIM (V4); verl's ``rollout_rs="token"`` (the ``icepop`` method before it kept the
+    ratio). Shapes: (B, T) -> weight (B, T).
+    """
     keep = icepop_keep(b.log_rho, hp.icepop_low, hp.icepop_high)
     return keep.to(b.old_logp.dtype), {"token_reject/mask_frac": 1.0 - _mean(keep, b.mask)}
 

@@ -57,6 +57,10 @@ def check_out(run: Path, resume: bool) -> None:
                           f"directory")
     names = run_contents(run)
     if not is_run(run):
+        if "checkpoint.pt" in names:
+            raise RunDirError(f"{run} holds a checkpoint but no {MARKER}: a run of an earlier "
+                              f"tailtheory, whose checkpoints are not read (their format could "
+                              f"run code when loaded); start a new run with another --out")
         if resume:
             raise RunDirError(f"--resume: no checkpoint at {run} (it is not a tailtheory run)")
         if names:

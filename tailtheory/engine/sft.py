@@ -204,6 +204,8 @@ def sft_command(config: dict, **flags) -> str:
     people = config["task_kwargs"].get("n_people")
     parts = ["tailtheory sft", f"--task {config['task']}"]
     parts += [f"--n-people {people}"] if people is not None else []
+    if config["eval_every"] != SFTConfig.eval_every:  # part of the cache key: keep it
+        flags = {"eval_every": config["eval_every"], **flags}
     parts += [f"--{k.replace('_', '-')} {v}" for k, v in flags.items()]
     return " ".join(parts)
 

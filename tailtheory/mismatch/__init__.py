@@ -45,8 +45,10 @@ Where each claim lives (modules of `tailtheory/mismatch/`, tests in `tests/misma
 | M6 | `accumulation.sequence_log_ratio`, `accumulation.simulate_sequences`, `accumulation.accumulation_regression` | - | `claims._m6` | `figures.plot_accumulation` (data `accumulation.accumulation_table`) | `test_accumulation.py` |
 | M7 | `real.paired_logits`, `real.mismatch_envelope`, `copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `test_copies.py` |
 
-Also here: TIM's corrections of the mismatch (token TIS `corrections.tis_weight`, sequence
-masking MIS `corrections.mis_keep`, IcePop `corrections.icepop_keep`), which the GRPO engine
+Also here: TIM's corrections of the mismatch, weights on ``rho = pi_train / pi_roll``
+(token TIS `corrections.tis_weight`, sequence TIS `corrections.seq_tis_weight`, masked IS
+`corrections.mis_weight`, IcePop `corrections.icepop_weight`, and the rejections with weight 1
+`corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), which the GRPO engine
 registers as methods, and the per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3`
 (used by TRM's T12).
 """

@@ -158,3 +158,16 @@ def test_resume_of_a_checkpointless_run_with_another_config_is_refused(tmp_path)
     with pytest.raises(ValueError, match="started by a different config.*lr"):
         train(TrainConfig(**{**SMALL, "lr": 0.5}, steps=1, out=str(out)), resume=True,
               progress=False, task=DenseKK())
+
+
+def test_run_of_an_earlier_version_is_named_as_such(tmp_path):
+    """A directory with a checkpoint but no marker (written before runs were marked) is neither
+    overwritten nor loaded; the message says what it is."""
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / CHECKPOINT).write_bytes(b"old format")
+    for resume in (False, True):
+        with pytest.raises(RunDirError, match="a run of an earlier tailtheory"):
+            with open_run(old, resume):
+                pass
+    assert sorted(p.name for p in old.iterdir()) == [CHECKPOINT]

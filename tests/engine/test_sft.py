@@ -208,7 +208,7 @@ def test_missed_window_is_kept_unusable_and_refused(cache, monkeypatch):
     budget retrains, and a miss never replaces a usable result."""
     script_accuracy(monkeypatch, [0.0])
     with pytest.raises(WarmStartMissed, match=r"missed its accuracy window.*after 4 steps.*"
-                                              r"tailtheory sft --task kk --n-people 2 --steps 8"):
+                                              r"tailtheory sft --task kk --n-people 2 --eval-every 2 --steps 8"):
         warm_start(TINY, progress=False)
     path = cache / config_hash(TINY)
     rec = read_record(path)

@@ -70,7 +70,7 @@ def test_reject_empty_band_or_cap_V4(call, knob):
         call(torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
 
 
-# ---- by hand -------------------------------------------------------------------------------------
+# ---- by hand -------------------------------------------------------------------------
 
 def test_weights_by_hand_V4():
     """rho = (2, 2 | 0.5, 1.5 | 1, pad): products (4, 0.75, 1), geometric means (2, 0.866, 1).
@@ -101,7 +101,7 @@ def test_sequence_weights_do_not_overflow_V4():
     assert mis_keep(x, m, 0.5, 2.0).tolist() == [False]
 
 
-# ---- against a plain loop over the definitions ------------------------------------------------------
+# ---- against a plain loop over the definitions ------------------------------------------
 
 def _loop_weights(x: torch.Tensor, m: torch.Tensor, C: float, low: float, high: float):
     """Every weight from its definition, one sequence and one token at a time in plain Python."""
