@@ -1,12 +1,13 @@
 """How many CPU threads torch uses for a training command.
 
-torch's default (one thread per core) loses badly when the cores are shared: measured side by side
-in one process on a 2-core CPU, an RL step of the 0.72M-parameter warm-start model took 0.25 s on
-one thread against 0.18 s on two when the machine was quiet, but 0.28 s against 0.76 s with one
-other busy process (0.05 s against 0.34 s for the test model; 0.34 s against 0.78 s for a warm-start
-step at batch 128), and single steps on two threads stalled for seconds. One thread costs at most
-about 2x on an idle machine and wins 2-5x on a busy one, so small models on the CPU get one thread
-unless ``--threads`` says otherwise.
+torch's default (one thread per core) loses badly when the cores are shared. Measured side by side
+in one process on a 2-core CPU (median of 5 interleaved steps, one thread against two), a GRPO
+step (8 prompts x 8) of the 0.72M-parameter warm-start model took 0.33 s against 0.21 s on an
+otherwise idle machine, but 0.33 s against 0.67 s beside one busy process, and 0.26 s against
+7.8 s with several other jobs running; a warm-start step (batch 128) 0.43 s against 0.25 s idle,
+0.44 s against 1.02 s beside one busy process. One thread costs at most about 1.7x on an idle
+machine and wins 2-30x on a shared one, so small models on the CPU get one thread unless
+``--threads`` says otherwise.
 """
 
 from __future__ import annotations
