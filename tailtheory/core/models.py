@@ -93,7 +93,8 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
-                                                     dtype=dtype, attn_implementation=ATTENTION)
+                                                     dtype=dtype, attn_implementation=ATTENTION,
+                                                     use_safetensors=True)  # no pickled weights
     except (ValueError, OSError, KeyError) as exc:
         raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

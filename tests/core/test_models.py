@@ -72,3 +72,14 @@ def test_load_lm_config_without_weights(tmp_path):
     hf_config(TinyLMConfig(**SMALL)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="causal LM"):
         load_lm(tmp_path)
+
+
+def test_load_lm_refuses_pickled_weights(tmp_path):
+    """A checkpoint whose weights are a pickle (``pytorch_model.bin``) is refused: unpickling
+    can run code. Only safetensors weights load."""
+    model = tiny_lm(TinyLMConfig(vocab_size=32, hidden=32, layers=1, heads=2, kv_heads=1))
+    model.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="does not hold a causal LM"):
+        load_lm(tmp_path)
