@@ -45,7 +45,7 @@ CLAIMS = ["S4", "S5", "M3", "M4", "M5", "M6", "M7", "P4"]
 # %%
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.core.io import save_figure
-from tailtheory.core.registry import all_claims, run_claim
+from tailtheory.core.registry import verdict_report
 from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
 from tailtheory.pruning.figures import plot_pruning_tradeoff
 from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
@@ -110,11 +110,4 @@ save_figure(fig, "token_tail_layer_wedge", data=df_s5)
 # verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
-claims = all_claims()
-for cid in CLAIMS:
-    res = run_claim(claims[cid], PROFILE)
-    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
-    print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
-    if res.evidence and res.evidence.note:
-        print(f"    note: {res.evidence.note}")
-    assert res.verdict == res.claim.expected.value, (cid, res.verdict)
+verdict_report(CLAIMS, PROFILE);

@@ -45,7 +45,7 @@ CLAIMS = [f"T{i}" for i in range(1, 14)]
 # %%
 from tailtheory.trm import experiments as tx
 from tailtheory.core.io import save_figure
-from tailtheory.core.registry import all_claims, run_claim
+from tailtheory.core.registry import verdict_report
 from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
 
 # %% [markdown]
@@ -98,11 +98,4 @@ save_figure(fig, "trust_region_acceptance", data=df_acc)
 # verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
-claims = all_claims()
-for cid in CLAIMS:
-    res = run_claim(claims[cid], PROFILE)
-    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
-    print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
-    if res.evidence and res.evidence.note:
-        print(f"    note: {res.evidence.note}")
-    assert res.verdict == res.claim.expected.value, (cid, res.verdict)
+verdict_report(CLAIMS, PROFILE);

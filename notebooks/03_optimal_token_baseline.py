@@ -44,7 +44,7 @@ CLAIMS = ["O1", "O2", "O3", "O4", "O5", "O6"]
 import pandas as pd
 
 from tailtheory.otb.variance import matching_group_size
-from tailtheory.core.registry import all_claims, run_claim
+from tailtheory.core.registry import verdict_report
 from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.io import save_figure
 from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
@@ -91,11 +91,4 @@ pd.DataFrame({
 # verdict must be the one the ledger `paper_repro.md` records.
 
 # %%
-claims = all_claims()
-for cid in CLAIMS:
-    res = run_claim(claims[cid], PROFILE)
-    print(f"{cid}  theory: {res.claim.statement}  (expected {res.claim.expected})")
-    print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
-    if res.evidence and res.evidence.note:
-        print(f"    note: {res.evidence.note}")
-    assert res.verdict == res.claim.expected.value, (cid, res.verdict)
+verdict_report(CLAIMS, PROFILE);

@@ -176,6 +176,21 @@ def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
                            f"{exc}", traceback=traceback.format_exc())
 
 
+def verdict_report(ids: list[str], profile: str = "quick") -> list[ClaimResult]:
+    """Run the registered checks of ``ids``, print each statement next to its measurement, and
+    raise ``AssertionError`` when a verdict is not the one the ledger records (the notebooks'
+    closing cell: one verdict path for every claim)."""
+    results = [run_claim(c, profile) for c in select(list(ids))]
+    for res in results:
+        print(f"{res.claim.id}  theory: {res.claim.statement}  (expected {res.claim.expected})")
+        print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
+        if res.evidence and res.evidence.note:
+            print(f"    note: {res.evidence.note}")
+    wrong = [(r.claim.id, r.verdict) for r in results if r.verdict != r.claim.expected.value]
+    assert not wrong, f"verdicts differ from the ledger: {wrong}"
+    return results
+
+
 def pick(profile: str, quick, thorough):
     """``quick`` or ``thorough`` by profile: the one place sizes depend on the profile."""
     if profile not in PROFILES:
