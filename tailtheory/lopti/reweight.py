@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from tailtheory.core.checks import check_finite, check_same_shape
+from tailtheory.core.checks import check_finite, check_mask, check_same_shape
 
 
 def advantage_reweight(adv: torch.Tensor, old_logp: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -46,7 +46,7 @@ def lopti_passes(old_logp: torch.Tensor, mask: torch.Tensor, eta: float,
     if not 0.0 < eta < 1.0:
         raise ValueError(f"eta must lie in (0, 1), got {eta}")
     check_finite(old_logp, "old_logp")
-    check_same_shape(old_logp, mask, ("old_logp", "mask"))
+    mask = check_mask(mask, old_logp, allow_empty=True, like_name="old_logp")  # bool, or an error
     low = mask & (old_logp.detach() < math.log(eta))
     high = mask & ~low
     return [("low", low), ("high", high)] if low_first else [("high", high), ("low", low)]

@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from tailtheory.core.checks import check_finite, check_same_shape
+from tailtheory.core.checks import check_finite, check_mask
 
 
 def _check_cap(cap: float, name: str) -> None:
@@ -71,7 +71,7 @@ def seq_log_ratio(log_rho: torch.Tensor, mask: torch.Tensor, geometric: bool) ->
     Source: TIM (V4), MIS. Shapes: log_rho (B, T), mask (B, T) -> (B,).
     """
     check_finite(log_rho, "log_rho")
-    check_same_shape(log_rho, mask, ("log_rho", "mask"))
+    mask = check_mask(mask, log_rho, allow_empty=True, like_name="log_rho")  # bool, or an error
     s = (log_rho.detach() * mask).sum(-1)
     return s / mask.sum(-1).clamp(min=1) if geometric else s
 

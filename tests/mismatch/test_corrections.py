@@ -145,3 +145,15 @@ def test_weights_match_loop_reference_V4(seed):
     assert mis_keep(x, m, low, high, geometric=True).tolist() == ref["geo_keep"]
     close(icepop_weight(x, low, high), ref["icepop"])
     assert icepop_keep(x, low, high).tolist() == ref["token_keep"]
+
+
+def test_fractional_mask_is_an_error_not_a_weight():
+    """One mask rule across the package: a mask of 0.5 is refused, never used as a weight."""
+    from tailtheory.lopti.reweight import lopti_passes
+    from tailtheory.mismatch.corrections import seq_log_ratio
+
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="mask"):
+        seq_log_ratio(x, torch.full((2, 3), 0.5), geometric=False)
+    with pytest.raises(ValueError, match="mask"):
+        lopti_passes(x, torch.full((2, 3), 0.5), 0.5)
