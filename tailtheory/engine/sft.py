@@ -89,6 +89,10 @@ class SFTConfig:
     """Generator seeds of the training and held-out problems; RL should draw from other seeds."""
     seed: int = 0
     """Model initialisation, batch order and evaluation sampling."""
+    stop_in_window: bool = True
+    """Stop as soon as the accuracy enters the window (the warm start RL needs). False trains
+    exactly ``max_steps`` steps and keeps the result whatever its accuracy: a pipeline check
+    (the notebooks' ``quick`` preset), never evidence."""
 
     def __post_init__(self):
         if self.task not in TASKS:
@@ -114,6 +118,12 @@ class SFTConfig:
             raise ValueError(f"the window is empty: chance + chance_margin = {low:.3f} exceeds "
                              f"acc_high = {self.acc_high}")
 
+    @classmethod
+    def for_task(cls, task: str, **overrides) -> "SFTConfig":
+        """The config of ``task`` with its own defaults (:data:`TASK_DEFAULTS`), then
+        ``overrides``: a long-response task needs a smaller batch to keep a step near a second."""
+        return cls(task=task, **{**TASK_DEFAULTS.get(task, {}), **overrides})
+
     def acc_floor(self, task: Task) -> float:
         """Lower edge of the accuracy window for ``task``."""
         return max(self.acc_low, task.chance_accuracy + self.chance_margin)
@@ -122,6 +132,11 @@ class SFTConfig:
         """The task this config trains on, with the model's vocabulary size."""
         return get_task(self.task, vocab_size=self.model.vocab_size, **self.task_kwargs)
 
+
+TASK_DEFAULTS = {"kk_trace": {"batch_size": 32, "lr": 2e-3, "eval_every": 50}}
+"""Per-task departures from the :class:`SFTConfig` defaults. ``kk_trace``'s responses are about
+100 tokens (25x ``kk``'s): batch 128 took 5.4 s a step on a 2-core CPU; batch 32 at lr 2e-3
+entered the window (accuracy 0.25) after 750 steps, evaluated every 50 (measured)."""
 
 _BUDGET_FIELDS = ("max_steps",)
 """Fields that bound the run but do not change what a finished run trained: a result that entered
@@ -134,7 +149,10 @@ class WarmStartMissed(ValueError):
 
 def config_hash(cfg: SFTConfig) -> str:
     """12 hex digits of SHA-256 over the config (less the step budget) and ``SFT_CACHE_VERSION``."""
-    fields = {k: v for k, v in asdict(cfg).items() if k not in _BUDGET_FIELDS}
+    budget = _BUDGET_FIELDS if cfg.stop_in_window else ()  # a fixed run: its length counts
+    fields = {k: v for k, v in asdict(cfg).items() if k not in budget}
+    if cfg.stop_in_window:  # the default stays out of the hash: earlier caches keep their keys
+        del fields["stop_in_window"]
     blob = json.dumps({"version": SFT_CACHE_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -204,7 +222,8 @@ def sft_command(config: dict, **flags) -> str:
     people = config["task_kwargs"].get("n_people")
     parts = ["tailtheory sft", f"--task {config['task']}"]
     parts += [f"--n-people {people}"] if people is not None else []
-    if config["eval_every"] != SFTConfig.eval_every:  # part of the cache key: keep it
+    task_default = TASK_DEFAULTS.get(config["task"], {}).get("eval_every", SFTConfig.eval_every)
+    if config["eval_every"] != task_default:  # part of the cache key: keep it
         flags = {"eval_every": config["eval_every"], **flags}
     parts += [f"--{k.replace('_', '-')} {v}" for k, v in flags.items()]
     return " ".join(parts)
@@ -263,8 +282,9 @@ def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0):
     """Train until the sampled accuracy enters the window; returns ``(model, task, record)``.
 
     ``record["stop"]``: ``window`` (accuracy inside ``record["window"]``), ``overshoot``
-    (above ``acc_high`` at the first evaluation past the floor: evaluate more often) or
-    ``max_steps``; ``record["usable"]`` is true for ``window`` only. ``threads``: torch CPU
+    (above ``acc_high`` at the first evaluation past the floor: evaluate more often),
+    ``max_steps``, or ``fixed_steps`` (``stop_in_window`` off); ``record["usable"]`` is true for
+    ``window`` and ``fixed_steps``. ``threads``: torch CPU
     threads (0: one for a model this small on the CPU).
     """
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -280,6 +300,7 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     task = cfg.make_task()
     X, Y, held_out = sft_data(cfg, task)
     X, Y = X.to(device), Y.to(device)
+    lengths = (X != task.pad_id).sum(-1).cpu()                            # (N,) right-padded
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     low = cfg.acc_floor(task)
@@ -288,17 +309,22 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
                disable=not progress, file=sys.stderr)
     for step in bar:
         idx = torch.randint(len(X), (cfg.batch_size,), generator=g).to(device)
-        loss = sft_step(model, opt, X[idx], Y[idx], task.pad_id)
+        width = int(lengths[idx].max())     # the batch's longest sequence: no all-pad columns
+        loss = sft_step(model, opt, X[idx, :width], Y[idx, :width], task.pad_id)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)
             history.append({"step": step, "loss": loss, "accuracy": acc})
             bar.set_postfix(loss=f"{loss:.3f}", acc=f"{acc:.2f}")
+            if not cfg.stop_in_window:
+                stop = "fixed_steps"
+                continue
             stop = stop_reason(acc, low, cfg.acc_high) or stop
             if stop != "max_steps":
                 break
     bar.close()
     record = {"config": asdict(cfg), "hash": config_hash(cfg), "steps": step, "accuracy": acc,
-              "in_window": stop == "window", "usable": stop == "window", "stop": stop,
+              "in_window": low <= acc <= cfg.acc_high,
+              "usable": stop in ("window", "fixed_steps"), "stop": stop,
               "window": [low, cfg.acc_high], "chance": task.chance_accuracy,
               "seconds": round(time.perf_counter() - t0, 2),
               "train_seconds": round(time.perf_counter() - t_train, 2),
@@ -362,8 +388,9 @@ def add_sft_arguments(p) -> None:
     p.add_argument("--steps", type=int, default=d.max_steps,
                    help=f"the budget: most optimiser steps; a run that has not entered the "
                         f"accuracy window by then stops and is not used (default: {d.max_steps})")
-    p.add_argument("--eval-every", type=int, default=d.eval_every,
-                   help=f"steps between sampled-accuracy evaluations (default: {d.eval_every})")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help=f"steps between sampled-accuracy evaluations (default: {d.eval_every}, "
+                        f"or the task's own: {TASK_DEFAULTS})")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads; 0 picks one for small models on the CPU, several "
                         "times faster than torch's default on a machine whose cores are busy "
@@ -382,8 +409,8 @@ def sft_main(args) -> int:
     people = args.n_people
     kk = args.task in ("kk", "kk_trace")
     kwargs = {} if people is None or (kk and people == 3) else {"n_people": people}
-    cfg = SFTConfig(task=args.task, task_kwargs=kwargs, max_steps=args.steps,
-                    eval_every=args.eval_every)
+    cfg = SFTConfig.for_task(args.task, task_kwargs=kwargs, max_steps=args.steps,
+                             **({} if args.eval_every is None else {"eval_every": args.eval_every}))
     try:
         path = warm_start(cfg, progress=not args.quiet, force=args.force, threads=args.threads)
     except WarmStartMissed as exc:

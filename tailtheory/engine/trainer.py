@@ -98,6 +98,13 @@ def _task_kwargs(cfg: TrainConfig) -> dict:
     return {"n_people": cfg.n_people} if kk and cfg.n_people != 3 else {}
 
 
+def warm_config(cfg: TrainConfig):
+    """The :class:`~tailtheory.engine.sft.SFTConfig` of the warm start ``model="warm"`` uses."""
+    from tailtheory.engine.sft import SFTConfig
+
+    return SFTConfig.for_task(cfg.task, task_kwargs=_task_kwargs(cfg))
+
+
 def load_model(cfg: TrainConfig, task):
     """The float32 trainer model named by ``cfg.model`` (see :class:`TrainConfig`)."""
     from tailtheory.core.models import load_lm, tiny_lm
@@ -106,10 +113,9 @@ def load_model(cfg: TrainConfig, task):
         model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
                         seed=cfg.seed)
     elif cfg.model == "warm":
-        from tailtheory.engine.sft import SFTConfig, warm_start
+        from tailtheory.engine.sft import warm_start
 
-        model = load_lm(warm_start(SFTConfig(task=cfg.task, task_kwargs=_task_kwargs(cfg))),
-                        device="cpu")
+        model = load_lm(warm_start(warm_config(cfg)), device="cpu")
     else:
         model = load_lm(cfg.model, device="cpu")
     return model.float().eval()
@@ -318,10 +324,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     resolve_threads(cfg.threads, 0)  # a bad count fails before any work
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         if cfg.model == "warm" and task is None:
-            from tailtheory.engine.sft import SFTConfig, warm_start
+            from tailtheory.engine.sft import warm_start
 
-            warm_start(SFTConfig(task=cfg.task, task_kwargs=_task_kwargs(cfg)),
-                       progress=progress, threads=cfg.threads)
+            warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
         return _train(cfg, resume, progress, task)
 
 
