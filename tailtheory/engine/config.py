@@ -23,7 +23,8 @@ from tailtheory.engine.types import MethodParams
 PI_OLD = ("recompute", "bypass")
 """How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
 
-RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads")
+RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "eval_every",
+               "eval_n")
 """Fields a resumed run may change (everything else must match the checkpoint's config)."""
 
 
@@ -67,6 +68,15 @@ class TrainConfig(MethodParams):
     """Write per-token probabilities, advantages and log-ratios to ``RUN/tokens/*.parquet``."""
     out: str = "runs/default"
     """Run directory: ``metrics.jsonl``, ``checkpoint.pt``, ``config.json``."""
+    device: str = "auto"
+    """``auto`` (a CUDA GPU when one is visible, else the CPU), ``cpu`` or ``cuda`` (an error
+    without a GPU)."""
+    eval_every: int = 10
+    """Steps between held-out accuracy evaluations (``eval/accuracy``, at steps 0, k, 2k, ...);
+    0 turns them off."""
+    eval_n: int = 64
+    """Held-out problems per evaluation (the warm start's, never trained on); standard error
+    at most 0.063."""
     threads: int = 0
     """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
     torch's default when the cores are busy). Changes speed only, so a resume may change it."""
@@ -116,6 +126,11 @@ def _validate(c: TrainConfig) -> MethodSpec:
         check_positive_int(getattr(c, name), name)
     check_positive_int(c.seed, "seed", minimum=0)
     check_positive_int(c.max_new_tokens, "max_new_tokens", minimum=0)
+    check_positive_int(c.eval_every, "eval_every", minimum=0)
+    check_positive_int(c.eval_n, "eval_n")
+    from tailtheory.engine.devices import DEVICES
+    if c.device not in DEVICES:
+        raise ValueError(f"unknown device {c.device!r}; valid devices: {', '.join(DEVICES)}")
     if c.group_size < 2 and spec.advantage is None:
         raise ValueError(f"group_size {c.group_size} with the group baseline of "
                          f"{spec.loss.name!r}: a group of one has no baseline (use >= 2)")

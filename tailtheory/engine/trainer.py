@@ -62,6 +62,8 @@ METRIC_KEYS = {
     "loss/approx_kl": "mean k3 of log pi_new / pi_old over active tokens (mean over passes)",
     "loss/active_frac": "fraction of response tokens in the pass with a non-zero weight",
     "grad/norm": "parameter-gradient norm before clipping (mean over passes)",
+    "eval/accuracy": "sampled accuracy on eval_n held-out problems before the step's update "
+                     "(every eval_every steps from step 0; null otherwise)",
     "time/rollout_s": "wall-clock seconds of the rollout",
     "time/step_s": "wall-clock seconds of the step",
 }
@@ -190,7 +192,8 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int,
         rb.logp, rb.logits = train_logp, ref
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
-                    rewards=torch.tensor([r.total for r in rewards], dtype=torch.float64),
+                    rewards=torch.tensor([r.total for r in rewards], dtype=torch.float64,
+                                         device=mask.device),
                     group_ids=group_ids, sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
                     logits=rb.logits, keep=keep, tokens=rb.response,
                     train_logp=train_logp)              # corrections use pi_train / pi_roll
@@ -244,6 +247,7 @@ def _rollout(step: int, cfg: TrainConfig, task, model, engine, generator):
     problems = task.problems(cfg.prompts_per_step, seed=PROBLEM_SEED + 100_000 * cfg.seed + step)
     prompts = [p.prompt_ids for p in problems for _ in range(cfg.group_size)]
     group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)   # (B,)
+    group_ids = group_ids.to(next(model.parameters()).device)
     engine.sync(model)
     try:
         rb = engine.generate(prompts, eos_id=task.eos_id, pad_id=task.pad_id,
@@ -299,9 +303,10 @@ def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
     import pandas as pd
 
     seq, t = b.mask.nonzero(as_tuple=True)
-    col = lambda x: x[seq, t].detach().double().numpy()  # noqa: E731
-    df = pd.DataFrame({"step": step, "seq": seq.numpy(), "t": t.numpy(),
-                       "group": b.group_ids[seq].numpy(), "token": rb.response[seq, t].numpy(),
+    col = lambda x: x[seq, t].detach().double().cpu().numpy()  # noqa: E731
+    df = pd.DataFrame({"step": step, "seq": seq.cpu().numpy(), "t": t.cpu().numpy(),
+                       "group": b.group_ids[seq].cpu().numpy(),
+                       "token": rb.response[seq, t].cpu().numpy(),
                        "p_old": col(b.old_logp.exp()), "logp_old": col(b.old_logp),
                        "logp_roll": col(b.roll_logp), "log_rho": col(b.log_rho),
                        "adv": col(b.adv), "weight": col(b.weight)})
@@ -334,22 +339,26 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool, task) -> Path:
     from tqdm.auto import tqdm
 
     from tailtheory.core.models import num_params
+    from tailtheory.engine.devices import resolve_device
     from tailtheory.engine.threads import resolve_threads
 
     run, spec = Path(cfg.out), cfg.spec
+    device = resolve_device(cfg.device)
     task = task or load_task(cfg)
-    model = load_model(cfg, task)
-    torch.set_num_threads(resolve_threads(cfg.threads, num_params(model)))
+    model = load_model(cfg, task).to(device)
+    torch.set_num_threads(resolve_threads(cfg.threads, num_params(model), device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   foreach=True)  # bitwise the per-tensor loop, faster on CPU
-    generator = torch.Generator().manual_seed(cfg.seed)
+    generator = torch.Generator(device).manual_seed(cfg.seed)
     start = _restore(run, cfg, model, optimizer, generator) if resume else _fresh(run)
     atomic_write_json(run / "config.json", cfg.to_dict())
     engine = RolloutEngine(model, rollout_config(cfg, task))
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {spec.label}",
                unit="step", disable=not progress)
     for step in bar:
+        acc = _evaluate(step, cfg, task, model)
         metrics, rec = train_step(step, cfg, task, model, engine, optimizer, generator)
+        metrics = {**metrics, "eval/accuracy": acc}
         ckpt_io.append_metrics(run, metrics)
         if cfg.dump_tokens:
             dump_tokens(run, step, rec.b, rec.rb)
@@ -358,6 +367,17 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool, task) -> Path:
         bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}",
                         mismatch=f"{metrics['mismatch/abs_mean']:.1e}")
     return run
+
+
+def _evaluate(step: int, cfg: TrainConfig, task, model) -> float | None:
+    """Held-out accuracy before step ``step``, every ``eval_every`` steps (from step 0). Never
+    depends on ``cfg.steps``, so a run's lines are a prefix of a longer run's."""
+    from tailtheory.engine.evaluate import held_out_accuracy
+
+    if not cfg.eval_every or step % cfg.eval_every:
+        return None
+    return held_out_accuracy(model, task, cfg.eval_n, cfg.temperature,
+                             seed=1_000_003 * cfg.seed + step)
 
 
 def _restore(run: Path, cfg: TrainConfig, model, optimizer, generator) -> int:

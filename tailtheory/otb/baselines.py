@@ -67,7 +67,8 @@ def group_index(group_ids: Any, B: int) -> tuple[torch.Tensor, torch.Tensor]:
     if ids.ndim != 1 or ids.shape[0] != B:
         raise ValueError(f"group_ids must have shape ({B},) to match the batch, got {ids.shape}")
     _, inv = np.unique(ids, return_inverse=True)
-    inv = torch.as_tensor(inv.reshape(-1), dtype=torch.long)
+    dev = group_ids.device if isinstance(group_ids, torch.Tensor) else None
+    inv = torch.as_tensor(inv.reshape(-1), dtype=torch.long, device=dev)   # on the batch's device
     return inv, torch.bincount(inv)
 
 
@@ -154,7 +155,7 @@ def realized_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.
 # --- group baselines ---------------------------------------------------------------------------
 
 def _group_mean(r: torch.Tensor, inv: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    sums = torch.zeros(counts.numel(), dtype=r.dtype).index_add_(0, inv, r)
+    sums = torch.zeros(counts.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, r)
     return (sums / counts)[inv]                                          # (B,)
 
 
@@ -177,7 +178,7 @@ def grpo_advantages(rewards: Any, group_ids: Any, mask: Any, std: bool = True,
         if (counts < 2).any():
             raise ValueError(f"group_ids has {int((counts < 2).sum())} group(s) of a single "
                              f"response: its std is undefined (use std=False or larger groups)")
-        sq = torch.zeros(counts.numel(), dtype=r.dtype).index_add_(0, inv, adv**2)
+        sq = torch.zeros(counts.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, adv**2)
         sd = (sq / (counts - 1)).sqrt()[inv]                             # (B,)
         adv = adv / (sd + eps)
     return adv[:, None] * m
@@ -231,8 +232,8 @@ def optimal_token_baseline(returns: Any, energy: Any, mask: Any, group_ids: Any,
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
     n_groups, T = counts.numel(), m.shape[1]
-    num = torch.zeros(n_groups, T, dtype=G.dtype).index_add_(0, inv, G * W)
-    den = torch.zeros(n_groups, T, dtype=G.dtype).index_add_(0, inv, W)
+    num = torch.zeros(n_groups, T, dtype=G.dtype, device=G.device).index_add_(0, inv, G * W)
+    den = torch.zeros(n_groups, T, dtype=G.dtype, device=G.device).index_add_(0, inv, W)
     den = den + eps
     B_star = torch.where(den > 0, num / torch.where(den > 0, den, 1), 0.0)[inv]  # (B, T)
     single = (counts[inv] == 1)[:, None]
@@ -251,8 +252,8 @@ def otb_leave_one_out(returns: Any, energy: Any, mask: Any,
     """
     G, W, m, inv, counts = _otb_inputs(returns, energy, mask, group_ids)
     n_groups, T = counts.numel(), m.shape[1]
-    num = torch.zeros(n_groups, T, dtype=G.dtype).index_add_(0, inv, G * W)[inv] - G * W
-    W_rest = torch.zeros(n_groups, T, dtype=G.dtype).index_add_(0, inv, W)[inv] - W
+    num = torch.zeros(n_groups, T, dtype=G.dtype, device=G.device).index_add_(0, inv, G * W)[inv] - G * W
+    W_rest = torch.zeros(n_groups, T, dtype=G.dtype, device=G.device).index_add_(0, inv, W)[inv] - W
     shrink = torch.where(W_rest > 0, W_rest / (W + W_rest), torch.zeros_like(W))
     B_loo = torch.where(W_rest > 0, num / W_rest, torch.full_like(W, float("nan")))
     return shrink * m, B_loo

@@ -49,13 +49,13 @@ def _token_divergences(mask, kl, log_ratio) -> tuple[torch.Tensor, torch.Tensor,
 
 def seq_max_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``(B,)`` ``max_t d_t`` over alive tokens (0 for an empty sequence)."""
-    return torch.where(mask, d, torch.zeros((), dtype=d.dtype)).amax(-1)
+    return torch.where(mask, d, torch.zeros((), dtype=d.dtype, device=d.device)).amax(-1)
 
 
 def seq_avg_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``(B,)`` ``(1/T_b) sum_t d_t`` over the ``T_b`` alive tokens (0 for an empty sequence)."""
     n = mask.sum(-1).clamp_min(1)
-    return torch.where(mask, d, torch.zeros((), dtype=d.dtype)).sum(-1) / n
+    return torch.where(mask, d, torch.zeros((), dtype=d.dtype, device=d.device)).sum(-1) / n
 
 
 def trm_mask(mask, criterion: str = "max", *, kl=None, log_ratio=None, delta_max=None,
@@ -71,7 +71,7 @@ def trm_mask(mask, criterion: str = "max", *, kl=None, log_ratio=None, delta_max
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
     m, d_max, d_avg = _token_divergences(mask, kl, log_ratio)
-    keep = torch.ones(m.shape[0], dtype=torch.bool)
+    keep = torch.ones(m.shape[0], dtype=torch.bool, device=m.device)
     if criterion in ("max", "both"):
         if delta_max is None:
             raise ValueError(f"criterion {criterion!r} needs delta_max")
@@ -103,8 +103,8 @@ def trm_masked_loss(tok_loss, mask, keep) -> tuple[torch.Tensor, dict[str, float
     if k.shape != (x.shape[0],):
         raise ValueError(f"keep must have shape (B,) = ({x.shape[0]},), got {tuple(k.shape)}")
     k = check_mask(k, k, "keep", allow_empty=True)
-    per_seq = torch.where(m, x, torch.zeros((), dtype=x.dtype)).sum(-1)  # (B,)
-    loss = torch.where(k, per_seq, torch.zeros((), dtype=x.dtype)).sum() / x.shape[0]
+    per_seq = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(-1)  # (B,)
+    loss = torch.where(k, per_seq, torch.zeros((), dtype=x.dtype, device=x.device)).sum() / x.shape[0]
     return loss, {"trm/accept_rate": k.double().mean().item()}
 
 
