@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro test test-thorough bench sync clean
+.PHONY: repro test test-thorough test-verl bench sync clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,23 @@ test: $(STAMP)
 ## test-thorough: slow checks too, Hypothesis at thousands of examples
 test-thorough: $(STAMP)
 	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest --nbmake tests notebooks
+
+## test-verl: the verl plugin's tests (tests_verl/), in their own .venv-verl: verl 0.9.1 pins
+## versions (transformers < 5.11) that clash with .venv's, so tailtheory goes in with --no-deps
+VERL_VENV  := .venv-verl
+VERL_PY    := $(CURDIR)/$(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
+
+$(VERL_STAMP): pyproject.toml
+	python3 -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install -q --upgrade pip
+	$(VERL_PY) -m pip install -q torch==2.13.0   # the CPU build, as in .venv
+	$(VERL_PY) -m pip install -q verl==0.9.1 pytest
+	$(VERL_PY) -m pip install -q --no-deps -e .
+	touch $(VERL_STAMP)
+
+test-verl: $(VERL_STAMP)
+	$(VERL_PY) -m pytest -q -p no:cacheprovider tests_verl
 
 ## bench: speed and memory benchmarks (by hand; not part of the tests)
 bench: $(STAMP)

@@ -133,6 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
     from tailtheory.engine.sft import add_sft_arguments, sft_main
     add_sft_arguments(s)
     s.set_defaults(func=sft_main)
+    pl = sub.add_parser("plot", help="draw training runs against step (seeds as a band)",
+                        description="Draw reward, accuracy, entropy, mismatch and method metrics "
+                                    "of training runs against step; runs that differ only in "
+                                    "seed form one band.", formatter_class=_HelpFormatter)
+    from tailtheory.engine.plot import add_plot_arguments, plot_main
+    add_plot_arguments(pl)
+    pl.set_defaults(func=plot_main)
+    dg = sub.add_parser("diagnose", help="token-tail report of a real run's per-token dumps",
+                        description="Read per-token dumps of a run (this engine's --dump-tokens "
+                                    "or the generic format of docs/diagnose.md) and write "
+                                    "DIR/report.html, its figures and DIR/summary.json.",
+                        formatter_class=_HelpFormatter)
+    from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
+    add_diagnose_arguments(dg)
+    dg.set_defaults(func=diagnose_main)
     return p
 
 

@@ -326,7 +326,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     from tailtheory.engine.rundir import open_run
     from tailtheory.engine.threads import resolve_threads, torch_threads
 
-    resolve_threads(cfg.threads, 0)  # a bad count fails before any work
+    from tailtheory.engine.devices import resolve_device
+
+    resolve_threads(cfg.threads, 0)  # a bad count, or cuda without a GPU, fails before any work
+    resolve_device(cfg.device)
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         if cfg.model == "warm" and task is None:
             from tailtheory.engine.sft import warm_start

@@ -1,0 +1,33 @@
+"""Diagnose a real run: the token-tail claims measured on per-token dumps (``tailtheory diagnose``).
+
+Papers: **DVP**, Li et al., *Taming the Tail: Stable LLM RL via Dynamic Vocabulary Pruning*,
+arXiv 2512.23087; **TRM**, Li et al., *Trust Region Masking for Long-Horizon LLM Reinforcement
+Learning*, arXiv 2512.23075; **TIM**, Zhong et al., *Diagnosing Training Inference Mismatch in
+LLM Reinforcement Learning*, arXiv 2605.14220.
+
+Notation: per sampled token, ``log_rho = log pi_train - log pi_roll`` (TIM),
+``Delta = -log_rho = log pi_roll - log pi_train`` (DVP's sign: inference minus trainer),
+``p = pi_train`` of the token; a *tail* token has ``p < 0.1``, a *head* token ``p > 0.9``.
+
+What a dump can and cannot show: with only the sampled token's two log-probs, ``eps`` of M3 (the
+half-range of the logit perturbation) is unknown; each token gives a lower bound on it
+(:func:`aggregate.implied_eps`, the inverse of ``mismatch_bound``), and the envelope is drawn
+at its quantiles. TRM's exact filter needs both logit sets; a dump gives the k2 / k3 filters.
+DVP's kept set needs the top-k (or full) log-probs.
+
+Sections of the report and the claims they rest on (``docs/claims.md``):
+
+| section | claims | quantity (toolkit function) | module |
+|---|---|---|---|
+| ``|Delta|`` against p with M3's envelope | M3, M7 | ``k1`` (Delta), ``mismatch_bound``, ``implied_eps`` | ``sections.envelope`` |
+| mean signed Delta by p: the tail bias | M4, M5 | ``k1`` | ``sections.bias`` |
+| sequence log-ratio against tail tokens | M6 | ``sequence_log_ratio``, ``accumulation_regression`` | ``sections.accumulation`` |
+| TRM acceptance against threshold, length | T12 | ``k2``, ``k3``, ``trm_mask``, ``acceptance_prob`` | ``build.trm`` |
+| what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``build.dvp`` |
+| k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``build.steps`` |
+
+Modules: ``read`` (formats, checks, batches), ``aggregate`` (streaming sums), ``sections`` and
+``build`` (tables, ``summary.json`` keys in ``sections.SUMMARY_KEYS``, verdict lines with named
+thresholds), ``report`` (figures, HTML, the all-or-nothing output folder), ``cli`` (the command
+and ``run_diagnose``). Tests: ``tests/diagnose/``.
+"""

@@ -1,0 +1,145 @@
+"""``tailtheory diagnose DUMP [DUMP ...] --out DIR``: the token-tail report of a real run.
+
+Reads per-token dumps (formats: :mod:`tailtheory.diagnose.read`, ``docs/diagnose.md``) in
+batches, folds them into streaming sums (:mod:`tailtheory.diagnose.aggregate`), and only when
+every file has been read writes ``DIR/report.html``, its figures with their CSVs and
+``DIR/summary.json`` (:mod:`tailtheory.diagnose.report`). Rows with NaN or infinite log-probs
+are excluded and counted; more than ``--max-excluded`` of them is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tailtheory.diagnose.read import BATCH_ROWS
+
+DEFAULT_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
+"""DVP's min-p ratios swept: DVP's 1e-8 .. 1e-4 range (arXiv 2512.23087) and P4's 1e-2."""
+TAIL_P = 0.1
+"""Tail tokens: trainer ``p < 0.1`` (``tailtheory.mismatch.accumulation.TAIL_P``, M6)."""
+HEAD_P = 0.9
+"""Head tokens: trainer ``p > 0.9`` (``tailtheory.mismatch.real.HEAD_P``, M7)."""
+MAX_EXCLUDED = 0.01
+"""Largest fraction of rows that may be excluded (NaN / inf log-probs) before it is an error."""
+
+
+def _trm_defaults() -> tuple[float, float]:
+    from tailtheory.engine.types import MethodParams
+
+    hp = MethodParams()
+    return hp.trm_delta_max, hp.trm_delta_avg
+
+
+def run_diagnose(dumps, out, *, max_excluded: float = MAX_EXCLUDED, **options):
+    """Read ``dumps`` and write the report into ``out``; returns the :class:`Diagnosis`.
+
+    Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3). ``options`` are those of
+    :func:`diagnose_dumps`. Raises ``ValueError`` / ``FileNotFoundError`` on bad input (more
+    than ``max_excluded`` of the rows excluded is bad input), before anything is written.
+    """
+    from tailtheory.diagnose.report import check_out, write_report
+
+    if not 0 <= max_excluded <= 1:
+        raise ValueError(f"--max-excluded must lie in [0, 1], got {max_excluded}")
+    out = Path(out)
+    check_out(out)                                        # fail before reading, not after
+    d = diagnose_dumps(dumps, **options)
+    _check_excluded(d.summary, max_excluded)
+    write_report(d, out, d.inputs)
+    return d
+
+
+def diagnose_dumps(dumps, *, batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
+                   tail_p: float = TAIL_P, head_p: float = HEAD_P,
+                   delta_max: float | None = None, delta_avg: float | None = None,
+                   progress: bool = False):
+    """Every section of the report from ``dumps``, read ``batch_rows`` rows at a time; writes
+    nothing. ``delta_max`` / ``delta_avg`` default to the engine's TRM thresholds
+    (``MethodParams``). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
+    """
+    from tqdm.auto import tqdm
+
+    from tailtheory.diagnose.aggregate import Accumulator
+    from tailtheory.diagnose.build import diagnosis
+    from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dump
+
+    dm, da = _trm_defaults()
+    delta_max, delta_avg = (dm if delta_max is None else delta_max,
+                            da if delta_avg is None else delta_avg)
+    _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg)
+    files = expand_dumps(dumps)
+    opened = [open_dump(f) for f in files]
+    acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max)
+    rows = [d.rows for d in opened]
+    bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
+               disable=not progress, file=sys.stderr)
+    with bar:
+        for i, dump in enumerate(opened):
+            for batch in iter_batches(dump, i, batch_rows):
+                acc.add(batch)
+                bar.update(len(batch.ok))
+    d = diagnosis(acc, delta_max, delta_avg)
+    d.inputs = files
+    return d
+
+
+def _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg):
+    if int(batch_rows) < 1:
+        raise ValueError(f"--batch-rows must be >= 1, got {batch_rows}")
+    if not rhos or not all(0 < float(r) <= 1 for r in rhos):
+        raise ValueError(f"--rho values must lie in (0, 1], got {list(rhos)}")
+    if not (0 < tail_p <= head_p < 1):
+        raise ValueError(f"need 0 < --tail-p <= --head-p < 1, got {tail_p} and {head_p}")
+    if not (delta_max > 0 and delta_avg > 0):
+        raise ValueError(f"TRM thresholds must be > 0, got {delta_max} and {delta_avg}")
+
+
+def _check_excluded(summary: dict, max_excluded: float) -> None:
+    n, bad = summary["tokens"] + summary["excluded_rows"], summary["excluded_rows"]
+    if bad == 0:
+        return
+    cols = ", ".join(f"{c}: {k}" for c, k in summary["excluded_by_column"].items())
+    what = f"{bad} of {n} rows ({100 * bad / n:.3g}%) have NaN or infinite values ({cols})"
+    if bad > max_excluded * n:
+        raise ValueError(f"{what}: more than --max-excluded {max_excluded:g}; nothing written")
+    print(f"tailtheory: warning: {what}; excluded (summary.json: excluded_rows)", file=sys.stderr)
+
+
+def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``tailtheory diagnose``."""
+    dm, da = _trm_defaults()
+    p.add_argument("dumps", nargs="+", metavar="DUMP",
+                   help="dump files (.parquet / .jsonl), a run directory or its tokens folder")
+    p.add_argument("--out", required=True,
+                   help="output folder: new, empty, or an earlier diagnose output (replaced)")
+    p.add_argument("--rho", default=",".join(f"{r:g}" for r in DEFAULT_RHOS),
+                   help="DVP min-p ratios, comma-separated (needs top-k columns)")
+    p.add_argument("--trm-delta-max", type=float, default=dm,
+                   help="TRM threshold on max_t k2 (the engine's default)")
+    p.add_argument("--trm-delta-avg", type=float, default=da,
+                   help="TRM threshold on mean_t k3 (the engine's default)")
+    p.add_argument("--tail-p", type=float, default=TAIL_P, help="tail tokens: trainer p below")
+    p.add_argument("--head-p", type=float, default=HEAD_P, help="head tokens: trainer p above")
+    p.add_argument("--max-excluded", type=float, default=MAX_EXCLUDED,
+                   help="largest fraction of rows with NaN / inf log-probs to exclude")
+    p.add_argument("--batch-rows", type=int, default=BATCH_ROWS, help="rows read at a time")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def diagnose_main(args: argparse.Namespace) -> int:
+    """Entry point of ``tailtheory diagnose``: prints the verdict lines and where it wrote."""
+    try:
+        rhos = tuple(float(r) for r in args.rho.split(",") if r.strip())
+    except ValueError:
+        raise ValueError(f"--rho must be comma-separated numbers, got {args.rho!r}") from None
+    d = run_diagnose(args.dumps, args.out, batch_rows=args.batch_rows, rhos=rhos,
+                     tail_p=args.tail_p, head_p=args.head_p, delta_max=args.trm_delta_max,
+                     delta_avg=args.trm_delta_avg, max_excluded=args.max_excluded,
+                     progress=not args.quiet)
+    for name, lines in d.verdicts.items():
+        for line in lines:
+            print(f"[{name}] {line}")
+    print(f"wrote {Path(args.out) / 'report.html'} and {Path(args.out) / 'summary.json'}")
+    return 0

@@ -1,0 +1,115 @@
+"""``tailtheory plot RUN [RUN ...]``: a training run's curves against step, seeds as a band.
+
+Runs whose configs differ only in ``seed`` form one group, drawn as its mean over seeds with a
+band from the lowest to the highest seed; groups are named by the config fields that tell them
+apart (``method=ar``, ``rollout=fp8``). Panels: reward, training accuracy, held-out accuracy,
+entropy, mismatch, response length, and every method metric the runs logged (``ar/...``,
+``lopti/...``, ``trm/...``). The figure's data is written beside it as CSV (one row per group,
+step and metric: mean, min, max, seeds).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CORE_PANELS = ("reward/mean", "reward/accuracy", "eval/accuracy", "policy/entropy",
+               "mismatch/abs_mean", "mismatch/k3", "rollout/len_mean", "grad/norm")
+"""Panels every plot has (when the runs logged them)."""
+
+IGNORED = ("step", "time/", "seed", "run", "label", "method")
+"""Columns that are not curves."""
+
+NOT_A_DIFFERENCE = ("seed", "out", "steps", "checkpoint_every", "threads", "dump_tokens")
+"""Config fields that never name a group."""
+
+
+def _config(run: Path) -> dict:
+    f = Path(run) / "config.json"
+    if not f.exists():
+        raise FileNotFoundError(f"{run} is not a training run (no config.json)")
+    return json.loads(f.read_text())
+
+
+def group_labels(runs) -> list[str]:
+    """A label per run: the config fields (other than seed, length, paths) in which its group
+    differs from the others, e.g. ``method=ar``; the method spec when all runs share a config."""
+    cfgs = [{k: v for k, v in _config(r).items() if k not in NOT_A_DIFFERENCE} for r in runs]
+    keys = sorted({k for c in cfgs for k in c if len({json.dumps(d.get(k)) for d in cfgs}) > 1})
+    if not keys:
+        return [c["method"] for c in cfgs]
+    return [" ".join(f"{k}={c.get(k)}" for k in keys) for c in cfgs]
+
+
+def band_table(df):
+    """Long table ``label, step, metric, mean, lo, hi, seeds`` of a :func:`load_runs` frame."""
+    import pandas as pd
+
+    metrics = [c for c in df.columns if not c.startswith(IGNORED)]
+    long = df.melt(id_vars=["label", "step", "seed"], value_vars=metrics, var_name="metric")
+    long = long.dropna(subset=["value"])
+    long["value"] = pd.to_numeric(long["value"], errors="coerce")
+    g = long.dropna(subset=["value"]).groupby(["label", "metric", "step"])["value"]
+    out = g.agg(mean="mean", lo="min", hi="max", seeds="count").reset_index()
+    return out.sort_values(["metric", "label", "step"], ignore_index=True)
+
+
+def plot_runs(runs, steps: int | None = None):
+    """The runs' curves, one panel per metric. Returns ``(figure, band table)``; save both with
+    :func:`tailtheory.core.io.save_figure`."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from tailtheory.engine.runs import load_runs
+
+    runs = [Path(r) for r in runs]
+    if not runs:
+        raise ValueError("no runs given")
+    table = band_table(load_runs(runs, labels=group_labels(runs), steps=steps))
+    present = set(table["metric"])
+    panels = [m for m in CORE_PANELS if m in present]
+    panels += sorted(m for m in present if m not in CORE_PANELS and "/" in m
+                     and not m.startswith(("loss/", "adv/", "rollout/", "mismatch/", "dvp/",
+                                           "trm/accept", "reward/format")))
+    cols = 4
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols,
+                             figsize=(4 * cols, 3 * math.ceil(len(panels) / cols)),
+                             squeeze=False)
+    for ax, metric in zip(axes.flat, panels):
+        for label, d in table[table["metric"] == metric].groupby("label", sort=True):
+            line, = ax.plot(d["step"], d["mean"], label=label, lw=1.2)
+            ax.fill_between(d["step"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    seeds = int(table["seeds"].max())
+    axes.flat[0].legend(fontsize=7, title=f"mean; band: min-max over {seeds} seed(s)",
+                        title_fontsize=7)
+    fig.tight_layout()
+    return fig, table
+
+
+def add_plot_arguments(p) -> None:
+    """Options of ``tailtheory plot``."""
+    p.add_argument("runs", nargs="+", help="run directories (tailtheory train --out)")
+    p.add_argument("--out", default="runs.png", help="PNG to write; its data goes beside it as "
+                                                      "CSV (default: runs.png)")
+    p.add_argument("--steps", type=int, help="plot the first STEPS steps only")
+
+
+def plot_main(args) -> int:
+    """``tailtheory plot``: write the PNG and CSV and say where."""
+    if not str(args.out).endswith(".png"):
+        raise ValueError(f"--out must name a .png file, got {args.out!r}")
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps must be >= 1, got {args.steps}")
+    from tailtheory.core.io import save_figure
+
+    out = Path(args.out)
+    fig, table = plot_runs(args.runs, steps=args.steps)
+    save_figure(fig, out.stem, table, directory=out.parent)
+    print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')} "
+          f"({table['label'].nunique()} group(s), {len(args.runs)} run(s))")
+    return 0

@@ -1,0 +1,160 @@
+"""Cached training runs: one run directory per config, several seeds per call.
+
+A run is deterministic given its config, so it is cached under ``cache/runs/<key>/`` where the
+key hashes every field that changes what the run computes (all but the run's length, its
+directory, checkpoint spacing and thread count), the resolved device and, for ``model="warm"``,
+the warm start's own cache key. A notebook that asks again gets the finished run back; one that
+asks for more steps continues it (``--resume``; the first ``n`` lines of a longer run are those of
+a run of ``n`` steps); a cached directory whose stored config differs from the one asked for is
+recomputed, never silently reused.
+
+Example::
+
+    cfg = TrainConfig(task="kk_trace", method="ar", steps=30)
+    paths = run_seeds(cfg, seeds=(0, 1, 2), workers=2)
+    df = load_runs(paths)      # one row per (run, step), a ``seed`` and a ``label`` column
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from tailtheory.engine.config import TrainConfig
+
+RUNS_CACHE_VERSION = 1
+"""Part of every key: bump it when a change to the engine changes what a run computes."""
+
+NOT_IN_KEY = ("steps", "out", "checkpoint_every", "threads")
+"""Fields that do not change a run's lines (only how many there are, where and how fast)."""
+
+
+def runs_root() -> Path:
+    """``cache/runs`` beside the warm starts' ``cache/sft`` (``$TAILTHEORY_CACHE`` moves both)."""
+    from tailtheory.engine.sft import cache_root
+
+    return cache_root().parent / "runs"
+
+
+def _identity(cfg: TrainConfig) -> dict:
+    """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start."""
+    from tailtheory.engine.devices import resolve_device
+
+    ident = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_KEY}
+    ident["device"] = resolve_device(cfg.device)
+    if cfg.model == "warm":
+        from tailtheory.engine.sft import config_hash
+        from tailtheory.engine.trainer import warm_config
+
+        ident["warm_start"] = config_hash(warm_config(cfg))
+    return {"version": RUNS_CACHE_VERSION, **ident}
+
+
+def run_key(cfg: TrainConfig) -> str:
+    """16 hex digits of SHA-256 over :func:`_identity`."""
+    blob = json.dumps(_identity(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _finished_steps(run: Path) -> int:
+    from tailtheory.engine.trainer import read_metrics
+
+    return len(read_metrics(run)) if (run / "metrics.jsonl").exists() else 0
+
+
+def _same_config(run: Path, cfg: TrainConfig) -> bool:
+    try:
+        stored = json.loads((run / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    keep = lambda d: {k: v for k, v in d.items() if k not in NOT_IN_KEY}  # noqa: E731
+    return keep(stored) == keep(asdict(cfg))
+
+
+def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
+    """The cached run of ``cfg`` with at least ``cfg.steps`` steps (trained or continued first).
+
+    ``cfg.out`` is ignored: the run lives in ``runs_root() / run_key(cfg)``.
+    """
+    from tailtheory.engine.trainer import train
+
+    out = runs_root() / run_key(cfg)
+    cfg = replace(cfg, out=str(out))
+    done = _finished_steps(out) if out.exists() else 0
+    if out.exists() and not (done and _same_config(out, cfg)):
+        if done:
+            print(f"tailtheory: cached run {out} holds another config; recomputing it",
+                  file=sys.stderr)
+        shutil.rmtree(out)  # another config, or stopped before its first line: start afresh
+        done = 0
+    if done >= cfg.steps:
+        return out
+    train(cfg, resume=done > 0, progress=progress)
+    return out
+
+
+def _one(fields: dict) -> str:
+    """A worker's run: the config travels as its fields (plain data), rebuilt and checked here."""
+    return str(cached_run(TrainConfig(**fields), progress=False))
+
+
+def run_seeds(cfg: TrainConfig, seeds=(0, 1, 2), workers: int = 1,
+              progress: bool = True) -> list[Path]:
+    """:func:`cached_run` of ``cfg`` at each seed; ``workers`` > 1 runs them in that many
+    processes (one torch thread each on the CPU). Returns the run directories in seed order."""
+    return run_many([replace(cfg, seed=int(s)) for s in seeds], workers, progress)
+
+
+def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True) -> list[Path]:
+    """:func:`cached_run` of every config (cached ones return at once), in order. Workers are
+    spawned processes: a script that calls this with ``workers > 1`` needs the usual
+    ``if __name__ == "__main__":`` guard."""
+    from tqdm.auto import tqdm
+
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    configs = list(configs)
+    todo = [c for c in configs if _finished_steps(runs_root() / run_key(c)) < c.steps]
+    bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run",
+               disable=not progress, file=sys.stderr)
+    if workers == 1 or len(todo) <= 1:
+        for c in todo:
+            cached_run(c, progress=False)
+            bar.update()
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            for _ in pool.map(_one, [asdict(c) for c in todo]):
+                bar.update()
+    bar.close()
+    return [runs_root() / run_key(c) for c in configs]
+
+
+def load_runs(paths, labels=None, steps: int | None = None):
+    """One row per (run, step) of the runs in ``paths``: every metric, plus ``run``, ``seed``,
+    ``label`` (``labels[i]``, else the run's method spec) and ``method``. ``steps`` keeps the
+    first that many steps of each run (a cached run may be longer than asked for)."""
+    import pandas as pd
+
+    from tailtheory.engine.trainer import read_metrics
+
+    paths = [Path(p) for p in paths]
+    if labels is not None and len(labels) != len(paths):
+        raise ValueError(f"labels has {len(labels)} entries for {len(paths)} runs")
+    frames = []
+    for i, run in enumerate(paths):
+        cfg = json.loads((run / "config.json").read_text())
+        lines = read_metrics(run)[: steps if steps else None]
+        if not lines:
+            raise ValueError(f"{run} has no metric lines")
+        df = pd.DataFrame(lines)
+        df["run"], df["seed"], df["method"] = str(run), cfg["seed"], cfg["method"]
+        df["label"] = labels[i] if labels is not None else cfg["method"]
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
