@@ -27,6 +27,17 @@ RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "ev
                "eval_n")
 """Fields a resumed run may change (everything else must match the checkpoint's config)."""
 
+ADDED_DEFAULTS: dict[str, object] = {}
+"""Fields added after runs were first cached, with the default that computes what the engine
+computed before they existed. A run key or a stored-config comparison leaves such a field out
+while it holds this default, so earlier cached runs and stored measurements stay valid."""
+
+
+def without_added_defaults(fields: dict) -> dict:
+    """``fields`` less every :data:`ADDED_DEFAULTS` entry that is absent or at its default."""
+    return {k: v for k, v in fields.items()
+            if not (k in ADDED_DEFAULTS and v == ADDED_DEFAULTS[k])}
+
 
 @dataclass(frozen=True)
 class TrainConfig(MethodParams):

@@ -71,5 +71,5 @@ def train_config(preset: str, **overrides):
 
     check_preset(preset)
     model = "warm" if preset == "full" else str(warm_model("quick", progress=False))
-    return TrainConfig(task=TRACE_TASK, model=model, lr=TRAIN_LR,
-                       **{**TRAIN_SIZES[preset], **overrides})
+    return TrainConfig(**{"task": TRACE_TASK, "model": model, "lr": TRAIN_LR,
+                          **TRAIN_SIZES[preset], **overrides})

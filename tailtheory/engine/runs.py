@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.config import TrainConfig, without_added_defaults
 
 RUNS_CACHE_VERSION = 1
 """Part of every key: bump it when a change to the engine changes what a run computes."""
@@ -44,7 +44,7 @@ def _identity(cfg: TrainConfig) -> dict:
     """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start."""
     from tailtheory.engine.devices import resolve_device
 
-    ident = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_KEY}
+    ident = {k: v for k, v in without_added_defaults(asdict(cfg)).items() if k not in NOT_IN_KEY}
     ident["device"] = resolve_device(cfg.device)
     if cfg.model == "warm":
         from tailtheory.engine.sft import config_hash
@@ -71,7 +71,8 @@ def _same_config(run: Path, cfg: TrainConfig) -> bool:
         stored = json.loads((run / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    keep = lambda d: {k: v for k, v in d.items() if k not in NOT_IN_KEY}  # noqa: E731
+    keep = lambda d: {k: v for k, v in without_added_defaults(d).items()  # noqa: E731
+                      if k not in NOT_IN_KEY}
     return keep(stored) == keep(asdict(cfg))
 
 

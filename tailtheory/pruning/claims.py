@@ -166,3 +166,11 @@ def _p4(profile: str) -> Evidence:
             "on head tokens, not in the pruned tail")
     found = knee["seq_kl_left"] <= 1 - MOST
     return Evidence(Verdict.TOY_SCALE if found else Verdict.NOT_REPRODUCED, numbers, note)
+
+
+@register("P5", paper="DVP", statement="in GRPO with bf16 rollouts, pruning at rho <= 1e-4 keeps "
+          "the P2 bias bound small and trains as well as no pruning", expected=Verdict.NOT_REPRODUCED)
+def _p5(profile: str) -> Evidence:
+    from tailtheory.pruning import training
+
+    return training.p5_evidence(training.training_data(profile))
