@@ -98,9 +98,44 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     return out
 
 
-def _one(fields: dict) -> str:
-    """A worker's run: the config travels as its fields (plain data), rebuilt and checked here."""
-    return str(cached_run(TrainConfig(**fields), progress=False))
+def _worker(argv: list[str]) -> int:
+    """``python -m tailtheory.engine.runs FIELDS_JSON``: one worker's run (the config travels as
+    plain JSON fields and is rebuilt and checked here)."""
+    cached_run(TrainConfig(**json.loads(argv[0])), progress=False)
+    return 0
+
+
+def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
+    """Train ``configs`` in up to ``workers`` child processes (one torch thread each); a child is a
+    fresh interpreter, so this works from scripts, notebooks and the CLI alike. ``done()`` is
+    called as each finishes; failures are collected and raised together at the end (the runs
+    that finished stay in the cache)."""
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    pending, running, failed = list(configs), [], []
+    while pending or running:
+        while pending and len(running) < workers:
+            cfg = pending.pop(0)
+            log = tempfile.TemporaryFile(mode="w+")
+            proc = subprocess.Popen([sys.executable, "-m", "tailtheory.engine.runs",
+                                     json.dumps(asdict(cfg))], stdout=log, stderr=log, env=env)
+            running.append((proc, cfg, log))
+        time.sleep(0.2)
+        for item in [r for r in running if r[0].poll() is not None]:
+            proc, cfg, log = item
+            running.remove(item)
+            if proc.returncode != 0:
+                log.seek(0)
+                failed.append(f"{run_key(cfg)} ({cfg.method}, seed {cfg.seed}): exit "
+                              f"{proc.returncode}\n{log.read()[-2000:]}")
+            log.close()
+            done()
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(configs)} runs failed:\n" + "\n".join(failed))
 
 
 def run_seeds(cfg: TrainConfig, seeds=(0, 1, 2), workers: int = 1,
@@ -111,9 +146,8 @@ def run_seeds(cfg: TrainConfig, seeds=(0, 1, 2), workers: int = 1,
 
 
 def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True) -> list[Path]:
-    """:func:`cached_run` of every config (cached ones return at once), in order. Workers are
-    spawned processes: a script that calls this with ``workers > 1`` needs the usual
-    ``if __name__ == "__main__":`` guard."""
+    """:func:`cached_run` of every config (cached ones return at once), in order; ``workers`` > 1
+    trains that many at a time, each in its own interpreter with one torch thread."""
     from tqdm.auto import tqdm
 
     if not isinstance(workers, int) or workers < 1:
@@ -122,18 +156,15 @@ def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True
     todo = [c for c in configs if _finished_steps(runs_root() / run_key(c)) < c.steps]
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run",
                disable=not progress, file=sys.stderr)
-    if workers == 1 or len(todo) <= 1:
-        for c in todo:
-            cached_run(c, progress=False)
-            bar.update()
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            for _ in pool.map(_one, [asdict(c) for c in todo]):
+    try:
+        if workers == 1 or len(todo) <= 1:
+            for c in todo:
+                cached_run(c, progress=False)
                 bar.update()
-    bar.close()
+        else:
+            _run_workers(todo, workers, bar.update)
+    finally:
+        bar.close()
     return [runs_root() / run_key(c) for c in configs]
 
 
@@ -159,3 +190,7 @@ def load_runs(paths, labels=None, steps: int | None = None):
         df["label"] = labels[i] if labels is not None else cfg["method"]
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))

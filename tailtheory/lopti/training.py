@@ -100,11 +100,21 @@ def run_summary(run, steps: int) -> dict:
             "entropy_final": mean([m["policy/entropy"] for m in tail])}
 
 
+def run_curves(run, steps: int) -> dict:
+    """A run's per-step ``reward`` and its held-out evaluations ``eval_steps`` / ``eval``."""
+    from tailtheory.engine.trainer import read_metrics
+
+    lines = read_metrics(run)[:steps]
+    evals = [(m["step"], m["eval/accuracy"]) for m in lines if m.get("eval/accuracy") is not None]
+    return {"reward": [m["reward/mean"] for m in lines], "eval_steps": [s for s, _ in evals],
+            "eval": [a for _, a in evals]}
+
+
 def measure_plan(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
-    """Label -> list (over seeds) of :func:`run_summary` dicts, plus the seeds."""
+    """Label -> list (over seeds) of :func:`run_summary` and :func:`run_curves` dicts."""
     runs = run_plan(plan, workers, progress)
-    return {label: [{"seed": c.seed, **run_summary(p, c.steps)} for c, p in zip(plan[label], ps)]
-            for label, ps in runs.items()}
+    return {label: [{"seed": c.seed, **run_summary(p, c.steps), **run_curves(p, c.steps)}
+                    for c, p in zip(plan[label], ps)] for label, ps in runs.items()}
 
 
 def compare(data: dict, a: str, b: str, key: str) -> dict:
@@ -173,10 +183,55 @@ def training_data(profile: str) -> dict:
 
 
 def summary_table(data: dict):
-    """Long table ``label, seed, final_reward, final_eval, ...`` of a measurement."""
+    """Table ``label, seed, final_reward, final_eval, ...`` of a measurement (one row per run)."""
     import pandas as pd
 
-    return pd.DataFrame([{"label": label, **row} for label, rows in data.items() for row in rows])
+    return pd.DataFrame([{"label": label, **{k: v for k, v in row.items() if not
+                                             isinstance(v, list)}}
+                         for label, rows in data.items() for row in rows])
+
+
+def curves_table(data: dict, labels=None):
+    """Long table ``label, seed, step, metric, value`` of the stored curves (reward per step,
+    held-out accuracy per evaluation) of ``labels`` (default: the five methods)."""
+    import pandas as pd
+
+    labels = list(LOPTI_METHODS) if labels is None else labels
+    rows = []
+    for label in labels:
+        for r in data[label]:
+            rows += [{"label": label, "seed": r["seed"], "step": t, "metric": "reward",
+                      "value": v} for t, v in enumerate(r["reward"])]
+            rows += [{"label": label, "seed": r["seed"], "step": t, "metric": "held-out accuracy",
+                      "value": v} for t, v in zip(r["eval_steps"], r["eval"])]
+    return pd.DataFrame(rows)
+
+
+def plot_curves(data: dict, labels=None, smooth: int = 5):
+    """Reward (running mean over ``smooth`` steps) and held-out accuracy against step per method:
+    mean over seeds, band from the lowest to the highest seed. Returns ``(figure, table)``."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
+    df = curves_table(data, labels)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, metric in zip(axes, ("reward", "held-out accuracy")):
+        d = df[df["metric"] == metric].copy()
+        if metric == "reward":   # smooth each run before taking the band over seeds
+            d["value"] = d.groupby(["label", "seed"])["value"].transform(
+                lambda v: v.rolling(smooth, min_periods=1).mean())
+        for label, g in d.groupby("label", sort=False):
+            agg = g.groupby("step")["value"].agg(["mean", "min", "max"])
+            line, = ax.plot(agg.index, agg["mean"], label=label, lw=1.3)
+            ax.fill_between(agg.index, agg["min"], agg["max"], color=line.get_color(), alpha=0.15)
+        ax.set_xlabel("step")
+        ax.set_title(metric + (f" (running mean of {smooth})" if metric == "reward" else ""),
+                     fontsize=9)
+    seeds = df.groupby("label")["seed"].nunique().min()
+    axes[0].legend(fontsize=7, title=f"mean; band: min-max over {seeds} seeds", title_fontsize=7)
+    fig.tight_layout()
+    return fig, df
 
 
 def plot_sweeps(data: dict):

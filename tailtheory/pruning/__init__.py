@@ -1,4 +1,4 @@
-"""Dynamic vocabulary pruning: a safe token set, its exact cost and what it buys (claims P1-P4).
+"""Dynamic vocabulary pruning: a safe token set, its exact cost and what it buys (claims P1-P5).
 
 Paper: **DVP**, Li et al., *Taming the Tail: Stable LLM RL via Dynamic Vocabulary Pruning*,
 arXiv 2512.23087 (v2: *Dynamic Vocabulary Pruning: Stable LLM-RL by Taming the Tail*).
@@ -20,6 +20,9 @@ Claims:
   same `S` on both sides.
 - **P4** (the trade) Sweeping `rho` from 1e-8 to 1e-1, DVP's argument predicts a knee: small
   `rho` removes most of the biased mismatch of sampled tokens at negligible pruned mass.
+- **P5** (in training) GRPO with bf16 rollouts, with and without pruning on both sides at
+  `rho` from 1e-8 to 1e-2: the P2 bound of the pruned mass along the sampled trajectories stays
+  small while training is at least as stable as without pruning.
 
 Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/pruning/`):
 
@@ -28,8 +31,11 @@ Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/prunin
 | P1 | `vocab.pruned_tv`, `vocab.pruned_kl`, `vocab.pruned_mass` | - | `claims._p1` | - | `test_vocab.py` |
 | P2 | `trajectory.trajectory_tv`, `trajectory.return_gap` | `trajectory.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_trajectory.py`, `test_vocab.py` |
 | P3 | `vocab.truncation_log_ratio`, `vocab.truncation_bias`, `sampler.dvp_keep` | - | `claims._p3` | - | `test_vocab.py`, `test_sampler.py` |
+| P5 | `training.bias_bound`, `training.p5_run_numbers` | `trajectory.trajectory_bias_bound` | `claims._p5` | `training.plot_p5` | `tests/lopti/test_training.py` |
 | P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff` | `test_sweep.py` |
 
 Pruning in training (P5) runs through the GRPO engine's `dvp` method, with the kept set of
-`sampler.dvp_keep` on both sides; it has no registered check yet.
+`sampler.dvp_keep` on both sides (`training.p5_plan`: GRPO with bf16 rollouts against DVP at
+each rho; `training.bias_bound`: the P2 bound of one step, pruned mass per token times tokens
+per response).
 """

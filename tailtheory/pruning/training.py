@@ -80,7 +80,9 @@ def p5_evidence(data: dict) -> Evidence:
     """P5's verdict from :func:`measure_p5`'s numbers (rule in the module docstring)."""
     from tailtheory.lopti.training import compare
 
-    nums, small, worse = {}, True, False
+    mism = lambda label: sum(sum(r["mismatch_abs_mean"]) / len(r["mismatch_abs_mean"])  # noqa
+                             for r in data[label]) / len(data[label])
+    nums, small, worse = {"GRPO:mismatch_abs_mean": mism("GRPO")}, True, False
     for rho in P5_RHOS:
         label = f"DVP rho={rho:g}"
         bound = max(max(r["bias_bound"]) for r in data[label])
@@ -88,6 +90,7 @@ def p5_evidence(data: dict) -> Evidence:
         nums[f"rho={rho:g}:max_bias_bound"] = bound
         nums[f"rho={rho:g}:delta_final_reward"] = c["delta"]
         nums[f"rho={rho:g}:se"] = c["se"]
+        nums[f"rho={rho:g}:mismatch_abs_mean"] = mism(label)
         if rho <= RHO_CLAIMED:
             small &= bound < BIAS_OK
             worse |= c["verdict"] == Verdict.REFUTED

@@ -186,3 +186,13 @@ def test_held_out_accuracy_is_deterministic_and_in_range():
     a = held_out_accuracy(model, task, n=4, temperature=1.0, seed=7)
     assert 0.0 <= a <= 1.0
     assert held_out_accuracy(model, task, n=4, temperature=1.0, seed=7) == a
+
+
+def test_a_failing_worker_is_reported_and_the_others_finish(tmp_path):
+    empty = tmp_path / "no_model"
+    empty.mkdir()
+    good = TrainConfig(**SMALL, steps=1)
+    bad = replace(good, model=str(empty), seed=1)
+    with pytest.raises(RuntimeError, match=r"1 of 2 runs failed"):
+        runs.run_many([bad, good], workers=2, progress=False)
+    assert len(read_metrics(runs.runs_root() / runs.run_key(good))) == 1

@@ -65,7 +65,8 @@ def test_lopti_plan_has_every_configuration_and_seed(monkeypatch, tmp_path):
 
 def _p5(bound: float, reward_shift: float) -> dict:
     def run(d, b, shift):
-        return {"final_reward": 0.3 + shift + d, "bias_bound": [0.0, b]}
+        return {"final_reward": 0.3 + shift + d, "bias_bound": [0.0, b],
+                "mismatch_abs_mean": [0.002, 0.004]}
 
     data = {"GRPO": [run(d, 0.0, 0.0) for d in (-0.01, 0.0, 0.01)]}
     for rho in pt.P5_RHOS:
@@ -80,6 +81,7 @@ def test_p5_verdict_rule():
     assert pt.p5_evidence(_p5(0.01, -0.2)).verdict == Verdict.REFUTED
     nums = pt.p5_evidence(_p5(0.01, 0.0)).numbers
     assert nums["rho=1e-08:max_bias_bound"] == 0.01 and nums["rho=0.01:max_bias_bound"] == 10.0
+    assert nums["GRPO:mismatch_abs_mean"] == pytest.approx(0.003)
 
 
 def test_bias_bound_is_mass_times_length():
