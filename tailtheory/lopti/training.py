@@ -34,6 +34,11 @@ ALPHAS = (0.1, 0.3, 0.5, 1.0)
 ETAS = (0.25, 0.5, 0.75)
 """Lopti's eta sweep around LOPTI's 0.5."""
 
+KNOBS = {5e-5: ("GRPO", "AR+Lopti"), 1e-3: ("GRPO",)}
+"""Learning rates tried beside the main one (full preset only), and the methods run at each: 5e-5
+as the gentler step, 1e-3 as the harsher one. Reported beside the verdict, which is fixed on the
+main learning rate."""
+
 FINAL_WINDOW = 10
 """Steps averaged into a run's final reward."""
 
@@ -57,6 +62,11 @@ def lopti_plan(preset: str) -> dict[str, list]:
     for e in ETAS:
         if e != base.eta:
             plan[f"Lopti eta={e}"] = [replace(base, method="lopti", eta=e, seed=s) for s in seeds]
+    if preset == "full":
+        for lr, labels in KNOBS.items():
+            for label in labels:
+                plan[f"{label} lr={lr:g}"] = [replace(base, method=LOPTI_METHODS[label], lr=lr,
+                                                      seed=s) for s in seeds]
     return plan
 
 
@@ -167,7 +177,11 @@ def l6_evidence(data: dict) -> Evidence:
     """L6: AR+Lopti against GRPO on final held-out accuracy (the paper's 0.39 -> 0.57)."""
     c = compare(data, "AR+Lopti", "GRPO", "final_eval")
     nums = {"delta_heldout_acc": c["delta"], "se": c["se"],
-            **{k: v for k, v in _means(data, "final_eval").items() if "=" not in k}}
+            **{k: v for k, v in _means(data, "final_eval").items() if "=" not in k or "lr=" in k}}
+    for lr in KNOBS:
+        if f"AR+Lopti lr={lr:g}" in data and f"GRPO lr={lr:g}" in data:
+            k = compare(data, f"AR+Lopti lr={lr:g}", f"GRPO lr={lr:g}", "final_eval")
+            nums[f"lr={lr:g}:delta_heldout_acc"], nums[f"lr={lr:g}:se"] = k["delta"], k["se"]
     return Evidence(c["verdict"], nums, "criterion: AR+Lopti - GRPO final held-out accuracy "
                     "(mean of the last 2 evaluations) > 2 se over seeds")
 
