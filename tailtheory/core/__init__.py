@@ -6,6 +6,9 @@
   sequences are enumerated exactly (the setting of P2, T1-T13, O1-O6).
 - `models`: tiny Hugging Face causal LMs built from a config on the spot (S5, M7, the engine).
 - `forward`: the trainer's float32 full forward of a causal LM and its padding helpers.
+- `fused`, `fused_grad`: the per-token statistics of `stats` straight from the hidden states and the LM
+  head (a fused head, never forming the logits), with its full-logits reference and the log-prob's
+  own backward.
 - `stats`: per-token statistics (log-prob, entropy, `sum p^2`, exact KL, pruned mass) in one
   chunked pass over the logits, with the naive reference they equal.
 - `registry`: every claim id registered once with its check, `run_claim` and the verdicts.

@@ -4,7 +4,10 @@ Every trainer-side logit of the package (the M7 pairs of ``tailtheory.mismatch.r
 trainer and the ``exact`` path of ``tailtheory.engine.rollout``) comes from :func:`full_forward`:
 one float32 pass over the whole sequence, no KV cache. Prompts are left-padded
 (:func:`left_pad`), and positions count from each row's first real token (:func:`position_ids`),
-so a padded row computes what it would compute alone.
+so a padded row computes what it would compute alone. :func:`hidden_forward` is the same pass
+stopped before the LM head, and :func:`lm_head` the head's weights: with them
+``tailtheory.core.fused.fused_token_stats`` gives the per-token statistics without the
+``(B, T, V)`` logits.
 """
 
 from __future__ import annotations
@@ -53,3 +56,49 @@ def full_forward(model, input_ids: torch.Tensor,
         return model(input_ids=input_ids, use_cache=False).logits              # (B, T, V)
     return model(input_ids=input_ids, attention_mask=attention_mask.long(),
                  position_ids=position_ids(attention_mask), use_cache=False).logits
+
+
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                     "lm_head_multiplier", "logits_scaling")
+"""Config fields with which a model changes its logits after the LM head's matrix product."""
+
+
+def logit_transforms(model) -> dict:
+    """The config fields with which ``model`` scales or soft-caps its logits after the LM head
+    (Gemma's softcapping, Granite's ``logits_scaling``, ...); empty when its logits are
+    ``h W^T + b``."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
+        else model.config
+    return {n: getattr(config, n) for n in _LOGIT_TRANSFORMS
+            if getattr(config, n, None) not in (None, 1, 1.0)}
+
+
+def lm_head(model) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The LM head's weight ``(V, H)`` and bias ``(V,)`` or None, for the fused statistics.
+
+    Refuses a model with :func:`logit_transforms`: there ``h W^T + b`` is not its logits.
+    """
+    odd = logit_transforms(model)
+    if odd:
+        raise ValueError(f"model's logits are not h W^T + b: its config sets {odd}; use "
+                         f"full_forward and tailtheory.core.stats.token_stats instead")
+    head = model.get_output_embeddings()
+    return head.weight, getattr(head, "bias", None)
+
+
+def hidden_forward(model, input_ids: torch.Tensor,
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The last hidden states of :func:`full_forward`'s pass, before the LM head.
+
+    ``full_forward(...) = hidden_forward(...) @ W^T + b`` with ``(W, b) = lm_head(model)`` (up to
+    the rounding of the product); :func:`tailtheory.core.fused.fused_token_stats` takes it from
+    there without the ``(B, T, V)`` logits. Masks and positions as in :func:`full_forward`.
+
+    Shapes: input_ids (B, T), attention_mask (B, T) bool or None -> (B, T, H).
+    """
+    backbone = model.get_decoder()
+    if attention_mask is None:
+        return backbone(input_ids=input_ids, use_cache=False).last_hidden_state  # (B, T, H)
+    return backbone(input_ids=input_ids, attention_mask=attention_mask.long(),
+                    position_ids=position_ids(attention_mask),
+                    use_cache=False).last_hidden_state

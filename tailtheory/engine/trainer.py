@@ -34,7 +34,8 @@ from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.methods import LOSS_METRICS, trm_sampled_keep
 from tailtheory.engine.registry import advantages, correction_weight, passes
-from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine, response_logits
+from tailtheory.engine.rollout import (RolloutBatch, RolloutConfig, RolloutEngine,
+                                       fused_response_stats, response_logits, use_fused_head)
 from tailtheory.engine.types import PolicyBatch
 from tailtheory.core.stats import token_stats
 
@@ -151,6 +152,25 @@ def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x.double() * mask).sum() / mask.sum().clamp(min=1))
 
 
+def _forward_stats(model, rb, keep, cfg: TrainConfig, step: int, ref=None,
+                   self_ref: bool = False) -> tuple[dict, torch.Tensor | None]:
+    """The trainer forward's per-token statistics, and its detached logits on the full path.
+
+    Fused LM head (no ``(B, T, V)`` logits) when :func:`use_fused_head` and the step does not
+    need whole distributions (TRM's exact KL: to the sampler's logits, or on ``exact`` to this
+    forward's own, V1). Decided by the run, not the call: every forward of a step takes one path.
+    """
+    if use_fused_head(model) and not _wants_exact_kl(cfg):
+        st = fused_response_stats(model, rb, cfg.temperature, keep)
+        _finite(st["logp"].detach(), "log-probs", step)
+        return st, None
+    z = response_logits(model, rb)                                       # (B, T, V)
+    _finite(z.detach(), "logits", step)
+    st = token_stats(z, rb.response, ref_logits=z.detach() if self_ref else ref, keep=keep,
+                     temperature=cfg.temperature)
+    return st, z.detach()
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """What one step derives from its rollout, built once by :func:`step_record` and passed on."""
@@ -182,11 +202,10 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int,
                             keep=rb.keep, logits=rb.logits, tokens=rb.response)
         keep, vocab_metrics = spec.vocab.fn(probe, cfg)
     exact = _exact_in_trainer(cfg)
+    self_ref = exact and _wants_exact_kl(cfg)
     with torch.set_grad_enabled(live):
-        z = response_logits(model, rb)                                   # (B, T, V)
-        _finite(z.detach(), "logits", step)
-        ref = z.detach() if exact and _wants_exact_kl(cfg) else rb.logits
-        st = token_stats(z, rb.response, ref_logits=ref, keep=keep, temperature=cfg.temperature)
+        st, z = _forward_stats(model, rb, keep, cfg, step, ref=rb.logits, self_ref=self_ref)
+    ref = z if self_ref else rb.logits
     train_logp = st["logp"].detach().masked_fill(~mask, 0.0)
     if exact:  # V1: the exact path's rollout log-probs are this forward's
         rb.logp, rb.logits = train_logp, ref
@@ -228,9 +247,7 @@ def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
     """
     optimizer.zero_grad(set_to_none=True)
     if logp is None:
-        z = response_logits(model, rb)
-        _finite(z.detach(), "logits", step)
-        logp = token_stats(z, rb.response, keep=b.keep, temperature=cfg.temperature)["logp"]
+        logp = _forward_stats(model, rb, b.keep, cfg, step)[0]["logp"]
     loss, metrics = cfg.spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)), cfg)
     _finite(loss.detach(), "loss", step)
     loss.backward()
