@@ -127,3 +127,33 @@ def _corpus_batches(cfg):
                 out.append((rb.logp, response_logprobs(model, rb, keep=rb.keep), rb.mask))
         return out
     return batches
+
+
+# V3-V5: GRPO runs that differ only in the rollout path (tailtheory.mismatch.training); the quick
+# profile reads the measurement notebook 06's full preset stored in results/, thorough re-runs
+# (or finds in the run cache) every run and stores the numbers again.
+
+@register("V3", paper="TIM", statement="recompute vs bypass pi_old: C = -(r - 1) A split by the "
+          "sign of A coincides at zero mismatch and skews by sign under mismatch",
+          expected=Verdict.REFUTED)
+def _v3(profile: str) -> Evidence:
+    from tailtheory.mismatch import training
+
+    return training.v3_evidence(training.training_data(profile))
+
+
+@register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
+          "destabilises GRPO training; remedies from the same start",
+          expected=Verdict.NOT_REPRODUCED)
+def _v4(profile: str) -> Evidence:
+    from tailtheory.mismatch import training
+
+    return training.v4_evidence(training.training_data(profile))
+
+
+@register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
+          "degrades", expected=Verdict.NOT_REPRODUCED)
+def _v5(profile: str) -> Evidence:
+    from tailtheory.mismatch import training
+
+    return training.v5_evidence(training.training_data(profile))

@@ -186,14 +186,20 @@ def l6_evidence(data: dict) -> Evidence:
                     "(mean of the last 2 evaluations) > 2 se over seeds")
 
 
-def training_data(profile: str) -> dict:
-    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
+def measured_plan(name: str, plan: dict[str, list], measure, profile: str, notebook: str) -> dict:
+    """``results/<name>.json`` measured under ``plan`` (``quick``), or ``measure(plan,
+    workers=2)`` run and stored (``thorough``); ``notebook`` under the full preset regenerates it
+    (``tailtheory.core.measurements.measured``)."""
     from tailtheory.core.measurements import measured
 
-    plan = lopti_plan("full")
-    return measured("lopti_training", plan_identity(plan),
-                    lambda: measure_plan(plan, workers=2), profile,
-                    "TAILTHEORY_PRESET=full python notebooks/04_gradient_dominance.py")
+    return measured(name, plan_identity(plan), lambda: measure(plan, workers=2), profile,
+                    f"TAILTHEORY_PRESET=full python notebooks/{notebook}")
+
+
+def training_data(profile: str) -> dict:
+    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
+    return measured_plan("lopti_training", lopti_plan("full"), measure_plan, profile,
+                         "04_gradient_dominance.py")
 
 
 def summary_table(data: dict):

@@ -50,5 +50,9 @@ Also here: TIM's corrections of the mismatch, weights on ``rho = pi_train / pi_r
 `corrections.mis_weight`, IcePop `corrections.icepop_weight`, and the rejections with weight 1
 `corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), which the GRPO engine
 registers as methods, and the per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3`
-(used by TRM's T12).
+(used by TRM's T12). What the mismatch does to GRPO training (TIM's V3-V5: `pi_old` by recompute
+or bypass, the rollout paths exact / bf16 / fp8, the remedies) is measured by `training.v_plan`,
+`training.measure_v` and `training.v3_evidence` / `v4_evidence` / `v5_evidence`, drawn by
+`training_figures`; the checks are registered with V1 and V2 in `tailtheory/engine/claims.py`
+(notebook 06; `tests/mismatch/test_training.py`).
 """

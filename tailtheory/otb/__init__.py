@@ -23,11 +23,15 @@ Claims:
   position-dependent baselines by `B = M^-1 c` (`M_tu = E[<s_t, s_u> m_t m_u]`,
   `c_t = E[<s_t, sum_u s_u G_u> m_t]`), not by OTB; `V(OTB) / V(M^-1 c)` is measured.
 - **O4** OTB beats the group-mean baseline: `V(OTB) / V(mean) < 1` (our formalisation; measured
-  with and without EOS, over random policies and by adversarial search).
+  with and without EOS, over random policies and by adversarial search). Without EOS it is a
+  theorem for tabular policies: OTB's population baseline is the energy-weighted running mean of
+  the per-position optimal baselines, which beats every constant (`claims.running_mean_gap`).
 - **O5** (exact) `G^i - B* = (W^-i / (W^i + W^-i)) (G^i - B^-i)` with `B^-i` the leave-one-out
   weighted baseline: OTB is a shrunk, energy-weighted RLOO.
-- **O6** (headline) "N = 4 with OTB matches N = 32 without": the cosine and relative MSE of the
-  group gradient estimate against the exact gradient for GRPO, RLOO and OTB at N = 2..32.
+- **O6** (headline) "N = 4 with OTB matches N = 32 without", tested twice: (a) the cosine and
+  relative MSE of the group gradient estimate against the exact gradient for GRPO, RLOO and OTB
+  at N = 2..32; (b) in GRPO training on long responses, OTB at N = 4 against GRPO at N = 4 and
+  N = 16, reward and held-out accuracy against tokens consumed.
 
 Where each claim lives (modules of `tailtheory/otb/`, tests in `tests/otb/`):
 
@@ -36,9 +40,9 @@ Where each claim lives (modules of `tailtheory/otb/`, tests in `tests/otb/`):
 | O1 | `baselines.token_energy`, `variance.autograd_sq_norms`, `variance.score_gram` | - | `claims.check_o1` | - | `test_baselines.py`, `test_variance.py` |
 | O2 | `variance.prefix_surrogate`, `variance.weighted_baseline`, `variance.fd_gradient`, `variance.surrogate_argmin_residuals` | - | `claims.check_o2` | `figures.plot_proxy_vs_true` (data `experiments.proxy_table`) | `test_variance.py` |
 | O3 | `variance.baseline_variance`, `variance.optimal_baseline`, `variance.variance_quadratic`, `experiments.variance_table` | - | `claims.check_o3` | `figures.plot_baseline_variance` | `test_variance.py` |
-| O4 | `variance.population_baselines`, `variance.adversarial_otb_ratio`, `experiments.variance_table` | - | `claims.check_o4` | `figures.plot_baseline_variance` | `test_variance.py` |
+| O4 | `variance.population_baselines`, `variance.adversarial_otb_ratio`, `experiments.variance_table`, `claims.o4_typicality` | `claims.running_mean_gap` | `claims.check_o4` | `figures.plot_baseline_variance` | `test_variance.py`, `test_training.py` |
 | O5 | `baselines.optimal_token_baseline`, `baselines.otb_leave_one_out`, `baselines.self_inclusion_residual` | - | `claims.check_o5` | - | `test_baselines.py` |
-| O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table` | - | `claims.check_o6` | `figures.plot_group_study` | `test_variance.py`, `test_experiments.py` |
+| O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table`, `training.o6_plan`, `training.o6_training_evidence` | - | `claims.check_o6` | `figures.plot_group_study`, `training.plot_o6` | `test_variance.py`, `test_experiments.py`, `test_training.py` |
 
 The group advantages of the GRPO engine (`grpo`, `dr_grpo`, `rloo`, `otb`) are looked up by
 name in `baselines.ADVANTAGES`.

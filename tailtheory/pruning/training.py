@@ -102,12 +102,10 @@ def p5_evidence(data: dict) -> Evidence:
 
 def training_data(profile: str) -> dict:
     """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    from tailtheory.core.measurements import measured
-    from tailtheory.lopti.training import plan_identity
+    from tailtheory.lopti.training import measured_plan
 
-    plan = p5_plan("full")
-    return measured("dvp_training", plan_identity(plan), lambda: measure_p5(plan, workers=2),
-                    profile, "TAILTHEORY_PRESET=full python notebooks/05_pruning_in_training.py")
+    return measured_plan("dvp_training", p5_plan("full"), measure_p5, profile,
+                         "05_pruning_in_training.py")
 
 
 def p5_table(data: dict):

@@ -1,4 +1,4 @@
-"""Trust regions over long horizons: exact errors, eight bounds, sequence masking (claims T1-T13).
+"""Trust regions over long horizons: exact errors, eight bounds, sequence masking (claims T1-T14).
 
 Paper: **TRM**, Li et al., *Trust Region Masking for Long-Horizon LLM Reinforcement Learning*,
 arXiv 2512.23075.
@@ -31,6 +31,10 @@ Claims:
   `P(accept) = (1 - q)^T`.
 - **T13** (scaling) The exact `|Error|` grows with `T`; its measured exponent is reported next to
   the bounds' `T^2`, `T^1.5` and `T`.
+- **T14** (masking in training) In GRPO runs with a real mismatch (bf16 / fp8 rollouts), the
+  fraction of sequences TRM keeps per response length follows `(1 - q)^T` with the measured
+  per-token violation rate `q`, and masking whole sequences keeps training stable where PPO's
+  token clipping alone does not.
 
 Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 
@@ -49,7 +53,8 @@ Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 | T11 | `experiments.rare_context_pair`, `experiments.t11_family` | - | `claims._t11` | - | `test_bounds.py` |
 | T12 | `mask.trm_mask`, `mask.trm_masked_loss`, `exact.k3_expectation`, `experiments.acceptance_table` | `mask.acceptance_prob` | `claims._t12` | `figures.plot_acceptance` | `test_bounds.py` |
 | T13 | `experiments.error_vs_T`, `experiments.growth_exponent` | `bounds.trust_region_bounds` | `claims._t13` | `figures.plot_error_vs_bounds` | `test_bounds.py` |
+| T14 | `training.t14_token_numbers`, `training.acceptance_table`, `training.t14_evidence` | `mask.acceptance_prob` | `claims._t14` | `training.plot_acceptance` | `test_training.py` |
 
-Masking in training (T14) runs through the GRPO engine's `trm` method (`mask.trm_mask`); it has
-no registered check yet.
+Masking in training (T14) runs through the GRPO engine's `trm` method (`mask.trm_mask`) on the
+runs of `tailtheory.mismatch.training` (notebook 06; stored measurement).
 """

@@ -194,3 +194,14 @@ def _t13(profile: str) -> Evidence:
                     f"V=2, stationary pair (logit noise {T13_SCALE}), T=4..12, worst-case "
                     f"reward: |Error| ~ T^{expo['abs_error']:.2f}; random reward ~ "
                     f"T^{expo_rnd:.2f}; smallest bound exponent {min(bound_expo):.2f}")
+
+
+@register("T14", paper="TRM", statement="in GRPO runs with a real mismatch TRM's acceptance "
+          "follows (1-q)^T in response length, and sequence masking keeps training stable where "
+          "PPO clipping alone does not", expected=Verdict.REFUTED)
+def _t14(profile: str) -> Evidence:
+    """T14 from the runs of notebook 06 (``tailtheory.trm.training``; stored measurement)."""
+    from tailtheory.mismatch.training import training_data
+    from tailtheory.trm import training
+
+    return training.t14_evidence(training_data(profile))

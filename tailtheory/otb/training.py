@@ -1,0 +1,155 @@
+"""OTB in training (claim O6, part b): OTB at N = 4 against GRPO at N = 4 and at a large N.
+
+Source: OTB (Li et al., arXiv 2602.07078), abstract: "N = 4 with OTB matches N = 32 without;
+over 65% fewer tokens". The claim is about training: the score reached for the tokens spent.
+Here: task ``kk_trace`` (responses of ~100 tokens) from the full preset's warm start, bf16
+rollouts, recompute ``pi_old``, lr 2e-4, :data:`O6_PROMPTS` prompts per step for
+:data:`O6_STEPS` steps, 3 seeds; OTB at N = 4, GRPO at N = 4 and at N = :data:`LARGE_N` (the
+largest group that fits this CPU: 32 responses a step, the main runs' batch; N = 32 would double
+it). At equal steps OTB N = 4 spends ``4 / LARGE_N`` of GRPO N = 16's tokens; reward and
+held-out accuracy are also drawn against the tokens consumed (``rollout/tokens`` summed).
+
+Verdict (fixed before measuring), with ``compare`` the 2-standard-error rule of
+:func:`tailtheory.lopti.training.compare` on final reward (mean of the last 10 steps):
+``TOY-SCALE`` when (i) the group size matters here — GRPO N = 16 beats GRPO N = 4 — and
+(ii) OTB N = 4 is not below GRPO N = 16 (``compare(OTB 4, GRPO 16)`` is not REFUTED) and
+(iii) OTB N = 4 beats GRPO N = 4; ``REFUTED`` when (i) holds and OTB N = 4 is below GRPO N = 16
+by > 2 se; ``NOT-REPRODUCED`` otherwise (in particular when a larger group does not train
+better: then nothing is there for OTB to match). Held-out accuracy is reported beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tailtheory.core.registry import Evidence, Verdict
+
+OTB_N = 4
+"""OTB's group size in the claim."""
+
+LARGE_N = 16
+"""The large GRPO group (the claim's is 32; 16 keeps a step at the main runs' 32 responses)."""
+
+O6_PROMPTS = 2
+"""Prompts per step of every O6 run (half the main runs' 4, so that N = 16 fits)."""
+
+O6_STEPS = 20
+"""Steps of every O6 run (half the full preset's 40: the CPU budget)."""
+
+O6_CONFIGS = {f"OTB N={OTB_N}": ("otb", OTB_N), f"GRPO N={OTB_N}": ("grpo", OTB_N),
+              f"GRPO N={LARGE_N}": ("grpo", LARGE_N)}
+"""Label -> (method, group size)."""
+
+
+def o6_plan(preset: str) -> dict[str, list]:
+    """Label -> configs (one per seed) of the comparison."""
+    from tailtheory.engine.presets import SEEDS, train_config
+
+    base, seeds = train_config(preset), SEEDS[preset]
+    if preset == "full":
+        base = replace(base, prompts_per_step=O6_PROMPTS, steps=O6_STEPS)
+    return {label: [replace(base, method=m, group_size=n, seed=s) for s in seeds]
+            for label, (m, n) in O6_CONFIGS.items()}
+
+
+def o6_run_numbers(run, steps: int) -> dict:
+    """A run's summary and curves (``tailtheory.lopti.training``) with its tokens per step."""
+    from tailtheory.engine.trainer import read_metrics
+    from tailtheory.lopti.training import run_curves, run_summary
+
+    lines = read_metrics(run)[:steps]
+    return {**run_summary(run, steps), **run_curves(run, steps),
+            "tokens": [m["rollout/tokens"] for m in lines]}
+
+
+def measure_o6(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
+    """Label -> list over seeds of :func:`o6_run_numbers`."""
+    from tailtheory.lopti.training import run_plan
+
+    runs = run_plan(plan, workers, progress)
+    return {label: [{"seed": c.seed, **o6_run_numbers(p, c.steps)}
+                    for c, p in zip(plan[label], ps)] for label, ps in runs.items()}
+
+
+def o6_training_evidence(data: dict) -> Evidence:
+    """O6 (b) from :func:`measure_o6`'s numbers (rule in the module docstring)."""
+    from tailtheory.lopti.training import compare
+
+    otb, small, large = O6_CONFIGS
+    size = compare(data, large, small, "final_reward")
+    match = compare(data, otb, large, "final_reward")
+    gain = compare(data, otb, small, "final_reward")
+    mean = lambda label, k: sum(r[k] for r in data[label]) / len(data[label])  # noqa: E731
+    tokens = {label: sum(sum(r["tokens"]) for r in data[label]) / len(data[label])
+              for label in data}
+    nums = {f"{label}:final_reward": mean(label, "final_reward") for label in data}
+    nums.update({f"{label}:final_heldout": mean(label, "final_eval") for label in data})
+    nums.update({f"{label}:first_reward": mean(label, "first_reward") for label in data})
+    nums.update({"large_minus_small": size["delta"], "large_minus_small_se": size["se"],
+                 "otb_minus_large": match["delta"], "otb_minus_large_se": match["se"],
+                 "otb_minus_small": gain["delta"], "otb_minus_small_se": gain["se"],
+                 "token_ratio_otb_over_large": tokens[otb] / tokens[large]})
+    if size["verdict"] != Verdict.TOY_SCALE:
+        verdict = Verdict.NOT_REPRODUCED
+    elif match["verdict"] == Verdict.REFUTED:
+        verdict = Verdict.REFUTED
+    else:
+        verdict = (Verdict.TOY_SCALE if gain["verdict"] == Verdict.TOY_SCALE
+                   else Verdict.NOT_REPRODUCED)
+    return Evidence(verdict, nums, f"criterion: GRPO N={LARGE_N} beats GRPO N={OTB_N}, OTB "
+                    f"N={OTB_N} is not below GRPO N={LARGE_N} and beats GRPO N={OTB_N} (final "
+                    f"reward, last 10 steps, 2 se over seeds)")
+
+
+def training_data(profile: str) -> dict:
+    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
+    from tailtheory.lopti.training import measured_plan
+
+    return measured_plan("otb_training", o6_plan("full"), measure_o6, profile,
+                         "06_mismatch_in_training.py")
+
+
+def o6_table(data: dict):
+    """Long table ``label, seed, step, tokens (cumulative), metric, value`` of reward per step
+    and held-out accuracy per evaluation."""
+    import itertools
+
+    import pandas as pd
+
+    rows = []
+    for label, runs in data.items():
+        for r in runs:
+            cum = [0, *itertools.accumulate(r["tokens"])]     # tokens consumed before each step
+            rows += [{"label": label, "seed": r["seed"], "step": t, "tokens": cum[t + 1],
+                      "metric": "reward", "value": v} for t, v in enumerate(r["reward"])]
+            rows += [{"label": label, "seed": r["seed"], "step": t, "tokens": cum[t],
+                      "metric": "held-out accuracy", "value": v}
+                     for t, v in zip(r["eval_steps"], r["eval"])]
+    return pd.DataFrame(rows)
+
+
+def plot_o6(data: dict, smooth: int = 5):
+    """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
+    consumed, per configuration: mean over seeds (x: mean cumulative tokens), band min-max.
+    Returns ``(figure, table)``."""
+    import matplotlib.pyplot as plt
+
+    df = o6_table(data)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, metric in zip(axes, ("reward", "held-out accuracy")):
+        d = df[df["metric"] == metric].copy()
+        if metric == "reward":
+            d["value"] = d.groupby(["label", "seed"])["value"].transform(
+                lambda v: v.rolling(smooth, min_periods=1).mean())
+        for label, g in d.groupby("label", sort=False):
+            agg = g.groupby("step").agg(tokens=("tokens", "mean"), mean=("value", "mean"),
+                                        lo=("value", "min"), hi=("value", "max"))
+            line, = ax.plot(agg["tokens"], agg["mean"], label=label, lw=1.3)
+            ax.fill_between(agg["tokens"], agg["lo"], agg["hi"], color=line.get_color(),
+                            alpha=0.15)
+        ax.set_xlabel("response tokens consumed")
+        ax.set_title(metric + (f" (running mean of {smooth})" if metric == "reward" else ""),
+                     fontsize=9)
+    axes[0].legend(fontsize=7, title="mean; band: min-max over seeds", title_fontsize=7)
+    fig.tight_layout()
+    return fig, df

@@ -1,0 +1,161 @@
+"""TRM masking in training (claim T14): acceptance against response length, and whether masking
+whole sequences keeps training stable where PPO's token clipping alone does not.
+
+Source: TRM (Li et al., arXiv 2512.23075). TRM keeps a sequence iff its largest token
+divergence stays under ``delta_max``; with sampled-token log-ratios the max filter uses
+``k2 = (log rho)^2 / 2`` (T12). With an i.i.d. per-token violation rate ``q`` a sequence of
+``T`` tokens is kept with probability ``(1 - q)^T``: long responses are masked more.
+
+Data: the token dumps of the GRPO runs of :mod:`tailtheory.mismatch.training` (``bf16`` and
+``fp8`` rollouts, both ``pi_old`` modes; ``log_rho = log pi_train - log pi_roll``). Per run and
+threshold ``delta`` of :data:`T14_DELTAS`: ``q`` = fraction of response tokens with
+``k2 > delta``; per length bin (:data:`LEN_EDGES`) the fraction of sequences kept against the
+mean over the bin's sequences of ``(1 - q)^T``.
+
+Verdict (fixed before measuring): (a) *length law*: over the mismatch runs, every length bin
+with at least :data:`MIN_SEQS` sequences and every ``delta`` with ``q > 0`` has
+``|kept - predicted| <= ACCEPT_TOL``; (b) *stability*: on the remedy base of
+:mod:`tailtheory.mismatch.training`, when V4 finds that configuration harmed (GRPO's final
+reward below exact's by > 2 se), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
+below it by > 2 se (``REFUTED``). T14 is ``TOY-SCALE`` when (a) holds and (b) is TOY-SCALE,
+``REFUTED`` when (a) fails or (b) is REFUTED, else ``NOT-REPRODUCED`` (in particular when the
+base is not harmed: there is no instability for masking to remove).
+"""
+
+from __future__ import annotations
+
+from tailtheory.core.registry import Evidence, Verdict
+
+T14_DELTAS = (5e-2, 5e-3, 5e-4)
+"""Thresholds on ``k2``: the engine's ``trm_delta_max`` (0.05) and two lower ones, so that the
+length law is seen where violations are not rare."""
+
+LEN_EDGES = (0, 50, 100, 150, 200, 100_000)
+"""Response-length bins ``[lo, hi)`` in tokens."""
+
+MIN_SEQS = 30
+"""A length bin enters the verdict with at least this many sequences (pooled over seeds)."""
+
+ACCEPT_TOL = 0.1
+"""(a): measured and predicted acceptance agree within 0.1 (absolute)."""
+
+
+def t14_token_numbers(df) -> dict:
+    """Per ``delta``: tokens, violating tokens, and per length bin the sequences, kept sequences,
+    the sum over them of ``(1 - q)^T`` (``q`` of this run), the bin's tokens and violations, and
+    the sum of ``(1 - q_bin)^T`` with the bin's own rate (a diagnostic beside the verdict: it
+    separates "long responses violate more often" from "violations cluster"). ``df``: a token
+    dump."""
+    import numpy as np
+
+    k2 = 0.5 * df["log_rho"].to_numpy() ** 2
+    seq = df.assign(k2=k2).groupby(["step", "seq"])["k2"].agg(["size", "max"])
+    T, kmax = seq["size"].to_numpy(), seq["max"].to_numpy()
+    bins = np.digitize(T, LEN_EDGES[1:-1])                            # bin of each sequence
+    nbins = range(len(LEN_EDGES) - 1)
+    out = {}
+    for delta in T14_DELTAS:
+        q = float((k2 > delta).mean())
+        kept, pred = kmax <= delta, (1 - q) ** T
+        # the bin's own rate: violations over tokens of the bin's sequences
+        v_seq = df.assign(v=k2 > delta).groupby(["step", "seq"])["v"].sum().to_numpy()
+        q_bin = [float(v_seq[bins == b].sum() / T[bins == b].sum()) if (bins == b).any() else 0.0
+                 for b in nbins]
+        out[f"{delta:g}"] = {
+            "tokens": int(len(k2)), "violations": int((k2 > delta).sum()),
+            "n": [int((bins == b).sum()) for b in nbins],
+            "kept": [int(kept[bins == b].sum()) for b in nbins],
+            "pred": [float(pred[bins == b].sum()) for b in nbins],
+            "bin_tokens": [int(T[bins == b].sum()) for b in nbins],
+            "bin_violations": [int(v_seq[bins == b].sum()) for b in nbins],
+            "pred_bin_q": [float(((1 - q_bin[b]) ** T[bins == b]).sum()) for b in nbins]}
+    return out
+
+
+def acceptance_table(data: dict, labels=None):
+    """Long table ``label, delta, q, bin, lo, hi, n, kept, predicted, q_bin, predicted_bin_q``
+    pooled over seeds, from the runs of ``labels`` (default: every run with a token dump and a
+    mismatch); ``predicted`` uses the run's rate ``q``, ``predicted_bin_q`` the bin's own."""
+    import pandas as pd
+
+    labels = labels or [lb for lb, rows in data.items()
+                        if "t14" in rows[0] and not lb.startswith("exact") and "|" not in lb]
+    out = []
+    for label in labels:
+        rows = [r["t14"] for r in data[label]]
+        for d in rows[0]:
+            tok, vio = sum(r[d]["tokens"] for r in rows), sum(r[d]["violations"] for r in rows)
+            for b in range(len(LEN_EDGES) - 1):
+                n = sum(r[d]["n"][b] for r in rows)
+                if n:
+                    out.append({"label": label, "delta": float(d), "q": vio / tok, "bin": b,
+                                "lo": LEN_EDGES[b], "hi": LEN_EDGES[b + 1], "n": n,
+                                "kept": sum(r[d]["kept"][b] for r in rows) / n,
+                                "predicted": sum(r[d]["pred"][b] for r in rows) / n,
+                                "q_bin": sum(r[d]["bin_violations"][b] for r in rows)
+                                / sum(r[d]["bin_tokens"][b] for r in rows),
+                                "predicted_bin_q": sum(r[d]["pred_bin_q"][b] for r in rows) / n})
+    return pd.DataFrame(out)
+
+
+def t14_evidence(data: dict) -> Evidence:
+    """T14 from ``tailtheory.mismatch.training.measure_v``'s numbers (rule in the docstring)."""
+    from tailtheory.lopti.training import compare
+    from tailtheory.mismatch.training import REMEDY_BASE, harm_table
+
+    df = acceptance_table(data)
+    live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]
+    dev = (live["kept"] - live["predicted"]).abs()
+    law_ok = bool(len(live)) and float(dev.max()) <= ACCEPT_TOL
+    dev_own = (live["kept"] - live["predicted_bin_q"]).abs()
+    nums = {"length_law:max_abs_dev": float(dev.max()) if len(live) else float("nan"),
+            "length_law:bins_checked": int(len(live)),
+            "length_law:max_abs_dev_own_bin_q": float(dev_own.max()) if len(live) else float("nan")}
+    for (label, delta), g in df.groupby(["label", "delta"]):
+        first, last = g.iloc[0], g[g["n"] >= MIN_SEQS].iloc[-1]
+        nums[f"{label} delta={delta:g}:q"] = float(g["q"].iloc[0])
+        nums[f"{label} delta={delta:g}:kept_short/long"] = (f"{first['kept']:.3f}/"
+                                                            f"{last['kept']:.3f}")
+        nums[f"{label} delta={delta:g}:pred_short/long"] = (f"{first['predicted']:.3f}/"
+                                                            f"{last['predicted']:.3f}")
+        nums[f"{label} delta={delta:g}:q_bin_short/long"] = (f"{first['q_bin']:.3g}/"
+                                                             f"{last['q_bin']:.3g}")
+    harmed = {r["label"]: r for r in harm_table(data)}
+    base = harmed[REMEDY_BASE]
+    c = compare(data, f"TRM | {REMEDY_BASE}", f"GRPO | {REMEDY_BASE}", "final_reward")
+    nums.update({"base": REMEDY_BASE, "base_harmed": "yes" if base["harmed"] else "no",
+                 "base_gap_vs_exact": base["gap"], "base_gap_se": base["se"],
+                 "trm_minus_grpo": c["delta"], "trm_minus_grpo_se": c["se"]})
+    stab = c["verdict"] if base["harmed"] else Verdict.NOT_REPRODUCED
+    verdict = (Verdict.REFUTED if not law_ok or stab == Verdict.REFUTED else
+               Verdict.TOY_SCALE if stab == Verdict.TOY_SCALE else Verdict.NOT_REPRODUCED)
+    return Evidence(verdict, nums, f"criterion: (a) kept fraction per length bin (>= {MIN_SEQS} "
+                    f"sequences) within {ACCEPT_TOL} of mean (1-q)^T at k2 thresholds "
+                    f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {REMEDY_BASE}, if harmed, "
+                    f"TRM's final reward above GRPO's by > 2 se")
+
+
+def plot_acceptance(data: dict, labels=None):
+    """T14: fraction of sequences TRM keeps per response-length bin (dots) against the mean
+    ``(1 - q)^T`` of the bin with the run's rate (solid lines) and with the bin's own rate
+    (dashed), one panel per ``k2`` threshold. Returns ``(figure, table)``."""
+    import matplotlib.pyplot as plt
+
+    df = acceptance_table(data, labels)
+    deltas = sorted(df["delta"].unique(), reverse=True)
+    fig, axes = plt.subplots(1, len(deltas), figsize=(4 * len(deltas), 3.4), squeeze=False)
+    for ax, delta in zip(axes[0], deltas):
+        for k, (label, g) in enumerate(df[df["delta"] == delta].groupby("label", sort=False)):
+            mid = (g["lo"] + g["hi"].clip(upper=g["lo"].max() + 50)) / 2
+            ax.plot(mid, g["predicted"], color=f"C{k}", lw=1)
+            ax.plot(mid, g["predicted_bin_q"], color=f"C{k}", lw=1, ls="--")
+            ax.scatter(mid, g["kept"], color=f"C{k}", s=8 + g["n"] / 20,
+                       label=f"{label} (q = {g['q'].iloc[0]:.2g})")
+        ax.set_title(f"k2 > {delta:g}: kept (dots), (1-q)^T (solid; dashed: bin's own q)",
+                     fontsize=8)
+        ax.set_xlabel("response length (bin centre)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("fraction of sequences kept")
+    fig.tight_layout()
+    return fig, df

@@ -1,0 +1,92 @@
+"""TRM masking in training (``tailtheory/trm/training.py``, claim T14): acceptance by length
+against a loop over the definition, and the verdict rule on hand-made numbers (both ways)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tailtheory.core.registry import Verdict
+from tailtheory.trm import training as tt
+
+
+def _dump(lengths, log_rho_of, seed=0):
+    """A token dump of one step: sequence ``i`` has ``lengths[i]`` tokens."""
+    rng = np.random.default_rng(seed)
+    rows = [{"step": 0, "seq": i, "t": t, "log_rho": log_rho_of(rng)}
+            for i, n in enumerate(lengths) for t in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_t14_token_numbers_against_a_loop():
+    """T14: per threshold, q over tokens; per length bin, kept sequences and sum of (1-q)^T."""
+    df = _dump([10, 60, 60, 120, 250], lambda g: g.normal(0, 0.1))
+    out = tt.t14_token_numbers(df)
+    for delta in tt.T14_DELTAS:
+        k2 = 0.5 * df["log_rho"] ** 2
+        q = float((k2 > delta).mean())
+        d = out[f"{delta:g}"]
+        assert d["tokens"] == len(df) and d["violations"] == int((k2 > delta).sum())
+        for b, (lo, hi) in enumerate(zip(tt.LEN_EDGES, tt.LEN_EDGES[1:])):
+            seqs = [g for _, g in df.groupby("seq") if lo <= len(g) < hi]
+            assert d["n"][b] == len(seqs)
+            assert d["kept"][b] == sum((0.5 * g["log_rho"] ** 2).max() <= delta for g in seqs)
+            assert d["pred"][b] == pytest.approx(sum((1 - q) ** len(g) for g in seqs))
+            toks = sum(len(g) for g in seqs)
+            viol = sum(int((0.5 * g["log_rho"] ** 2 > delta).sum()) for g in seqs)
+            assert (d["bin_tokens"][b], d["bin_violations"][b]) == (toks, viol)
+            q_b = viol / toks if toks else 0.0
+            assert d["pred_bin_q"][b] == pytest.approx(sum((1 - q_b) ** len(g) for g in seqs))
+
+
+def test_iid_violations_follow_the_length_law():
+    """With i.i.d. tokens the kept fraction per bin matches (1-q)^T (T12's law, here on dumps)."""
+    lengths = [20] * 400 + [80] * 400 + [170] * 400
+    df = _dump(lengths, lambda g: g.normal(0, 0.05))
+    row = {"t14": tt.t14_token_numbers(df)}
+    table = tt.acceptance_table({"bf16 bypass": [row]})
+    live = table[(table["q"] > 0) & (table["n"] >= tt.MIN_SEQS)]
+    assert len(live) and (live["kept"] - live["predicted"]).abs().max() < 0.06
+    # the law says longer responses are kept less
+    mid = live[live["delta"] == 5e-4].sort_values("lo")
+    assert mid["kept"].is_monotonic_decreasing
+
+
+def _data(trm_shift: float, base_gap: float, law_ok: bool = True):
+    """Numbers of measure_v's shape: exact and fp8 bypass (and TRM / GRPO on it), 3 seeds."""
+    from tailtheory.mismatch.training import REMEDY_BASE
+
+    t14 = {f"{d:g}": {"tokens": 1000, "violations": 10, "n": [100, 0, 0, 0, 0],
+                      "kept": [90 if law_ok else 40, 0, 0, 0, 0], "pred": [90.0, 0, 0, 0, 0],
+                      "bin_tokens": [1000, 0, 0, 0, 0], "bin_violations": [10, 0, 0, 0, 0],
+                      "pred_bin_q": [90.0, 0, 0, 0, 0]}
+           for d in tt.T14_DELTAS}
+
+    def runs(x, dump=False):
+        return [{"seed": s, "final_reward": x + d, "final_eval": x + d,
+                 **({"t14": t14} if dump else {})} for s, d in enumerate((-0.01, 0.0, 0.01))]
+
+    return {"exact recompute": runs(0.3), REMEDY_BASE: runs(0.3 - base_gap, dump=True),
+            f"GRPO | {REMEDY_BASE}": runs(0.3 - base_gap),
+            f"TRM | {REMEDY_BASE}": runs(0.3 - base_gap + trm_shift)}
+
+
+def test_t14_rule_both_ways():
+    assert tt.t14_evidence(_data(0.2, base_gap=0.2)).verdict == Verdict.TOY_SCALE
+    assert tt.t14_evidence(_data(-0.1, base_gap=0.2)).verdict == Verdict.REFUTED
+    # no harm on the base: nothing for masking to stabilise
+    assert tt.t14_evidence(_data(0.2, base_gap=0.0)).verdict == Verdict.NOT_REPRODUCED
+    # the length law fails (kept 0.4 against a predicted 0.9)
+    assert tt.t14_evidence(_data(0.2, 0.2, law_ok=False)).verdict == Verdict.REFUTED
+    ev = tt.t14_evidence(_data(0.2, base_gap=0.2))
+    assert ev.numbers["trm_minus_grpo"] == pytest.approx(0.2)
+    assert ev.numbers["length_law:max_abs_dev"] == pytest.approx(0.0)
+
+
+def test_plot_acceptance_draws_its_table():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig, df = tt.plot_acceptance(_data(0.0, 0.0))
+    assert len(df) == len(tt.T14_DELTAS) and fig.axes
