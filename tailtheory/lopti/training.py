@@ -120,11 +120,14 @@ def run_curves(run, steps: int) -> dict:
             "eval": [a for _, a in evals]}
 
 
-def measure_plan(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
-    """Label -> list (over seeds) of :func:`run_summary` and :func:`run_curves` dicts."""
+def measure_plan(plan: dict[str, list], workers: int = 1, progress: bool = True,
+                 numbers=None) -> dict:
+    """Label -> list (over seeds) of ``{"seed": ..., **numbers(run, steps)}``; ``numbers``
+    defaults to :func:`run_summary` and :func:`run_curves` together."""
+    numbers = numbers or (lambda p, steps: {**run_summary(p, steps), **run_curves(p, steps)})
     runs = run_plan(plan, workers, progress)
-    return {label: [{"seed": c.seed, **run_summary(p, c.steps), **run_curves(p, c.steps)}
-                    for c, p in zip(plan[label], ps)] for label, ps in runs.items()}
+    return {label: [{"seed": c.seed, **numbers(p, c.steps)} for c, p in zip(plan[label], ps)]
+            for label, ps in runs.items()}
 
 
 def compare(data: dict, a: str, b: str, key: str) -> dict:

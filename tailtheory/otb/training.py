@@ -64,11 +64,9 @@ def o6_run_numbers(run, steps: int) -> dict:
 
 def measure_o6(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
     """Label -> list over seeds of :func:`o6_run_numbers`."""
-    from tailtheory.lopti.training import run_plan
+    from tailtheory.lopti.training import measure_plan
 
-    runs = run_plan(plan, workers, progress)
-    return {label: [{"seed": c.seed, **o6_run_numbers(p, c.steps)}
-                    for c, p in zip(plan[label], ps)] for label, ps in runs.items()}
+    return measure_plan(plan, workers, progress, numbers=o6_run_numbers)
 
 
 def o6_training_evidence(data: dict) -> Evidence:

@@ -69,11 +69,9 @@ def p5_run_numbers(run, steps: int) -> dict:
 
 def measure_p5(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
     """Label -> list over seeds of :func:`p5_run_numbers`."""
-    from tailtheory.lopti.training import run_plan
+    from tailtheory.lopti.training import measure_plan
 
-    runs = run_plan(plan, workers, progress)
-    return {label: [{"seed": c.seed, **p5_run_numbers(p, c.steps)}
-                    for c, p in zip(plan[label], ps)] for label, ps in runs.items()}
+    return measure_plan(plan, workers, progress, numbers=p5_run_numbers)
 
 
 def p5_evidence(data: dict) -> Evidence:

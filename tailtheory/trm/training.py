@@ -49,8 +49,10 @@ def t14_token_numbers(df) -> dict:
     import numpy as np
 
     k2 = 0.5 * df["log_rho"].to_numpy() ** 2
-    seq = df.assign(k2=k2).groupby(["step", "seq"])["k2"].agg(["size", "max"])
-    T, kmax = seq["size"].to_numpy(), seq["max"].to_numpy()
+    group = df.groupby(["step", "seq"]).ngroup().to_numpy()            # sequence of each token
+    T = np.bincount(group)
+    kmax = np.full(len(T), -np.inf)
+    np.maximum.at(kmax, group, k2)
     bins = np.digitize(T, LEN_EDGES[1:-1])                            # bin of each sequence
     nbins = range(len(LEN_EDGES) - 1)
     out = {}
@@ -58,7 +60,7 @@ def t14_token_numbers(df) -> dict:
         q = float((k2 > delta).mean())
         kept, pred = kmax <= delta, (1 - q) ** T
         # the bin's own rate: violations over tokens of the bin's sequences
-        v_seq = df.assign(v=k2 > delta).groupby(["step", "seq"])["v"].sum().to_numpy()
+        v_seq = np.bincount(group, weights=k2 > delta, minlength=len(T))
         q_bin = [float(v_seq[bins == b].sum() / T[bins == b].sum()) if (bins == b).any() else 0.0
                  for b in nbins]
         out[f"{delta:g}"] = {
