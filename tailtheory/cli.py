@@ -52,7 +52,17 @@ def _train(args: argparse.Namespace) -> int:
     from tailtheory.engine.config import config_from_args
     from tailtheory.engine.trainer import train
 
-    cfg = config_from_args(args)
+    if args.recipe == "list":
+        from tailtheory.engine.recipes import describe
+
+        print(describe())
+        return 0
+    if args.recipe:
+        from tailtheory.engine.recipes import recipe_config
+
+        cfg = recipe_config(args.recipe, **{k: getattr(args, k) for k in args.explicit})
+    else:
+        cfg = config_from_args(args)
     run = train(cfg, resume=args.resume, progress=not args.quiet)
     print(f"wrote {run / 'metrics.jsonl'}")
     return 0
@@ -119,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=TRAIN_EPILOG, formatter_class=_HelpFormatter)
     from tailtheory.engine.config import add_config_arguments
     add_config_arguments(t)
+    t.add_argument("--recipe", default=None,
+                   help="a named recipe that sets task, model, warm start, batch, learning rate, "
+                        "steps and evaluation ('learn': the learning testbed); explicit flags "
+                        "override its fields; 'list' prints the recipes")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=_train)
@@ -154,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tailtheory`` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.explicit = _explicit_fields(parser, args, argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, the way on, and the shell's status for SIGINT
@@ -164,6 +180,19 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
         print(f"tailtheory: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _explicit_fields(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                     argv: list[str]) -> list[str]:
+    """The destinations of the options written out in ``argv`` (a recipe keeps the rest)."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = getattr(args, "command", None)
+    if sub is None or command not in sub.choices:
+        return []
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return [a.dest for a in sub.choices[command]._actions
+            if any(o in given for o in a.option_strings)
+            and a.dest not in ("help", "recipe", "resume", "quiet")]
 
 
 def _continue_hint(args: argparse.Namespace, argv: list[str]) -> str:

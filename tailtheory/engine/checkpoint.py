@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from tailtheory.core.io import atomic_write_bytes, atomic_write_text
-from tailtheory.engine.config import RESUME_FREE, TrainConfig
+from tailtheory.engine.config import ADDED_DEFAULTS, RESUME_FREE, TrainConfig
 
 CHECKPOINT = "checkpoint.pt"
 PREVIOUS = "checkpoint.prev.pt"
@@ -147,6 +147,7 @@ def load_checkpoint(run: Path, cfg: TrainConfig, allow_none: bool = False) -> di
 
 def config_diff(saved: dict, cfg: TrainConfig) -> dict:
     """Fields (outside :data:`RESUME_FREE`) where ``saved`` and ``cfg`` differ: ``(saved, now)``."""
+    saved = {**ADDED_DEFAULTS, **saved}  # a field added later holds its default in older runs
     return {k: (saved.get(k), v) for k, v in cfg.to_dict().items()
             if k not in RESUME_FREE and saved.get(k) != v}
 

@@ -27,7 +27,7 @@ RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "ev
                "eval_n")
 """Fields a resumed run may change (everything else must match the checkpoint's config)."""
 
-ADDED_DEFAULTS: dict[str, object] = {}
+ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
@@ -91,6 +91,15 @@ class TrainConfig(MethodParams):
     threads: int = 0
     """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
     torch's default when the cores are busy). Changes speed only, so a resume may change it."""
+    filter_zero_var: bool = False
+    """Leave out of the loss the groups whose rewards are all equal (their group advantage is 0;
+    they only dilute a token mean). Off by default; ``adv/zero_var_frac`` logs their share."""
+    micro_batch: int = 64
+    """Rows per forward / backward of the trainer (0: the whole batch at once). A step of more
+    rows runs in micro-batches of rows of similar length, each trimmed to its own longest row:
+    the same loss, several times faster on a CPU (``benchmarks/bench_step.py``); equal to the
+    whole-batch step up to float32 rounding, so batches of at most this many rows compute
+    bitwise what they computed before the field existed."""
 
     def __post_init__(self):
         object.__setattr__(self, "_spec", _validate(self))  # parsed once, with the checks
@@ -105,7 +114,8 @@ class TrainConfig(MethodParams):
 
     def fingerprint(self) -> str:
         """Hash of every field a resumed run must keep (all but :data:`RESUME_FREE`)."""
-        kept = {k: v for k, v in asdict(self).items() if k not in RESUME_FREE}
+        kept = {k: v for k, v in without_added_defaults(asdict(self)).items()
+                if k not in RESUME_FREE}
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -139,6 +149,7 @@ def _validate(c: TrainConfig) -> MethodSpec:
     check_positive_int(c.max_new_tokens, "max_new_tokens", minimum=0)
     check_positive_int(c.eval_every, "eval_every", minimum=0)
     check_positive_int(c.eval_n, "eval_n")
+    check_positive_int(c.micro_batch, "micro_batch", minimum=0)
     from tailtheory.engine.devices import DEVICES
     if c.device not in DEVICES:
         raise ValueError(f"unknown device {c.device!r}; valid devices: {', '.join(DEVICES)}")

@@ -63,6 +63,10 @@ METRIC_KEYS = {
     "loss/approx_kl": "mean k3 of log pi_new / pi_old over active tokens (mean over passes)",
     "loss/active_frac": "fraction of response tokens in the pass with a non-zero weight",
     "grad/norm": "parameter-gradient norm before clipping (mean over passes)",
+    "adv/zero_var_frac": "fraction of groups whose G rewards are all equal (no group-baseline "
+                         "signal)",
+    "update/rel_size": "relative size of the step's update, ||theta_after - theta_before|| / "
+                       "||theta_before||",
     "eval/accuracy": "sampled accuracy on eval_n held-out problems before the step's update "
                      "(every eval_every steps from step 0; null otherwise)",
     "time/rollout_s": "wall-clock seconds of the rollout",
@@ -159,7 +163,81 @@ def _forward_stats(model, rb, keep, cfg: TrainConfig, step: int, ref=None,
     Fused LM head (no ``(B, T, V)`` logits) when :func:`use_fused_head` and the step does not
     need whole distributions (TRM's exact KL: to the sampler's logits, or on ``exact`` to this
     forward's own, V1). Decided by the run, not the call: every forward of a step takes one path.
+
+    Batches of more than ``cfg.micro_batch`` rows run in micro-batches (:func:`_micro_batched`):
+    the same statistics, the graph kept per micro-batch, so one ``backward`` of the step's loss
+    runs through each micro-batch's graph on its own small tensors.
     """
+    B = rb.response.shape[0]
+    if not cfg.micro_batch or B <= cfg.micro_batch:
+        return _forward_stats_rows(model, rb, keep, cfg, step, ref, self_ref)
+    return _micro_batched(model, rb, keep, cfg, step, ref, self_ref)
+
+
+def _micro_batched(model, rb, keep, cfg: TrainConfig, step: int, ref,
+                   self_ref: bool) -> tuple[dict, torch.Tensor | None]:
+    """:func:`_forward_stats_rows` over micro-batches of ``cfg.micro_batch`` rows of similar
+    length (rows sorted by prompt + response length), each trimmed to its own longest prompt and
+    response; results scattered back to the batch's row order and zero-padded to ``T``.
+
+    A full forward over ``B`` rows is several times slower on a CPU than the same rows in
+    micro-batches of 64 (``benchmarks/bench_step.py``): its activations leave the caches. The
+    numbers equal the whole-batch forward's up to float32 rounding (reduction order), and are
+    bitwise the same from one run to the next.
+    """
+    B, T = rb.response.shape
+    lens = rb.mask.sum(-1)                                                    # (B,)
+    order = torch.argsort(rb.prompt_lens + lens, stable=True)
+    parts, logits = [], []
+    for rows in order.split(cfg.micro_batch):
+        sub, p0 = _rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+        st, z = _forward_stats_rows(model, sub, _slice_bt(keep, rows, sub), cfg, step,
+                                    _slice_bt(ref, rows, sub), self_ref)
+        parts.append((rows, st))
+        logits.append((rows, z))
+    out = {}
+    for name in parts[0][1]:
+        first = parts[0][1][name]
+        full = first.new_zeros((B, T) + tuple(first.shape[2:]))
+        full = full.index_put((order,), torch.cat([_pad_t(st[name], T) for _, st in parts]))
+        out[name] = full
+    z = None
+    if logits[0][1] is not None:
+        z = torch.cat([_pad_t(z, T) for _, z in logits])
+        z = z.new_zeros(z.shape).index_put((order,), z)
+    return out, z
+
+
+def _pad_t(x: torch.Tensor, T: int) -> torch.Tensor:
+    """``x (b, t, ...)`` zero-padded along dim 1 to ``T`` (differentiable)."""
+    if x.shape[1] == T:
+        return x
+    pad = x.new_zeros((x.shape[0], T - x.shape[1]) + tuple(x.shape[2:]))
+    return torch.cat([x, pad], 1)
+
+
+def _slice_bt(x, rows: torch.Tensor, sub) -> torch.Tensor | None:
+    """Rows ``rows`` of a ``(B, T, ...)`` tensor, cut to ``sub``'s response length."""
+    return None if x is None else x[rows, :sub.response.shape[1]]
+
+
+def _rows(rb: RolloutBatch, rows: torch.Tensor, p: int, t: int) -> tuple[RolloutBatch, int]:
+    """Rows ``rows`` of ``rb``: the prompt block cut to its last ``p`` columns (left padding only
+    is dropped), the response to its first ``t`` tokens (past every row's EOS)."""
+    P = rb.prompt_len
+    t = max(t, 1)
+    cols = torch.arange(P - p, P + t, device=rb.input_ids.device)
+    sub = RolloutBatch(input_ids=rb.input_ids[rows][:, cols], prompt_len=p,
+                       response=rb.response[rows, :t], mask=rb.mask[rows, :t],
+                       logp=rb.logp[rows, :t], logits=None,
+                       attention_mask=rb.attention_mask[rows][:, cols],
+                       prompt_lens=rb.prompt_lens[rows])
+    return sub, P - p
+
+
+def _forward_stats_rows(model, rb, keep, cfg: TrainConfig, step: int, ref=None,
+                        self_ref: bool = False) -> tuple[dict, torch.Tensor | None]:
+    """:func:`_forward_stats` in one forward over every row of ``rb``."""
     if use_fused_head(model) and not _wants_exact_kl(cfg):
         st = fused_response_stats(model, rb, cfg.temperature, keep)
         _finite(st["logp"].detach(), "log-probs", step)
@@ -235,7 +313,20 @@ def _monitor(rec: StepRecord) -> dict:
             "mismatch/abs_max": float((log_rho.abs() * m).max()),
             "mismatch/k1": _mean(k1(log_rho), m), "mismatch/k3": _mean(k3(log_rho), m),
             "trm/accept_rate": float(b.trm_accept.double().mean()),
-            "dvp/pruned_mass": _mean(rec.stats["pruned_mass"], m) if b.keep is not None else 0.0}
+            "dvp/pruned_mass": _mean(rec.stats["pruned_mass"], m) if b.keep is not None else 0.0,
+            "adv/zero_var_frac": float(zero_variance_groups(b.rewards, b.group_ids).double()
+                                       .mean())}
+
+
+def zero_variance_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """``(n_groups,)`` bool: the groups whose rewards are all equal (a group baseline gives them
+    zero advantage). Shapes: rewards (B,), group_ids (B,) with ids ``0 .. n_groups - 1``."""
+    n = int(group_ids.max()) + 1
+    lo = torch.full((n,), float("inf"), dtype=rewards.dtype, device=rewards.device)
+    hi = torch.full((n,), float("-inf"), dtype=rewards.dtype, device=rewards.device)
+    lo = lo.scatter_reduce(0, group_ids, rewards, "amin")
+    hi = hi.scatter_reduce(0, group_ids, rewards, "amax")
+    return lo == hi
 
 
 def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
@@ -289,17 +380,30 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer,
     weight, m_cor = correction_weight(spec, replace(b, adv=adv), cfg)
     b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
     groups, m_sched = passes(spec, b, cfg)
+    if cfg.filter_zero_var:  # DAPO (arXiv 2503.14476) drops such groups and samples anew
+        flat = zero_variance_groups(b.rewards, b.group_ids)[b.group_ids]          # (B,)
+        groups = [(name, active & ~flat[:, None]) for name, active in groups]
     # A pass with no active token is skipped: no forward, no optimiser step (AdamW's momentum and
     # step count would still move the weights), no share of the metric averages.
     per_pass = []
+    before = [p.detach().clone() for p in model.parameters()]
     for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
         if (active & b.mask).any():
             per_pass.append(update(model, optimizer, rb, replace(b, active=active), cfg, step,
                                    logp=None if per_pass else rec.live_logp))
     metrics = {"step": step, **_monitor(rec), **rec.vocab_metrics, **m_adv, **m_cor, **m_sched,
-               **_pass_mean(per_pass), "time/rollout_s": t_roll,
+               **_pass_mean(per_pass), "update/rel_size": _rel_change(before, model),
+               "time/rollout_s": t_roll,
                "time/step_s": time.perf_counter() - t0}
     return metrics, replace(rec, b=b)
+
+
+def _rel_change(before: list[torch.Tensor], model) -> float:
+    """``||theta - before|| / ||before||`` over every parameter (float64 sums)."""
+    num = sum(float((p.detach().double() - b.double()).square().sum())
+              for p, b in zip(model.parameters(), before))
+    den = sum(float(b.double().square().sum()) for b in before)
+    return (num / den) ** 0.5 if den > 0 else 0.0
 
 
 def _pass_mean(per_pass: list[dict]) -> dict:

@@ -78,9 +78,10 @@ def test_key_separates_configs_and_devices():
 def test_fields_added_at_their_default_keep_old_keys(monkeypatch):
     cfg = TrainConfig(**SMALL, steps=1)
     before = runs.run_key(cfg)
-    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {"eta": cfg.eta})
+    added = config_mod.ADDED_DEFAULTS
+    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {**added, "eta": cfg.eta})
     assert runs.run_key(cfg) != before   # the field left the key ...
-    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {"eta": 0.123})
+    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {**added, "eta": 0.123})
     assert runs.run_key(cfg) == before   # ... only while it holds the recorded default
     assert config_mod.without_added_defaults({"eta": 0.123, "lr": 1}) == {"lr": 1}
     assert config_mod.without_added_defaults({"eta": 0.5, "lr": 1}) == {"eta": 0.5, "lr": 1}

@@ -424,7 +424,8 @@ def _recorded_run(name: str, out: Path) -> tuple[list[dict], float]:
     rec = json.loads(REGRESSION.read_text())[name]
     cfg = TrainConfig(**{**SMALL, **rec["config"]}, steps=3, checkpoint_every=3, out=str(out))
     train(cfg, progress=False, task=DenseKK())
-    new = {"rollout/len_mean", "rollout/len_max", "eval/accuracy"}  # added after the recording
+    new = {"rollout/len_mean", "rollout/len_max", "eval/accuracy",  # added after the recording
+           "adv/zero_var_frac", "update/rel_size"}
     lines = [{k: v for k, v in m.items() if k not in new} for m in no_time(read_metrics(cfg.out))]
     state = torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"]
     return lines, float(sum(v.double().sum() for v in state.values() if v.is_floating_point()))
