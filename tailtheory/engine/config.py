@@ -27,7 +27,8 @@ RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "ev
                "eval_n")
 """Fields a resumed run may change (everything else must match the checkpoint's config)."""
 
-ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False}
+ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
+                                      "rollout_backend": "hf"}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
@@ -55,6 +56,11 @@ class TrainConfig(MethodParams):
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
     """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv, fp8."""
+    rollout_backend: str = "fast"
+    """Decoder of the rollouts and of the held-out evaluation: ``fast`` (the inference engine of
+    ``tailtheory.engine.inference``, a forward of its own: the real mismatch source of the
+    non-exact paths; models it cannot run fall back to ``hf`` with a warning) or ``hf`` (the
+    Hugging Face model's own KV-cache forward; runs cached before the field existed used it)."""
     pi_old: str = "recompute"
     """``recompute`` or ``bypass`` (TIM, V3)."""
     steps: int = 200
@@ -141,6 +147,10 @@ def _validate(c: TrainConfig) -> MethodSpec:
     spec = parse_methods(c.method)
     if c.rollout not in PATHS:
         raise ValueError(f"unknown rollout {c.rollout!r}; valid rollout paths: {', '.join(PATHS)}")
+    from tailtheory.engine.rollout import BACKENDS
+    if c.rollout_backend not in BACKENDS:
+        raise ValueError(f"unknown rollout_backend {c.rollout_backend!r}; valid: "
+                         f"{', '.join(BACKENDS)}")
     if c.pi_old not in PI_OLD:
         raise ValueError(f"pi_old must be one of {PI_OLD}, got {c.pi_old!r}")
     for name in ("steps", "prompts_per_step", "group_size", "checkpoint_every"):

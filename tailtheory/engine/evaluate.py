@@ -19,13 +19,15 @@ def _held_out(task, n: int) -> tuple:
     return tuple(task.problems(n, seed=EVAL_SEED))
 
 
-def held_out_accuracy(model, task, n: int, temperature: float, seed: int) -> float:
-    """Fraction of ``n`` held-out problems the sampled response (at ``temperature``) gets right."""
+def held_out_accuracy(model, task, n: int, temperature: float, seed: int,
+                      backend: str = "hf") -> float:
+    """Fraction of ``n`` held-out problems the sampled response (at ``temperature``) gets right,
+    sampled on the float32 path of rollout ``backend`` (the run's)."""
     from tailtheory.engine.sft import sampled_accuracy
 
     was_training = model.training
     try:
         return sampled_accuracy(model.eval(), task, list(_held_out(task, n)), temperature,
-                                seed=seed)
+                                seed=seed, backend=backend)
     finally:
         model.train(was_training)

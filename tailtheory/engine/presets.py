@@ -60,6 +60,11 @@ TRAIN_LR = 2e-4
 """RL learning rate of the training notebooks: 2x the engine default, so that 40 steps move a
 warm start that a 1e-4 run moved visibly only after ~150 steps (kk, measured)."""
 
+EVIDENCE_BACKEND = "hf"
+"""Rollout decoder of the notebooks' runs: the stored evidence (no-learning regime) was sampled
+with the Hugging Face forward; it stays so until the claims are re-measured on the ``learn``
+recipe (which samples with the ``fast`` engine)."""
+
 SEEDS = {"quick": (0, 1), "full": (0, 1, 2)}
 """Seeds per configuration: training claims are read off the spread over these."""
 
@@ -72,4 +77,5 @@ def train_config(preset: str, **overrides):
     check_preset(preset)
     model = "warm" if preset == "full" else str(warm_model("quick", progress=False))
     return TrainConfig(**{"task": TRACE_TASK, "model": model, "lr": TRAIN_LR,
-                          **TRAIN_SIZES[preset], **overrides})
+                          "rollout_backend": EVIDENCE_BACKEND, **TRAIN_SIZES[preset],
+                          **overrides})

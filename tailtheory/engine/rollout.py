@@ -21,6 +21,12 @@ distribution it actually sampled from (after temperature and pruning). Paths:
   model), hardly where bf16 activation rounding does (the warm-started K&K policy).
 - ``kv``: the float32 trainer weights, incremental decoding (V2: another reduction order).
 
+Backends: ``hf`` decodes with the Hugging Face model's own KV-cache ``forward`` (the copies
+above); ``fast`` with the separate engine of ``tailtheory.engine.inference`` (float32 on
+``exact`` / ``kv``, that dtype on ``bf16`` / ``fp16`` / ``fp8``, the copies' weight values),
+which prefills each distinct prompt once and drops finished rows; same ``_step``, same
+``RolloutBatch``. A model it cannot run falls back to ``hf`` with a warning.
+
 The copies are made by ``tailtheory.mismatch.copies`` (the same copies as M7's paired logits);
 the trainer's forward is ``tailtheory.core.forward.full_forward``.
 
@@ -31,6 +37,7 @@ Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +51,12 @@ from tailtheory.mismatch.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, 
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8")
 """Rollout paths :class:`RolloutEngine` knows."""
+
+BACKENDS = ("hf", "fast")
+"""Decoders: the Hugging Face model's forward, or ``tailtheory.engine.inference``."""
+
+FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
+"""The ``fast`` backend's engine dtype on each path."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +82,15 @@ class RolloutConfig:
     return_logits: bool = False
     """Also return the raw rollout logits ``(B, T, V)`` (before temperature and pruning) for the
     exact token KL of :func:`tailtheory.core.stats.token_stats`."""
+    backend: str = "hf"
+    """One of ``BACKENDS``: ``hf`` (the model's own KV-cache forward) or ``fast``
+    (``tailtheory.engine.inference``; ``hf`` for a model it cannot run)."""
 
     def __post_init__(self):
         if self.path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.fp8_scaling not in FP8_SCALINGS:
             raise ValueError(f"fp8_scaling must be one of {FP8_SCALINGS}, "
                              f"got {self.fp8_scaling!r}")
@@ -106,6 +124,8 @@ class RolloutBatch:
     """Rollout log-probs of the sampled distribution (after temperature and pruning); 0 where
     ``mask`` is False."""
     logits: torch.Tensor | None
+    """(B, T, V) float32 raw rollout logits (``return_logits``); after EOS the ``hf`` backend's
+    logits of the pad token, the ``fast`` backend's zeros (finished rows are not computed)."""
     attention_mask: torch.Tensor
     prompt_lens: torch.Tensor
     """(B,) true (unpadded) prompt lengths."""
@@ -194,12 +214,25 @@ class RolloutEngine:
         check_trainer(model)
         self.model = model
         path, scaling = self.config.path, self.config.fp8_scaling
-        self.infer = inference_copy(model, path, scaling) if path in COPY_DTYPES else model
+        self.fast = None
+        if self.config.backend == "fast":
+            from tailtheory.engine.inference import InferenceEngine, unsupported
+            if reason := unsupported(model):
+                warnings.warn(f"rollout backend 'fast' cannot run this model ({reason}); "
+                              f"decoding with the Hugging Face forward", stacklevel=2)
+            else:
+                self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling)
+        copy = path in COPY_DTYPES and self.fast is None
+        self.infer = inference_copy(model, path, scaling) if copy else model
 
     @torch.no_grad()
     def sync(self, model) -> None:
         """Refresh the inference weights from the trainer ``model`` (call after every step)."""
         self.model = model
+        if self.fast is not None:
+            self.infer = model
+            self.fast.sync(model)
+            return
         if self.config.path not in COPY_DTYPES:
             self.infer = model
             return
@@ -247,18 +280,22 @@ class RolloutEngine:
         return self._batch(ids, attn, lens, *steps)
 
     def _decode(self, ids, attn, lens, eos_id: int, pad_id: int, generator):
-        """The KV-cache loop: per-step lists of tokens, masks, logp, keep and raw logits."""
-        B, P, T = ids.shape[0], ids.shape[1], self.config.max_new_tokens
+        """The KV-cache loop: per-step lists of tokens, masks, logp, keep and raw logits.
+
+        ``hf`` samples every row at every step (finished rows too, then replaced by ``pad_id``),
+        ``fast`` only the live rows: the same distributions, another use of the generator."""
+        B, T = ids.shape[0], self.config.max_new_tokens
         toks, masks, lps, keeps, logits = [], [], [], [], []
         alive = torch.ones(B, dtype=torch.bool, device=ids.device)
-        full = torch.ones(B, P + T, dtype=torch.long, device=ids.device)  # prompt mask, then 1s
-        full[:, :P] = attn
-        step_mask = self._decode_mask(full)                    # (B, 1, 1, P+T) or (B, P+T)
-        out = self.infer(input_ids=ids, attention_mask=full[:, :P], position_ids=position_ids(attn),
-                         use_cache=True)
+        src = self.fast.start(ids, attn, T) if self.fast is not None else \
+            _HFDecode(self, ids, attn, lens, T)
         for t in range(T):
-            z = out.logits[:, -1].float()                                 # (B, V)
+            z, rows = src.logits.float(), src.rows                       # (A, V), (A,)
+            if rows is not None and not bool(alive[rows].all()):
+                rows, z = rows[alive[rows]], z[alive[rows]]
             tok, lp, keep = self._step(z, generator)
+            if len(z) < B:  # back to (B, ...): finished rows hold pad, logp 0, all kept, z 0
+                tok, lp, keep, z = _scatter(B, rows, (tok, pad_id), (lp, 0), (keep, True), (z, 0))
             tok = torch.where(alive, tok, pad_id)
             if keep is not None:  # after EOS the pad token is scored: keep everything there
                 keep = keep | ~alive[:, None]
@@ -271,9 +308,7 @@ class RolloutEngine:
             alive &= tok != eos_id
             if t + 1 == T or not alive.any():
                 break
-            pos = (lens + t)[:, None]            # = position_ids of the mask grown by one column
-            out = self.infer(input_ids=tok[:, None], attention_mask=step_mask[..., :P + t + 1],
-                             position_ids=pos, past_key_values=out.past_key_values, use_cache=True)
+            src.advance(tok, alive)
         return toks, masks, lps, keeps, logits
 
     def _decode_mask(self, full: torch.Tensor) -> torch.Tensor:
@@ -312,6 +347,41 @@ class RolloutEngine:
             lp = token_stats(z, rb.response, keep=rb.keep, temperature=tau)["logp"]
             rb.logits = z.float()
         return lp.masked_fill(~rb.mask, 0.0)
+
+
+class _HFDecode:
+    """The ``hf`` backend's state: the model's own KV-cache forward over all ``B`` rows."""
+
+    rows = None  # every row, every step
+
+    def __init__(self, engine: RolloutEngine, ids, attn, lens, T: int):
+        B, P = ids.shape
+        full = torch.ones(B, P + T, dtype=torch.long, device=ids.device)  # prompt mask, then 1s
+        full[:, :P] = attn
+        self.step_mask = engine._decode_mask(full)             # (B, 1, 1, P+T) or (B, P+T)
+        self.infer, self.lens, self.P, self.t = engine.infer, lens, P, 0
+        self.out = self.infer(input_ids=ids, attention_mask=full[:, :P],
+                              position_ids=position_ids(attn), use_cache=True)
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.out.logits[:, -1]                                     # (B, V)
+
+    def advance(self, tok: torch.Tensor, alive: torch.Tensor) -> None:
+        pos = (self.lens + self.t)[:, None]      # = position_ids of the mask grown by one column
+        self.t += 1
+        mask = self.step_mask[..., :self.P + self.t]
+        self.out = self.infer(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
+                              past_key_values=self.out.past_key_values, use_cache=True)
+
+
+def _scatter(B: int, rows, *outs):
+    """Sampler outputs ``(A, ...)`` of the live ``rows`` spread to ``B`` rows, ``(x, fill)``."""
+    def spread(x, fill):
+        full = x.new_full((B, *x.shape[1:]), fill)
+        full[rows] = x
+        return full
+    return tuple(None if x is None else spread(x, fill) for x, fill in outs)
 
 
 def sampled_logprobs(model, config: RolloutConfig, seeds=(0, 1), n_prompts: int = 16,

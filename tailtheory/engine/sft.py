@@ -366,14 +366,16 @@ def pack_sft_batch(task: Task, problems: list[Problem]) -> tuple[torch.Tensor, t
 
 @torch.no_grad()
 def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: float = 1.0,
-                     seed: int = 0) -> float:
+                     seed: int = 0, backend: str = "hf") -> float:
     """Fraction of ``problems`` whose sampled response (at ``temperature``) is correct.
 
-    Samples with the rollout engine's float32 ``kv`` path, ``task.max_response_len`` tokens.
+    Samples with the rollout engine's float32 ``kv`` path, ``task.max_response_len`` tokens, on
+    ``backend`` (``hf``: the warm start's own evaluation, which its cache keys depend on).
     """
     device = next(model.parameters()).device
     eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature,
-                                             max_new_tokens=task.max_response_len))
+                                             max_new_tokens=task.max_response_len,
+                                             backend=backend))
     rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
                       generator=torch.Generator(device).manual_seed(seed))
     return sum(task.reward(p, r).correct for p, r in zip(problems, rb.response)) / len(problems)

@@ -140,7 +140,8 @@ def rollout_config(cfg: TrainConfig, task) -> RolloutConfig:
     """The rollout engine's config; ``exact`` samples as ``kv`` and leaves its log-probs and
     logits to the trainer's forward (:data:`_EXACT_FROM_TRAINER`)."""
     shared = _exact_in_trainer(cfg)
-    return RolloutConfig(path="kv" if shared else cfg.rollout, temperature=cfg.temperature,
+    return RolloutConfig(path="kv" if shared else cfg.rollout, backend=cfg.rollout_backend,
+                         temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens or task.max_response_len,
                          prune_rule=cfg.dvp_rule if cfg.spec.vocab else None, rho=cfg.dvp_rho,
                          return_logits=_wants_exact_kl(cfg) and not shared)
@@ -501,7 +502,7 @@ def _evaluate(step: int, cfg: TrainConfig, task, model) -> float | None:
     if not cfg.eval_every or step % cfg.eval_every:
         return None
     return held_out_accuracy(model, task, cfg.eval_n, cfg.temperature,
-                             seed=1_000_003 * cfg.seed + step)
+                             seed=1_000_003 * cfg.seed + step, backend=cfg.rollout_backend)
 
 
 def _restore(run: Path, cfg: TrainConfig, model, optimizer, generator) -> int:

@@ -422,7 +422,8 @@ def drift(line: dict, rec: dict) -> list[str]:
 
 def _recorded_run(name: str, out: Path) -> tuple[list[dict], float]:
     rec = json.loads(REGRESSION.read_text())[name]
-    cfg = TrainConfig(**{**SMALL, **rec["config"]}, steps=3, checkpoint_every=3, out=str(out))
+    cfg = TrainConfig(**{**SMALL, "rollout_backend": "hf", **rec["config"]}, steps=3,
+                      checkpoint_every=3, out=str(out))
     train(cfg, progress=False, task=DenseKK())
     new = {"rollout/len_mean", "rollout/len_max", "eval/accuracy",  # added after the recording
            "adv/zero_var_frac", "update/rel_size"}
