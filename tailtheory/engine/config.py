@@ -98,8 +98,9 @@ class TrainConfig(MethodParams):
     """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
     torch's default when the cores are busy). Changes speed only, so a resume may change it."""
     filter_zero_var: bool = False
-    """Leave out of the loss the groups whose rewards are all equal (their group advantage is 0;
-    they only dilute a token mean). Off by default; ``adv/zero_var_frac`` logs their share."""
+    """Leave out of the loss, denominators included, the groups whose rewards are all equal
+    (their group advantage is 0; they only dilute a token mean): DAPO's dynamic sampling without
+    the resampling. Off by default; ``adv/zero_var_frac`` logs their share."""
     micro_batch: int = 64
     """Rows per forward / backward of the trainer (0: the whole batch at once). A step of more
     rows runs in micro-batches of rows of similar length, each trimmed to its own longest row:

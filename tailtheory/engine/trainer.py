@@ -381,17 +381,18 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer,
     weight, m_cor = correction_weight(spec, replace(b, adv=adv), cfg)
     b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
     groups, m_sched = passes(spec, b, cfg)
+    loss_mask = b.mask
     if cfg.filter_zero_var:  # DAPO (arXiv 2503.14476) drops such groups and samples anew
         flat = zero_variance_groups(b.rewards, b.group_ids)[b.group_ids]          # (B,)
-        groups = [(name, active & ~flat[:, None]) for name, active in groups]
+        loss_mask = b.mask & ~flat[:, None]  # out of the loss's denominators too
     # A pass with no active token is skipped: no forward, no optimiser step (AdamW's momentum and
     # step count would still move the weights), no share of the metric averages.
     per_pass = []
     before = [p.detach().clone() for p in model.parameters()]
     for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
-        if (active & b.mask).any():
-            per_pass.append(update(model, optimizer, rb, replace(b, active=active), cfg, step,
-                                   logp=None if per_pass else rec.live_logp))
+        if (active & loss_mask).any():
+            per_pass.append(update(model, optimizer, rb, replace(b, active=active, mask=loss_mask),
+                                   cfg, step, logp=None if per_pass else rec.live_logp))
     metrics = {"step": step, **_monitor(rec), **rec.vocab_metrics, **m_adv, **m_cor, **m_sched,
                **_pass_mean(per_pass), "update/rel_size": _rel_change(before, model),
                "time/rollout_s": t_roll,

@@ -505,3 +505,30 @@ def test_fused_head_only_from_a_large_vocabulary():
     assert not use_fused_head(tiny_lm(vocab_size=512, hidden=16, layers=1, heads=2, kv_heads=1))
     assert use_fused_head(tiny_lm(vocab_size=FUSED_MIN_VOCAB, hidden=8, layers=1, heads=2,
                                   kv_heads=1))
+
+
+def test_zero_variance_groups_finds_groups_of_equal_rewards():
+    from tailtheory.engine.trainer import zero_variance_groups
+
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.1, 0.1], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 1, 1, 2, 2])
+    assert zero_variance_groups(rewards, groups).tolist() == [True, False, True]
+
+
+def test_filter_zero_var_leaves_flat_groups_out_of_the_loss(tmp_path, monkeypatch):
+    """With no flat group the filter changes nothing (bitwise); with one (group 0 marked flat)
+    the step's update differs, and the fraction is logged either way."""
+    runs = {}
+    for name, flat0 in (("off", False), ("on", False), ("on-flat", True)):
+        real = trainer.zero_variance_groups
+        mark = (lambda r, g, real=real: real(r, g) | (torch.arange(int(g.max()) + 1) == 0)) \
+            if flat0 else real
+        monkeypatch.setattr(trainer, "zero_variance_groups", mark)
+        cfg = TrainConfig(**SMALL, steps=1, filter_zero_var=name != "off",
+                          out=str(tmp_path / name))
+        train(cfg, progress=False, task=DenseKK())
+        runs[name] = no_time(read_metrics(cfg.out))[0]
+    assert runs["off"] == runs["on"] and runs["off"]["adv/zero_var_frac"] == 0.0
+    assert runs["on-flat"]["adv/zero_var_frac"] == 0.5
+    assert runs["on-flat"]["grad/norm"] != runs["off"]["grad/norm"]
+    assert runs["on-flat"]["update/rel_size"] > 0
