@@ -181,8 +181,9 @@ def _micro_batched(model, rb, keep, cfg: TrainConfig, step: int, ref,
     length (rows sorted by prompt + response length), each trimmed to its own longest prompt and
     response; results scattered back to the batch's row order and zero-padded to ``T``.
 
-    A full forward over ``B`` rows is several times slower on a CPU than the same rows in
-    micro-batches of 64 (``benchmarks/bench_step.py``): its activations leave the caches. The
+    A full forward over ``B`` rows is slower on a CPU than the same rows in micro-batches of
+    64: its activations leave the caches (256 rows: 1.4x the time at 130 tokens a row,
+    ``benchmarks/bench_step.py``; 4x at 85 tokens). The
     numbers equal the whole-batch forward's up to float32 rounding (reduction order), and are
     bitwise the same from one run to the next.
     """

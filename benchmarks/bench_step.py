@@ -1,0 +1,404 @@
+"""One full GRPO step at 256 responses: the previous engine, today's engine and TRL, side by side.
+
+What is timed: one optimiser step = rollout (sampling 256 responses) + rewards + advantages +
+the update (forward, backward, AdamW step), for
+
+- (a) the previous engine: ``TrainConfig(rollout_backend="hf", micro_batch=0, rollout="kv")``:
+  the Hugging Face KV-cache decoding, one forward / backward over the whole batch;
+- (b) today's engine: ``rollout_backend="fast", micro_batch=64`` (``tailtheory.engine.inference``
+  for the rollout, micro-batches of 64 rows of similar length for the update), rollout path
+  ``kv`` (float32) and, as (b'), ``bf16``;
+- (c) TRL's ``GRPOTrainer`` (transformers ``generate`` for the rollout; its loader's default
+  ``sdpa`` attention), ``per_device_train_batch_size = 64``, ``gradient_accumulation_steps = 4``
+  (so ``generation_batch_size = 256``: one generation of 256 completions, then 4 micro-batches
+  of 64, one optimiser step), ``num_generations = 8``, gradient checkpointing off, ``beta = 0``,
+  loss ``dapo`` (token mean), clip 0.2 / 0.24 (as ``bench_trl.py``).
+
+Settings, shared by all: one torch thread; a random Qwen2-style model of the kk_trace warm
+start's size (``tiny_lm(vocab_size=512, hidden=128, layers=4, heads=4, kv_heads=2)``, 723,072
+parameters, 655,360 of them in matmuls) saved once and loaded by each contender; 32 ``kk``
+prompts x 8 responses per step (the engine's problem stream: step ``s`` draws
+``task.problems(32, seed=1000 + s)``; TRL reads the same prompts in the same order, dataset
+shuffling off), prompts of 23-32 tokens; ``max_new_tokens = 100`` with EOS never sampled, so
+every response is exactly 100 tokens (25,600 response tokens a step for everyone); temperature
+1, float32 training, AdamW, lr 1e-4. EOS is kept out of the samples by the model's weights, the
+one thing every contender loads (no contender can take an LM-head bias): every token's embedding
+gets 1.0 in channel 0, which then dominates the RMS-normalised final hidden state (~11), and the
+LM-head row of EOS gets -3 in that channel: an EOS logit ~33 below the others. The FLOPs of
+a step do not depend on the weights' values. Each contender runs ``WARMUP`` = 1 step, then
+``STEPS`` = 3 timed steps (the median is reported; TRL 2 if its timed step passes 60 s). The
+engine's times are its own ``time/step_s`` / ``time/rollout_s`` metrics; TRL's step is the
+trainer's ``on_step_begin`` -> ``on_step_end`` (generation included) and its rollout the
+``_generate_single_turn`` call. "update" = step - rollout (rewards, advantages, the forward, the
+backward, the optimiser step). Tokens/s count response tokens (25,600 a step).
+
+Peak: the best of ``PEAK_REPEATS`` float32 ``torch.mm`` (2048 x 2048 @ 2048 x 2048, 2 n^3
+FLOPs) on the same thread, at the start and at the end of the run. FLOPs of a step (an
+approximation, counted once from the prompts and lengths, the same for every contender: the
+work a step needs, not what each runs): rollout ~ 2 N x (prompt tokens prefilled once per
+distinct prompt, as (b) does + 256 x 99 decoded tokens) + attention (4 x layers x 128 x context
+per token, causal context); update ~ 6 N x (prompt + response tokens of the 256 rows: one
+forward, whose graph the engine keeps from its ``pi_old`` forward, and one backward at twice
+its cost) + 3 x the forward's attention. N = 655,360 matmul parameters (q/k/v/o, gate/up/down,
+LM head; the embedding lookup and the norms are not matmuls); padding, softmax, norms, the
+sampler and the optimiser are left out.
+
+Run (needs ``trl``: the ``bench`` or ``dev`` extra): ``HF_HUB_OFFLINE=1 .venv/bin/python
+benchmarks/bench_step.py`` -> ``benchmarks/results/step.json`` (~2 minutes on this CPU).
+``--profile`` instead prints a ``torch.profiler`` table of one (b) step (after a warm-up step).
+
+Measured on 2026-11-24 (2-core x86_64 CPU, torch 2.13 CPU build, transformers 5.23, TRL 1.16,
+one thread). The machine was shared: load average 3.0-3.2 throughout (two other busy processes
+on the 2 cores), so the times are those of a contended core; see ``step.json``.
+
+=========================  ======  ========  ============  ============  ======  ======  ======
+contender                  step s  tokens/s  rollout s     update s      vs (a)  vs (c)  % peak
+                                             (tokens/s)    (tokens/s)
+=========================  ======  ========  ============  ============  ======  ======  ======
+(a) previous engine, kv      6.89     3,714  3.25 (7,884)  3.65 (7,023)    1.00    0.71    15.9
+(b) today's engine, kv       4.14     6,188  1.52 (16.9k)  2.62 (9,762)    1.67    1.18    26.4
+(b') today's engine, bf16    4.65     5,511  1.68 (15.3k)  3.00 (8,530)    1.48    1.05    23.6
+(c) TRL GRPOTrainer          4.89     5,237  2.25 (11.4k)  2.63 (9,728)    1.41    1.00    22.4
+=========================  ======  ========  ============  ============  ======  ======  ======
+
+- Peak: 165 GFLOP/s (both measurements). A step is ~181 GFLOP (rollout 38.5, update 142.1):
+  (b) reaches 26% of the peak, its rollout 15% and its update 33%.
+- (b) is 1.7x (a) and 1.2x TRL in tokens/s of the whole step: the rollout is 2.1x (a)'s and
+  1.5x TRL's, but the update, ~2/3 of (b)'s step, is 1.4x (a)'s and equal to TRL's (which
+  also runs micro-batches of 64). (a)'s whole-batch update varied most: 3.4 to 7.9 s a step
+  (its steps 11.1, 6.9, 6.6 s). TRL with ``per_device_train_batch_size = 256`` (one
+  micro-batch) took 7.2 s a step in a trial run (3.6k tokens/s): 64 x 4 is its faster setting.
+- Where (b)'s step goes (``--profile``): rollout, attention ``bmm`` over the KV cache 35%,
+  ``torch.multinomial``'s ``exponential_`` 19% (~3 ms a decode step), GEMMs 18%; update,
+  ``mm`` 26% (~0.86 s for ~128 GFLOP: ~90% of the peak), elementwise and memory ops ~45%
+  (``mul`` 15%, ``copy_`` 11%, ``fill_`` 7%, ``cat`` 6%, ``add`` 4%: norms, rotary, softmax,
+  the per-token statistics over ``(B, T, V)``, padding micro-batches back to ``(B, T)``),
+  eager attention ``bmm`` 11%.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from bench_trl import LR, save_model  # noqa: E402
+from tailtheory.core.io import atomic_write_json  # noqa: E402
+
+PROMPTS, G, MAX_NEW = 32, 8, 100
+"""Prompts per step, responses per prompt, response length (every response runs to it)."""
+WARMUP, STEPS = 1, 3
+"""Steps run before timing; steps timed (median reported)."""
+TRL_MICRO = 64
+"""TRL's ``per_device_train_batch_size``: 4 accumulation steps of 64 make one step of 256."""
+TRL_SLOW_S = 60.0
+"""A timed TRL step longer than this: 2 timed steps instead of ``STEPS``."""
+EOS_CHANNEL, EOS_WEIGHT = 1.0, -3.0
+"""Embedding channel 0 of every token, and the EOS LM-head weight on it (EOS never sampled)."""
+PEAK_N, PEAK_REPEATS = 2048, 5
+OUT = Path(__file__).resolve().parent / "results" / "step.json"
+
+CONTENDERS = {
+    "a_prev_kv": {"label": "(a) previous engine, kv", "rollout_backend": "hf", "micro_batch": 0,
+                  "rollout": "kv"},
+    "b_today_kv": {"label": "(b) today's engine, kv", "rollout_backend": "fast",
+                   "micro_batch": 64, "rollout": "kv"},
+    "b_today_bf16": {"label": "(b') today's engine, bf16", "rollout_backend": "fast",
+                     "micro_batch": 64, "rollout": "bf16"},
+    "c_trl": {"label": "(c) TRL GRPOTrainer"},
+}
+
+
+def make_model(folder: Path) -> tuple[Path, int, int]:
+    """``bench_trl``'s model, saved with EOS never sampled; ``(folder, params, matmul params)``."""
+    from tailtheory.core.models import load_lm
+    from tailtheory.engine.tasks import get_task
+
+    folder, n_params = save_model(folder)
+    eos = get_task("kk", seed=0).eos_id
+    model = load_lm(folder, device="cpu")
+    with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = EOS_CHANNEL
+        model.get_output_embeddings().weight[eos, 0] = EOS_WEIGHT
+    model.save_pretrained(folder)
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return folder, n_params, n_matmul
+
+
+def engine_config(model_dir: Path, out: str, steps: int, c: dict):
+    from tailtheory.engine.config import TrainConfig
+
+    return TrainConfig(task="kk", model=str(model_dir), method="grpo", rollout=c["rollout"],
+                       rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
+                       steps=steps, prompts_per_step=PROMPTS, group_size=G,
+                       max_new_tokens=MAX_NEW, lr=LR, temperature=1.0, out=out,
+                       checkpoint_every=10**6, eval_every=0, threads=1, device="cpu")
+
+
+def bench_engine(model_dir: Path, c: dict) -> dict:
+    """The engine's trainer, ``WARMUP + STEPS`` steps; times from its metrics lines."""
+    from tailtheory.engine.trainer import read_metrics, train
+
+    with tempfile.TemporaryDirectory() as run:
+        train(engine_config(model_dir, run, WARMUP + STEPS, c), progress=False)
+        lines = read_metrics(run)[WARMUP:]
+    return summary([m["time/step_s"] for m in lines], [m["time/rollout_s"] for m in lines],
+                   [m["rollout/tokens"] for m in lines])
+
+
+def step_problems(n_steps: int):
+    """The problems of the engine's steps ``0 .. n_steps - 1`` (seed 0), in its order."""
+    from tailtheory.engine.tasks import get_task
+    from tailtheory.engine.trainer import PROBLEM_SEED
+
+    task = get_task("kk", seed=0)
+    return task, [task.problems(PROMPTS, seed=PROBLEM_SEED + s) for s in range(n_steps)]
+
+
+def bench_trl(model_dir: Path) -> dict:
+    """TRL's ``GRPOTrainer`` on the same model, tokenizer, prompts and shapes."""
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+
+    task, steps = step_problems(WARMUP + STEPS)
+    problems = [p for s in steps for p in s]
+    data = Dataset.from_dict({"prompt": [task.decode(p.prompt_ids) for p in problems],
+                              "answer": [p.answer for p in problems]})
+
+    def reward(completions, answer, **_):
+        return [float(c.split("<eos>")[0].strip() == a) for c, a in zip(completions, answer)]
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.t: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.t.append(time.perf_counter() - self._t0)
+            if len(self.t) == WARMUP + 2 and self.t[-1] > TRL_SLOW_S:
+                control.should_training_stop = True
+
+    clock, gen_s = Clock(), []
+    with tempfile.TemporaryDirectory() as out:
+        cfg = trl.GRPOConfig(output_dir=out, per_device_train_batch_size=TRL_MICRO,
+                             gradient_accumulation_steps=PROMPTS * G // TRL_MICRO,
+                             num_generations=G, max_completion_length=MAX_NEW,
+                             max_steps=WARMUP + STEPS, learning_rate=LR, beta=0.0,
+                             loss_type="dapo", epsilon=0.2, epsilon_high=0.24, temperature=1.0,
+                             use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
+                             gradient_checkpointing=False, disable_tqdm=True, seed=0,
+                             bf16=False, dataloader_num_workers=0, shuffle_dataset=False)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
+                                  processing_class=task.tokenizer, callbacks=[clock])
+        generate = trainer._generate_single_turn
+
+        def timed_generate(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return generate(*args, **kw)
+            finally:
+                gen_s.append(time.perf_counter() - t0)
+
+        trainer._generate_single_turn = timed_generate
+        assert cfg.generation_batch_size == PROMPTS * G, cfg.generation_batch_size
+        trainer.train()
+        logs = [h for h in trainer.state.log_history if "completions/mean_length" in h]
+        attn = model.config._attn_implementation
+    if len(gen_s) != len(clock.t):
+        raise RuntimeError(f"{len(gen_s)} generations in {len(clock.t)} steps: expected one each")
+    tokens = [h["completions/mean_length"] * PROMPTS * G for h in logs]
+    return {**summary(clock.t[WARMUP:], gen_s[WARMUP:], tokens[WARMUP:]),
+            "trl_version": trl.__version__, "attention": attn,
+            "per_device_train_batch_size": TRL_MICRO,
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+            "generation_batch_size": cfg.generation_batch_size}
+
+
+def summary(step_s: list[float], rollout_s: list[float], tokens: list[float]) -> dict:
+    """Medians of the timed steps; tokens/s of the step, its rollout and its update."""
+    update_s = [s - r for s, r in zip(step_s, rollout_s)]
+    tok = statistics.mean(tokens)
+    med = {k: statistics.median(v) for k, v in
+           (("step", step_s), ("rollout", rollout_s), ("update", update_s))}
+    return {"step_s_median": med["step"], "rollout_s_median": med["rollout"],
+            "update_s_median": med["update"], "tokens_per_step": tok,
+            "tokens_per_s": tok / med["step"], "rollout_tokens_per_s": tok / med["rollout"],
+            "update_tokens_per_s": tok / med["update"], "timed_steps": len(step_s),
+            "step_s": step_s, "rollout_s": rollout_s, "tokens": tokens}
+
+
+def matmul_peak() -> dict:
+    """Best float32 GFLOP/s of a ``PEAK_N``-square ``torch.mm`` on the current thread count."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(PEAK_N, PEAK_N, generator=g) for _ in range(2))
+    out = torch.empty(PEAK_N, PEAK_N)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(PEAK_REPEATS):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - t0)
+    return {"n": PEAK_N, "best_s": best, "gflops": 2 * PEAK_N**3 / best / 1e9}
+
+
+def step_flops(n_matmul: int, config, n_steps: int) -> dict:
+    """Approximate FLOPs of one step (mean over the timed steps' prompts); see the docstring."""
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
+    _, steps = step_problems(n_steps)
+    roll, upd = [], []
+    for probs in steps[WARMUP:]:
+        lens = [len(p.prompt_ids) for p in probs]
+        # rollout: each distinct prompt prefilled once (causal context 1..n), then G rows decode
+        # MAX_NEW - 1 tokens (the last sampled token is never fed) at context n + 1 .. n + 99
+        prefill = sum(lens)
+        attn_pre = sum(n * (n + 1) / 2 for n in lens)
+        attn_dec = G * sum(sum(n + t for t in range(1, MAX_NEW)) for n in lens)
+        roll.append(2 * n_matmul * (prefill + G * len(lens) * (MAX_NEW - 1))
+                    + 4 * layers * width * (attn_pre + attn_dec))
+        # update: one forward + one backward (2x) over prompt + response of every row
+        total = [n + MAX_NEW for n in lens]
+        upd.append(6 * n_matmul * G * sum(total)
+                   + 3 * 4 * layers * width * G * sum(m * (m + 1) / 2 for m in total))
+    r, u = statistics.mean(roll), statistics.mean(upd)
+    return {"rollout": r, "update": u, "step": r + u,
+            "note": "approximation: 2N per token forward, 6N forward + backward, N = matmul "
+                    "parameters; causal attention score/value products included; padding, "
+                    "norms, softmax, sampler and optimiser left out"}
+
+
+def profile_fast(model_dir: Path, rows: int = 20) -> None:
+    """``torch.profiler`` tables of one (b) step after a warm-up step: the rollout
+    (``engine.generate``), then the rest (``pi_old`` forward with its graph, loss, backward,
+    AdamW: from ``step_record`` to the end of ``update``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tailtheory.engine import trainer as tr
+    from tailtheory.engine.rollout import RolloutEngine
+
+    with tempfile.TemporaryDirectory() as run:
+        cfg = engine_config(model_dir, run, 2, CONTENDERS["b_today_kv"])
+        task = tr.load_task(cfg)
+        model = tr.load_model(cfg, task)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                foreach=True)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        engine = RolloutEngine(model, tr.rollout_config(cfg, task))
+        tr.train_step(0, cfg, task, model, engine, opt, gen)
+        roll, upd = (profile(activities=[ProfilerActivity.CPU]) for _ in range(2))
+        generate, record, update = engine.generate, tr.step_record, tr.update
+
+        def wrap(fn, before=None, after=None):
+            def call(*args, **kw):
+                if before:
+                    before()
+                try:
+                    return fn(*args, **kw)
+                finally:
+                    if after:
+                        after()
+            return call
+
+        engine.generate = wrap(generate, roll.start, roll.stop)
+        tr.step_record = wrap(record, upd.start)
+        tr.update = wrap(update, after=upd.stop)
+        try:
+            m, _ = tr.train_step(1, cfg, task, model, engine, opt, gen)
+        finally:
+            tr.step_record, tr.update = record, update
+    print(f"(b) step {m['time/step_s']:.2f} s under the profiler, rollout "
+          f"{m['time/rollout_s']:.2f} s")
+    for name, prof in (("rollout", roll), ("pi_old forward + update", upd)):
+        print(f"\n{name}:")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
+def main() -> None:
+    import transformers
+    import trl
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", action="store_true",
+                        help="print a torch.profiler table of one (b) step instead")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load = {"start": os.getloadavg()}
+    peak = {"start": matmul_peak()}
+    results = {}
+    with tempfile.TemporaryDirectory() as d:
+        model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
+        if args.profile:
+            profile_fast(model_dir)
+            return
+        config = transformers.AutoConfig.from_pretrained(model_dir)
+        for name, c in CONTENDERS.items():
+            t0 = time.perf_counter()
+            results[name] = bench_trl(model_dir) if name == "c_trl" else \
+                bench_engine(model_dir, c)
+            results[name]["label"] = c["label"]
+            load[name] = os.getloadavg()
+            print(f"{c['label']}: step {results[name]['step_s_median']:.2f} s "
+                  f"({time.perf_counter() - t0:.0f} s in all), load {load[name][0]:.2f}",
+                  flush=True)
+    peak["end"] = matmul_peak()
+    load["end"] = os.getloadavg()
+    best = max(peak["start"]["gflops"], peak["end"]["gflops"])
+    flops = step_flops(n_matmul, config, WARMUP + STEPS)
+    a, c = results["a_prev_kv"]["tokens_per_s"], results["c_trl"]["tokens_per_s"]
+    for r in results.values():
+        r["vs_a"], r["vs_c"] = r["tokens_per_s"] / a, r["tokens_per_s"] / c
+        r["gflops"] = flops["step"] / r["step_s_median"] / 1e9
+        r["peak_fraction"] = r["gflops"] / best
+        r["rollout_peak_fraction"] = flops["rollout"] / r["rollout_s_median"] / 1e9 / best
+        r["update_peak_fraction"] = flops["update"] / r["update_s_median"] / 1e9 / best
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "machine": platform.machine(),
+                    "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                    "torch": torch.__version__, "transformers": transformers.__version__,
+                    "trl": trl.__version__, "threads": torch.get_num_threads(),
+                    "loadavg_1_5_15": load},
+        "setup": {"prompts": PROMPTS, "group_size": G, "responses": PROMPTS * G,
+                  "max_new_tokens": MAX_NEW, "eos": "never sampled (model weights)",
+                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
+                  "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": "kk"},
+        "peak": {**peak, "gflops": best},
+        "flops_per_step": flops,
+        "contenders": results,
+    }
+    atomic_write_json(OUT, report)
+    print(f"\nmatmul peak (1 thread, {PEAK_N}^3 float32): {best:.1f} GFLOP/s; step FLOPs "
+          f"{flops['step'] / 1e9:.1f} G (rollout {flops['rollout'] / 1e9:.1f} G, update "
+          f"{flops['update'] / 1e9:.1f} G); load average start {load['start'][0]:.2f}, "
+          f"end {load['end'][0]:.2f}")
+    head = (f"{'contender':28s} {'step s':>7s} {'tok/s':>7s} {'roll s':>7s} {'roll t/s':>8s} "
+            f"{'upd s':>7s} {'upd t/s':>8s} {'vs (a)':>6s} {'vs (c)':>6s} {'% peak':>6s}")
+    print(head)
+    for r in results.values():
+        print(f"{r['label']:28s} {r['step_s_median']:7.2f} {r['tokens_per_s']:7.0f} "
+              f"{r['rollout_s_median']:7.2f} {r['rollout_tokens_per_s']:8.0f} "
+              f"{r['update_s_median']:7.2f} {r['update_tokens_per_s']:8.0f} {r['vs_a']:6.2f} "
+              f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f}")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
