@@ -28,15 +28,19 @@
 #   per layer, activation-gradient norms fall inside the Jacobian wedge.
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": smaller samples, the claims' quick profile; about 20 s on a 2-core CPU (what
+#                  `make test` runs).
+#         "full":  larger samples, the claims' thorough profile; tens of minutes (not timed here).
 PRESET = "quick"
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 SIZE = {"quick": dict(B=8, T=32, n_ctx=4000, B_seq=300, n_s4=1000, T_s5=8),
         "full": dict(B=64, T=64, n_ctx=40_000, B_seq=2000, n_s4=5000, T_s5=32)}[PRESET]
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
@@ -44,7 +48,6 @@ CLAIMS = ["S4", "S5", "M3", "M4", "M5", "M6", "M7", "P4"]
 
 # %%
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
-from tailtheory.core.io import save_figure
 from tailtheory.core.registry import verdict_report
 from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
 from tailtheory.pruning.figures import plot_pruning_tradeoff
@@ -68,21 +71,21 @@ z, z_bf16 = pairs["bf16"]
 
 # %%
 fig, df_m3 = plot_mismatch_vs_p(pairs)  # bf16 and fp16 copies, KV-cache decoding
-save_figure(fig, "token_tail_mismatch_vs_p", data=df_m3)
+show_figure(fig, "token_tail_mismatch_vs_p", df_m3, provenance("measured", PRESET))
 
 # %% [markdown]
 # ## (2) Mean signed Δ of sampled tokens by probability bin (M4, M5)
 
 # %%
 fig, df_sel = plot_selection_bias(sigma=0.3, n_contexts=SIZE["n_ctx"])
-save_figure(fig, "token_tail_selection_bias", data=df_sel)
+show_figure(fig, "token_tail_selection_bias", df_sel, provenance("measured", PRESET))
 
 # %% [markdown]
 # ## (3) Cumulative log-ratio along sequences with many vs few tail tokens (M6)
 
 # %%
 fig, df_acc = plot_accumulation(sigma=0.3, B=SIZE["B_seq"])
-save_figure(fig, "token_tail_accumulation", data=df_acc)
+show_figure(fig, "token_tail_accumulation", df_acc, provenance("measured", PRESET))
 
 # %% [markdown]
 # ## (4) The pruning trade-off (P4)
@@ -91,7 +94,7 @@ save_figure(fig, "token_tail_accumulation", data=df_acc)
 # %%
 sweep = pruning_sweep(z, z_bf16)
 fig, df_p4 = plot_pruning_tradeoff(sweep, mass_negligible=MASS_NEGLIGIBLE)
-save_figure(fig, "token_tail_pruning_tradeoff", data=df_p4)
+show_figure(fig, "token_tail_pruning_tradeoff", df_p4, provenance("measured", PRESET))
 df_p4[["rho", "mass_mean", "kept_frac", "seq_kl_left", "abs_delta_max_left"]]
 
 # %% [markdown]
@@ -99,9 +102,9 @@ df_p4[["rho", "mass_mean", "kept_frac", "seq_kl_left", "abs_delta_max_left"]]
 
 # %%
 fig, df_s4 = plot_score_norm(n=SIZE["n_s4"])
-save_figure(fig, "token_tail_score_norm", data=df_s4)
+show_figure(fig, "token_tail_score_norm", df_s4, provenance("measured", PRESET))
 fig, df_s5 = plot_layer_wedge(T=SIZE["T_s5"])
-save_figure(fig, "token_tail_layer_wedge", data=df_s5)
+show_figure(fig, "token_tail_layer_wedge", df_s5, provenance("measured", PRESET))
 
 # %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement

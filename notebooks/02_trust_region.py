@@ -28,15 +28,18 @@
 # - **T13** (TRM): the exact `|Error|` grows with `T`, with a smaller exponent than the bounds'.
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": 3 seeds, T up to 12, the claims' quick profile; about 10 s on a 2-core CPU.
+#         "full":  10 seeds, T up to 14, the claims' thorough profile; tens of minutes (not timed).
 PRESET = "quick"
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 SIZE = {"quick": dict(seeds=3, T_max=12, B=4000),
         "full": dict(seeds=10, T_max=14, B=40_000)}[PRESET]
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
@@ -44,7 +47,6 @@ CLAIMS = [f"T{i}" for i in range(1, 14)]
 
 # %%
 from tailtheory.trm import experiments as tx
-from tailtheory.core.io import save_figure
 from tailtheory.core.registry import verdict_report
 from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
 
@@ -55,7 +57,7 @@ from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error
 
 # %%
 fig, df_bounds = plot_bounds_vs_T()
-save_figure(fig, "trust_region_bounds_vs_T", data=df_bounds)
+show_figure(fig, "trust_region_bounds_vs_T", df_bounds, provenance("measured", PRESET))
 df_bounds[df_bounds["T"] == 1000].pivot(index="bound", columns="regime", values="value")
 
 # %% [markdown]
@@ -67,7 +69,7 @@ df_bounds[df_bounds["T"] == 1000].pivot(index="bound", columns="regime", values=
 df_T = tx.error_vs_T(range(2, SIZE["T_max"] + 1), scale=0.3, seeds=range(SIZE["seeds"]),
                      stationary=True)
 fig, df_T_mean = plot_error_vs_bounds(df_T)
-save_figure(fig, "trust_region_error_vs_T", data=df_T_mean)
+show_figure(fig, "trust_region_error_vs_T", df_T_mean, provenance("measured", PRESET))
 fit = df_T_mean["T"] >= 4
 exponents = {k: tx.growth_exponent(df_T_mean["T"][fit], df_T_mean[c][fit]) for k, c in
              [("|Error|", "abs_error"), ("classical", "bound/classical"),
@@ -89,7 +91,7 @@ slack[["bound", "violations", "max_ratio", "violations_halved", "max_ratio_halve
 
 # %%
 fig, df_acc = plot_acceptance(B=SIZE["B"])
-save_figure(fig, "trust_region_acceptance", data=df_acc)
+show_figure(fig, "trust_region_acceptance", df_acc, provenance("measured", PRESET))
 
 # %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement

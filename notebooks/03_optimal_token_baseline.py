@@ -28,15 +28,19 @@
 # - **O6**: "N = 4 with OTB matches N = 32 without".
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": smaller sweeps and Monte Carlo, the claims' quick profile; about 10 s on a
+#                  2-core CPU.
+#         "full":  the claims' thorough profile; tens of minutes (not timed here).
 PRESET = "quick"
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
 CLAIMS = ["O1", "O2", "O3", "O4", "O5", "O6"]
 
@@ -46,7 +50,6 @@ import pandas as pd
 from tailtheory.otb.variance import matching_group_size
 from tailtheory.core.registry import verdict_report
 from tailtheory.otb.experiments import group_table, variance_table
-from tailtheory.core.io import save_figure
 from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
                                         plot_proxy_vs_true)
 
@@ -58,7 +61,7 @@ from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
 # %%
 sweep = variance_table(PROFILE)
 fig, df_var = plot_baseline_variance(sweep)
-save_figure(fig, "otb_baseline_variance", data=df_var)
+show_figure(fig, "otb_baseline_variance", df_var, provenance("measured", PRESET))
 df_var.groupby(["eos", "baseline"])["V_over_Vopt"].describe()[["min", "50%", "max"]]
 
 # %% [markdown]
@@ -69,7 +72,7 @@ df_var.groupby(["eos", "baseline"])["V_over_Vopt"].describe()[["min", "50%", "ma
 
 # %%
 fig, df_proxy = plot_proxy_vs_true()
-save_figure(fig, "otb_proxy_vs_true_prefix_norm", data=df_proxy)
+show_figure(fig, "otb_proxy_vs_true_prefix_norm", df_proxy, provenance("measured", PRESET))
 gap = df_proxy.true_prefix_sq_norm - df_proxy.W_proxy
 gap.groupby(df_proxy.parameters).agg(["min", "max"])
 
@@ -79,7 +82,7 @@ gap.groupby(df_proxy.parameters).agg(["min", "max"])
 # %%
 groups = group_table(PROFILE)
 fig, df_groups = plot_group_study(groups)
-save_figure(fig, "otb_finite_groups", data=df_groups)
+show_figure(fig, "otb_finite_groups", df_groups, provenance("measured", PRESET))
 pd.DataFrame({
     "N reaching GRPO N=32 cosine": matching_group_size(groups, "cosine", ("grpo", 32)),
     "N reaching RLOO N=32 rel. MSE": matching_group_size(groups, "rel_mse", ("rloo", 32))})

@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 04 — Low-probability tokens dominate the update (LOPTI, arXiv 2505.12929)
 #
@@ -48,21 +46,27 @@
 # > here?").
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": a pipeline check (probes and 10 short runs from a 120-step warm start); the
+#                  verdicts and evidence figures read the stored full measurement. About 2
+#                  minutes on a 2-core CPU the first time (training the warm start takes 1.5);
+#                  the warm start and the runs are cached, so about 20 s after that.
+#         "full":  the evidence: probes, then 30 runs of 40 steps, stored in results/; about
+#                  40 minutes with 2 workers on a 2-core CPU (README, "Training figures").
 PRESET = "quick"
-WORKERS = 2  # training processes (one torch thread each)
+WORKERS = 2  # training processes run at once (one torch thread each)
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
 CLAIMS = ["L1", "L2", "L3", "L4", "L5", "L6"]
 
 # %%
-from tailtheory.core.io import save_figure
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti import figure1, training
@@ -82,15 +86,19 @@ from tailtheory.lopti import figure1, training
 # %%
 probes = figure1.notebook_probe_data(PRESET)
 fig, df_fig1 = figure1.plot_figure1(probes)
-save_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", data=df_fig1)
+show_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", df_fig1,
+            provenance("runs", PRESET))
 fig, df_fig3 = figure1.plot_figure3(probes)
-save_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", data=df_fig3)
+show_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", df_fig3,
+            provenance("runs", PRESET))
 if PRESET == "quick":  # the stored full-preset measurement, the one the verdicts read
     stored = figure1.probe_data("quick")
     fig, df_fig1 = figure1.plot_figure1(stored)
-    save_figure(fig, "lopti_figure1", data=df_fig1)
+    show_figure(fig, "lopti_figure1", df_fig1,
+                provenance("stored", PRESET, "results/lopti_probes.json"))
     fig, df_fig3 = figure1.plot_figure3(stored)
-    save_figure(fig, "lopti_figure3", data=df_fig3)
+    show_figure(fig, "lopti_figure3", df_fig3,
+                provenance("stored", PRESET, "results/lopti_probes.json"))
 df_fig1.head(12)
 
 # %% [markdown]
@@ -98,6 +106,11 @@ df_fig1.head(12)
 #
 # Same warm start, same seeds; every metric against step, seeds as a band (the figure
 # `tailtheory plot RUN ...` draws for any runs).
+#
+# Under `quick` the table shows a reward of 0.0 for every method, and that is expected: the quick
+# preset's 120-step warm start is a pipeline check that barely answers at all (its responses run
+# into the 64-token limit before a well-formed answer), so every group's advantages are zero and
+# no method moves the policy. The methods are compared on the `full` preset's runs, section (3).
 
 # %%
 plan = training.lopti_plan(PRESET)
@@ -105,7 +118,7 @@ if PRESET == "quick":  # the five methods only; the sweeps' evidence is the full
     plan = {label: plan[label] for label in training.LOPTI_METHODS}
 runs = training.run_plan(plan, workers=WORKERS)
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-save_figure(fig, f"lopti_training_runs_{PRESET}", data=df_runs)
+show_figure(fig, f"lopti_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["mean", "min", "max"]]
 
 # %% [markdown]
@@ -118,9 +131,11 @@ df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["m
 # %%
 data = training.training_data(PROFILE)
 fig, df_curves = training.plot_curves(data)
-save_figure(fig, "lopti_training_curves", data=df_curves)
+show_figure(fig, "lopti_training_curves", df_curves,
+            provenance("stored", PRESET, "results/lopti_training.json"))
 fig, df_sweeps = training.plot_sweeps(data)
-save_figure(fig, "lopti_alpha_eta_sweeps", data=df_sweeps)
+show_figure(fig, "lopti_alpha_eta_sweeps", df_sweeps,
+            provenance("stored", PRESET, "results/lopti_training.json"))
 df_sweeps.groupby("label")[["first_eval", "final_eval", "final_reward", "len_mean"]].mean()
 
 # %% [markdown]

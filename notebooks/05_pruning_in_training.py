@@ -13,8 +13,6 @@
 #     name: python3
 # ---
 
-# %%
-
 # %% [markdown]
 # # 05 — Vocabulary pruning in training (DVP, arXiv 2512.23087)
 #
@@ -46,21 +44,26 @@
 # > here?").
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": a pipeline check (GRPO and DVP at one rho, a few steps from a 120-step warm
+#                  start); the verdicts and evidence figures read the stored measurements. About
+#                  20 s on a 2-core CPU after notebook 04, whose GRPO runs it reuses.
+#         "full":  the evidence: 15 runs of 40 steps, stored in results/; about 20 minutes with
+#                  2 workers on a 2-core CPU (README, "Training figures").
 PRESET = "quick"
-WORKERS = 2  # training processes (one torch thread each)
+WORKERS = 2  # training processes run at once (one torch thread each)
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
 CLAIMS = ["P4", "P5"]
 
 # %%
-from tailtheory.core.io import save_figure
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti.training import run_plan
@@ -80,10 +83,12 @@ from tailtheory.pruning.sweep import p4_measurement
 # %%
 p4 = trained.p4_trained_data("quick")
 random_sweep, _, _ = p4_measurement(PROFILE)
+P4_STORED = provenance("stored", "quick", "results/p4_trained.json")  # both presets read it
 fig, df_sweep = trained.plot_trained_sweep(p4, random_sweep)
-save_figure(fig, "p4_trained_sweep", data=df_sweep)
+show_figure(fig, "p4_trained_sweep", df_sweep,
+            P4_STORED + " The random model's curve is measured by this run.")
 fig, df_shares = trained.plot_mass_shares(p4)
-save_figure(fig, "p4_mass_shares", data=df_shares)
+show_figure(fig, "p4_mass_shares", df_shares, P4_STORED)
 df_shares.head(12)
 
 # %% [markdown]
@@ -98,7 +103,7 @@ if PRESET == "quick":  # one rho; the sweep's evidence is the full preset's
     plan = {label: plan[label] for label in ("GRPO", "DVP rho=0.0001")}
 runs = run_plan(plan, workers=WORKERS)
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-save_figure(fig, f"dvp_training_runs_{PRESET}", data=df_runs)
+show_figure(fig, f"dvp_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
     ["metric", "label"])["mean"].mean()
 
@@ -112,7 +117,8 @@ df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
 # %%
 data = training.training_data(PROFILE)
 fig, df_p5 = training.plot_p5(data)
-save_figure(fig, "dvp_training_bias_bound", data=df_p5)
+show_figure(fig, "dvp_training_bias_bound", df_p5,
+            provenance("stored", PRESET, "results/dvp_training.json"))
 df_p5.groupby("label")[["bias_bound", "mismatch_abs_mean", "reward"]].agg(["mean", "max"])
 
 # %% [markdown]

@@ -48,21 +48,26 @@
 # > here?").
 
 # %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": a pipeline check (6 configurations, 4 steps from a 120-step warm start); the
+#                  verdicts and evidence figures read the stored measurements. Under a minute
+#                  on a 2-core CPU.
+#         "full":  the evidence: 56 distinct runs of 20-40 steps, stored in results/; about an
+#                  hour with 2 workers on a 2-core CPU (README, "Training figures").
 PRESET = "quick"
-WORKERS = 2  # training processes (one torch thread each)
+WORKERS = 2  # training processes run at once (one torch thread each)
 
 # %%
-import matplotlib
+from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.io import preset
 
-matplotlib.use("Agg")
-import tailtheory.core.io
-
-PRESET = tailtheory.core.io.preset(PRESET)
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
 CLAIMS = ["V3", "V4", "V5", "T14", "O6"]
 
 # %%
-from tailtheory.core.io import save_figure
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti.training import plot_curves
@@ -85,7 +90,7 @@ shown = (["exact recompute", "fp8 bypass", "IcePop | fp8 bypass", "TRM | fp8 byp
           "OTB N=4", "GRPO N=4"] if PRESET == "quick" else training.main_labels(plan))
 runs = run_plan({label: plan[label] for label in shown}, workers=WORKERS)
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-save_figure(fig, f"mismatch_training_runs_{PRESET}", data=df_runs)
+show_figure(fig, f"mismatch_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 
 # %%
 dumped = {label: plan[label] for label in shown if plan[label][0].dump_tokens}
@@ -101,10 +106,11 @@ training_figures.contribution_table(numbers).groupby(["label", "sign"])["count"]
 
 # %%
 data = training.training_data(PROFILE)
+STORED = provenance("stored", PRESET, "results/mismatch_training.json")  # this data's captions
 fig, df_paths = plot_curves(data, training.main_labels(data))
-save_figure(fig, "mismatch_training_paths", data=df_paths)
+show_figure(fig, "mismatch_training_paths", df_paths, STORED)
 fig, df_knobs = plot_curves(data, training.knob_labels(data))
-save_figure(fig, "mismatch_training_knobs", data=df_knobs)
+show_figure(fig, "mismatch_training_knobs", df_knobs, STORED)
 training_figures.harm_frame(data)
 
 # %% [markdown]
@@ -114,7 +120,7 @@ training_figures.harm_frame(data)
 
 # %%
 fig, df_c = training_figures.plot_contribution(data)
-save_figure(fig, "mismatch_training_contribution", data=df_c)
+show_figure(fig, "mismatch_training_contribution", df_c, STORED)
 training.v3_evidence(data).numbers
 
 # %% [markdown]
@@ -122,7 +128,7 @@ training.v3_evidence(data).numbers
 
 # %%
 fig, df_rem = training_figures.plot_finals(data, training.remedy_labels(data))
-save_figure(fig, "mismatch_training_remedies", data=df_rem)
+show_figure(fig, "mismatch_training_remedies", df_rem, STORED)
 df_rem.groupby("label", sort=False)[["final_reward", "final_eval"]].mean()
 
 # %% [markdown]
@@ -130,7 +136,7 @@ df_rem.groupby("label", sort=False)[["final_reward", "final_eval"]].mean()
 
 # %%
 fig, df_kl = training_figures.plot_kl_reward(data)
-save_figure(fig, "mismatch_training_kl_reward", data=df_kl)
+show_figure(fig, "mismatch_training_kl_reward", df_kl, STORED)
 
 # %% [markdown]
 # ## (6) T14: TRM's acceptance against response length
@@ -140,7 +146,7 @@ save_figure(fig, "mismatch_training_kl_reward", data=df_kl)
 
 # %%
 fig, df_acc = trm_training.plot_acceptance(data)
-save_figure(fig, "trm_training_acceptance", data=df_acc)
+show_figure(fig, "trm_training_acceptance", df_acc, STORED)
 df_acc
 
 # %% [markdown]
@@ -149,7 +155,8 @@ df_acc
 # %%
 o6 = otb_training.training_data(PROFILE)
 fig, df_o6 = otb_training.plot_o6(o6)
-save_figure(fig, "otb_training_tokens", data=df_o6)
+show_figure(fig, "otb_training_tokens", df_o6,
+            provenance("stored", PRESET, "results/otb_training.json"))
 
 # %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement

@@ -15,4 +15,6 @@
 - `report`, `ledger`, `readme`, `docs`: the claims table, `claims.json`, the ledger
   `paper_repro.md`, the README's claims table and `docs/claims.md`, regenerated from the code.
 - `io`: the figures directory, notebook presets, atomic writes and `save_figure`.
+- `display`: notebook output: in a Jupyter kernel figures inline (`show_figure`, captioned by
+  `provenance`) and the verdict report as an HTML table; files and plain text elsewhere.
 """

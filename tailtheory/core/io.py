@@ -34,10 +34,17 @@ def figures_dir() -> Path:
 
 
 def preset(default: str, allowed: tuple[str, ...] = ("quick", "full")) -> str:
-    """A notebook's preset: ``$TAILTHEORY_PRESET`` if set, else ``default``."""
-    name = os.environ.get(PRESET_ENV, default)
+    """A notebook's preset: ``$TAILTHEORY_PRESET`` if set, else ``default`` (the value of the
+    notebook's parameters cell). When the environment variable decides, a line says so, so an
+    edit of the parameters cell is never silently overridden."""
+    env = os.environ.get(PRESET_ENV)
+    name = default if env is None else env
     if name not in allowed:
-        raise ValueError(f"PRESET must be one of {allowed}, got {name!r}")
+        source = f"${PRESET_ENV}" if env is not None else "the parameters cell"
+        raise ValueError(f"PRESET must be one of {allowed}, got {name!r} (from {source})")
+    if env is not None:
+        print(f"PRESET = {name!r}, from ${PRESET_ENV}"
+              + (f" (overrides {default!r} of the parameters cell)" if env != default else ""))
     return name
 
 

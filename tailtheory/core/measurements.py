@@ -15,13 +15,36 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from tailtheory.core.io import REPO_ROOT, atomic_write_json
 
 RESULTS_ENV = "TAILTHEORY_RESULTS"
 """Environment variable that moves the stored measurements (tests use a temporary folder)."""
+
+
+_RECORDERS: list[list[tuple[str, str]]] = []
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[str, str]]]:
+    """Collect ``(name, command)`` of every measurement loaded or stored inside the block: what a
+    verdict read, and the command that regenerates it (:func:`~tailtheory.core.registry.run_claim`
+    keeps them with the result)."""
+    got: list[tuple[str, str]] = []
+    _RECORDERS.append(got)
+    try:
+        yield got
+    finally:
+        del _RECORDERS[next(i for i, g in enumerate(_RECORDERS) if g is got)]
+
+
+def _record(name: str, command: str) -> None:
+    for got in _RECORDERS:
+        if (name, command) not in got:
+            got.append((name, command))
 
 
 class StaleMeasurement(ValueError):
@@ -65,6 +88,7 @@ def load_measurement(name: str, config: dict) -> dict:
     if stored != fingerprint(config):
         raise StaleMeasurement(f"{path} was measured under another config (fingerprint {stored}, "
                                f"today's {fingerprint(config)}); regenerate it with: {command}")
+    _record(name, command)
     return data
 
 
@@ -79,4 +103,5 @@ def measured(name: str, config: dict, measure: Callable[[], dict], profile: str,
         return load_measurement(name, config)
     data = measure()
     save_measurement(name, config, data, command)
+    _record(name, command)
     return data

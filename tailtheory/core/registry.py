@@ -79,6 +79,8 @@ class ClaimResult:
     seconds: float
     error: str | None = None
     traceback: str | None = field(default=None, repr=False)
+    sources: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """``(name, command)`` of each stored measurement the check read or stored (``results/``)."""
 
     @property
     def verdict(self) -> str:
@@ -165,27 +167,39 @@ def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
     """Run one check, timing it and catching its exception into the result."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    from tailtheory.core.measurements import recording
+
     t0 = time.perf_counter()
-    try:
-        ev = claim.check(profile)
-        if not isinstance(ev, Evidence):
-            raise TypeError(f"check of {claim.id} returned {type(ev).__name__}, not Evidence")
-        return ClaimResult(claim, ev, time.perf_counter() - t0)
-    except Exception as exc:  # a failing check is reported, not fatal to the others
-        return ClaimResult(claim, None, time.perf_counter() - t0, error=f"{type(exc).__name__}: "
-                           f"{exc}", traceback=traceback.format_exc())
+    with recording() as sources:
+        try:
+            ev = claim.check(profile)
+            if not isinstance(ev, Evidence):
+                raise TypeError(f"check of {claim.id} returned {type(ev).__name__}, not Evidence")
+            return ClaimResult(claim, ev, time.perf_counter() - t0, sources=tuple(sources))
+        except Exception as exc:  # a failing check is reported, not fatal to the others
+            return ClaimResult(claim, None, time.perf_counter() - t0,
+                               error=f"{type(exc).__name__}: {exc}",
+                               traceback=traceback.format_exc(), sources=tuple(sources))
 
 
-def verdict_report(ids: list[str], profile: str = "quick") -> list[ClaimResult]:
-    """Run the registered checks of ``ids``, print each statement next to its measurement, and
+def verdict_report(ids: list[str], profile: str = "quick"):
+    """Run the registered checks of ``ids``, show each statement next to its measurement, and
     raise ``AssertionError`` when a verdict is not the one the ledger records (the notebooks'
-    closing cell: one verdict path for every claim)."""
-    results = [run_claim(c, profile) for c in select(list(ids))]
-    for res in results:
-        print(f"{res.claim.id}  theory: {res.claim.statement}  (expected {res.claim.expected})")
-        print(f"    measured: {res.verdict}  {res.evidence.numbers if res.evidence else res.error}")
-        if res.evidence and res.evidence.note:
-            print(f"    note: {res.evidence.note}")
+    closing cell: one verdict path for every claim).
+
+    Returns a :class:`~tailtheory.core.report.VerdictReport` (a list of :class:`ClaimResult`).
+    Inside a Jupyter kernel it is displayed as an HTML table (coloured verdicts, key numbers, the
+    command that regenerates each, all numbers folded away); elsewhere its text is printed."""
+    from tailtheory.core.display import in_kernel
+    from tailtheory.core.report import VerdictReport
+
+    results = VerdictReport([run_claim(c, profile) for c in select(list(ids))], profile)
+    if in_kernel():
+        from IPython.display import display
+
+        display(results)
+    else:
+        print(results)
     wrong = [(r.claim.id, r.verdict) for r in results if r.verdict != r.claim.expected.value]
     assert not wrong, f"verdicts differ from the ledger: {wrong}"
     return results

@@ -1,4 +1,4 @@
-"""Printing claim results as a table and writing ``claims.json``.
+"""Printing claim results as a table, the notebooks' verdict report, and writing ``claims.json``.
 
 Timings go to the printed table only: ``claims.json`` is tracked, so it holds what the code
 computes (verdicts, numbers, notes) and nothing that changes from run to run; the same code and
@@ -7,19 +7,21 @@ profile write the same bytes.
 
 from __future__ import annotations
 
+import html
 import json
+import numbers as _numbers
 from pathlib import Path
 
 from tailtheory.core.io import atomic_write_json
 from tailtheory.core.registry import ClaimResult
 
 
-def fmt_number(v) -> str:
-    """Three significant digits for floats, integers and strings as they are."""
-    if isinstance(v, bool) or isinstance(v, (int, str)):
+def fmt_number(v, digits: int = 3) -> str:
+    """``digits`` significant digits for floats (NumPy's too); integers and strings as they are."""
+    if isinstance(v, (bool, str)) or isinstance(v, _numbers.Integral):
         return str(v)
     try:
-        return f"{float(v):.3g}"
+        return f"{float(v):.{digits}g}"
     except (TypeError, ValueError):
         return str(v)
 
@@ -44,6 +46,97 @@ def table(results: list[ClaimResult]) -> str:
         if i == 0:
             lines.append("-" * (sum(widths) + 2 * 4 + 6))
     return "\n".join(lines)
+
+
+KEY_NUMBERS = 4
+"""How many of a check's numbers the verdict report shows (a check lists its key ones first)."""
+
+VERDICT_STYLE = {
+    "HOLDS": ("#d8f0dc", "#1b5e20"), "HOLDS-UNDER": ("#d8f0dc", "#1b5e20"),
+    "TOY-SCALE": ("#e6f2d6", "#33691e"), "REFUTED": ("#f9d6d5", "#b71c1c"),
+    "NOT-REPRODUCED": ("#fdebc8", "#8a5300"), "ERROR": ("#b71c1c", "#ffffff"),
+}
+"""Background and text colour of each verdict in the HTML report."""
+
+
+def _short(v, width: int = 32) -> str:
+    text = fmt_number(v, 4)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def commands(result: ClaimResult, profile: str) -> list[tuple[str, str]]:
+    """What regenerates a result: ``("check", the verify command)``, then ``("re-measure",
+    command)`` for each stored measurement its check read."""
+    out = [("check", f"tailtheory verify --only {result.claim.id} --profile {profile}")]
+    for _, cmd in result.sources:
+        if all(cmd != c for _, c in out):
+            out.append(("re-measure", cmd))
+    return out
+
+
+class VerdictReport(list):
+    """The notebooks' verdict report: a list of :class:`ClaimResult` that prints as text (script,
+    CLI) and renders as an HTML table in Jupyter (``_repr_html_``)."""
+
+    def __init__(self, results, profile: str = "quick"):
+        super().__init__(results)
+        self.profile = profile
+
+    def _lines(self, r: ClaimResult) -> list[str]:
+        lines = [f"{r.claim.id}  theory: {r.claim.statement}  (expected {r.claim.expected})"]
+        if r.evidence is None:
+            lines.append(f"    measured: ERROR  {r.error}")
+        else:
+            nums = r.evidence.numbers
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in list(nums.items())[:KEY_NUMBERS])
+            more = len(nums) - KEY_NUMBERS
+            lines.append(f"    measured: {r.verdict}  {shown}"
+                         + (f"  (+{more} more numbers)" if more > 0 else ""))
+            if r.evidence.note:
+                lines.append(f"    note: {r.evidence.note}")
+        lines += [f"    {label}: {c}" for label, c in commands(r, self.profile)]
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(line for r in self for line in self._lines(r))
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        e = html.escape
+        cell = 'style="text-align:left;vertical-align:top;padding:4px 8px"'
+        rows = []
+        for r in self:
+            bg, fg = VERDICT_STYLE.get(r.verdict, ("#eeeeee", "#000000"))
+            verdict = (f'<span style="background:{bg};color:{fg};font-weight:bold;padding:1px 6px;'
+                       f'border-radius:3px;white-space:nowrap">{e(r.verdict)}</span>')
+            if r.drifted or r.evidence is None:
+                verdict += f'<br><small>ledger: {e(str(r.claim.expected))}</small>'
+            if r.evidence is None:
+                key, folded = f"<code>{e(r.error or '')}</code>", ""
+            else:
+                items = list(r.evidence.numbers.items())
+                key = "<br>".join(f"{e(k)} = <b>{e(_short(v))}</b>" for k, v in items[:KEY_NUMBERS])
+                full = "".join(f'<tr><td style="text-align:left"><code>{e(k)}</code></td>'
+                               f'<td style="text-align:left">{e(fmt_number(v, 4))}</td></tr>'
+                               for k, v in items)
+                note = (f'<p style="max-width:60em">{e(r.evidence.note)}</p>'
+                        if r.evidence.note else "")
+                folded = (f"<details><summary>all {len(items)} numbers"
+                          f"{' and the note' if note else ''}</summary>{note}"
+                          f"<table>{full}</table></details>")
+            cmds = "<br>".join(f"{label}: <code>{e(c)}</code>"
+                               for label, c in commands(r, self.profile))
+            rows.append(f"<tr><td {cell}><b>{e(r.claim.id)}</b><br><small>{e(r.claim.paper)}"
+                        f"</small></td><td {cell}>{e(r.claim.statement)}</td>"
+                        f"<td {cell}>{verdict}</td><td {cell}>{key}{folded}</td>"
+                        f"<td {cell}>{cmds}</td></tr>")
+        head = "".join(f"<th {cell}>{h}</th>" for h in
+                       ("claim", "statement", "verdict", "key numbers", "regenerate"))
+        return (f'<table class="tailtheory-verdicts"><thead><tr>{head}</tr></thead>'
+                f'<tbody>{"".join(rows)}</tbody></table>'
+                f'<p><small>profile <code>{e(self.profile)}</code>; verdicts as in '
+                f'<code>paper_repro.md</code> unless a ledger verdict is shown.</small></p>')
 
 
 RUN_NOISE = ("seconds",)

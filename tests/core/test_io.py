@@ -47,10 +47,16 @@ def test_save_figure_writes_png_and_csv(tmp_path):
     assert (tmp_path / "demo.csv").read_text().startswith("x")
 
 
-def test_preset_env_override(monkeypatch):
+def test_preset_env_override(monkeypatch, capsys):
+    monkeypatch.delenv("TAILTHEORY_PRESET", raising=False)
     assert preset("quick") == "quick"
+    assert capsys.readouterr().out == ""
     monkeypatch.setenv("TAILTHEORY_PRESET", "full")
     assert preset("quick") == "full"
+    out = capsys.readouterr().out
+    assert "from $TAILTHEORY_PRESET (overrides 'quick' of the parameters cell)" in out
+    assert preset("full") == "full"
+    assert "from $TAILTHEORY_PRESET" in capsys.readouterr().out
     monkeypatch.setenv("TAILTHEORY_PRESET", "huge")
     with pytest.raises(ValueError, match="PRESET"):
         preset("quick")

@@ -1,0 +1,109 @@
+"""Notebook output: inside a Jupyter kernel, figures inline and verdicts as a table; elsewhere
+(a notebook run as a script, ``make repro``, the tests) files and plain text, as before.
+
+- :func:`in_kernel`: whether the code runs in a Jupyter kernel (not a terminal IPython).
+- :func:`setup_notebook`: the notebooks' set-up: the ``Agg`` backend outside a kernel (the
+  kernel's inline backend is left alone), transformers' weight-loading bars silenced.
+- :func:`show_figure`: save a figure and its data (:func:`~tailtheory.core.io.save_figure`), show
+  it inline with a caption in a kernel, close it.
+- :func:`provenance`: the caption's first words: stored evidence, evidence measured by this run,
+  or a quick pipeline check.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+from pathlib import Path
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, nbclient, papermill, nbmake); False in a plain
+    interpreter or a terminal IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:  # never imported: no shell can be running
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' (and the Hub's) progress bars, "Loading weights" among them, in this
+    process and in the training processes it starts. The toolkit's own bars (``tqdm.auto``) stay."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when transformers is imported
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+def setup_notebook() -> bool:
+    """The notebooks' set-up cell. Outside a kernel: the ``Agg`` backend, no window (as
+    ``python notebooks/NN.py`` and ``make repro`` always ran). Inside one: the kernel's backend is
+    left as it is and :func:`show_figure` shows each figure inline. Returns :func:`in_kernel`."""
+    kernel = in_kernel()
+    if not kernel:
+        import matplotlib
+
+        matplotlib.use("Agg")
+    quiet_transformers()
+    return kernel
+
+
+def provenance(kind: str, preset: str, source: str = "results/") -> str:
+    """A caption's first sentence, saying what a figure shows.
+
+    ``kind`` is ``"measured"`` (computed by this run: the theory notebooks), ``"runs"`` (this
+    preset's training runs or probes: a pipeline check under ``quick``, evidence under ``full``)
+    or ``"stored"`` (a stored measurement, ``source``: read back under ``quick``, measured again
+    and stored under ``full``).
+    """
+    if kind == "measured":
+        return (f"Evidence: measured by this run ({preset} preset"
+                + ("; smaller samples than full)." if preset == "quick" else ")."))
+    if kind == "runs":
+        if preset == "quick":
+            return ("Quick pipeline check: the quick preset's 120-step warm start and a few steps; "
+                    "it exercises the code and is not evidence.")
+        return "Evidence: measured by this run on the full preset (cached runs reused)."
+    if kind == "stored":
+        if preset == "quick":
+            return f"Stored evidence: read from {source} (this run did not re-measure it)."
+        return f"Evidence: measured again by this run (cached runs reused) and stored in {source}."
+    raise ValueError(f"kind must be 'measured', 'runs' or 'stored', got {kind!r}")
+
+
+def _caption_html(caption: str, png: Path) -> str:
+    from tailtheory.core.io import REPO_ROOT
+
+    shown = png.relative_to(REPO_ROOT) if png.is_relative_to(REPO_ROOT) else png
+    head, sep, rest = caption.partition(":")
+    text = (f"<b>{html.escape(head)}</b>:{html.escape(rest)}" if sep and len(head) < 40
+            else html.escape(caption))
+    return (f'<div style="font-size:0.9em;color:#444;margin:0 0 1em 0">{text} '
+            f'Saved as <code>{html.escape(str(shown))}</code> with its data '
+            f'(<code>{html.escape(png.with_suffix(".csv").name)}</code>).</div>')
+
+
+def show_figure(fig, name: str, data=None, caption: str = "",
+                directory: str | os.PathLike | None = None) -> None:
+    """Save ``fig`` as ``NAME.png`` and ``data`` as ``NAME.csv`` (as
+    :func:`~tailtheory.core.io.save_figure`), then, inside a kernel, show the saved image with
+    ``caption`` under it. The figure is closed either way (the kernel's inline backend would
+    otherwise draw it a second time). Returns nothing, so a cell ending in it shows no path."""
+    import matplotlib.pyplot as plt
+
+    from tailtheory.core.io import save_figure
+
+    png = save_figure(fig, name, data=data, directory=directory)
+    plt.close(fig)
+    if in_kernel():
+        from IPython.display import HTML, Image, display
+
+        display(Image(data=png.read_bytes(), format="png"))
+        if caption:
+            display(HTML(_caption_html(caption, png)))
+
+
+__all__ = ["in_kernel", "quiet_transformers", "setup_notebook", "provenance", "show_figure"]
