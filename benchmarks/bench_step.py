@@ -44,8 +44,10 @@ LM head; the embedding lookup and the norms are not matmuls); padding, softmax, 
 sampler and the optimiser are left out.
 
 Run (needs ``trl``: the ``bench`` or ``dev`` extra): ``HF_HUB_OFFLINE=1 .venv/bin/python
-benchmarks/bench_step.py`` -> ``benchmarks/results/step.json`` (~2 minutes on this CPU).
-``--profile`` instead prints a ``torch.profiler`` table of one (b) step (after a warm-up step).
+benchmarks/bench_step.py`` (``--workload fixed``, the default: the setting above) ->
+``benchmarks/results/step.json`` (~2 minutes on this CPU); ``--workload recipe`` (below) ->
+``benchmarks/results/step_recipe.json`` (~1 minute with the warm start cached). ``--profile``
+instead prints a ``torch.profiler`` table of one (b) step (after a warm-up step) of the workload.
 
 Measured on 2026-11-24 (2-core x86_64 CPU, torch 2.13 CPU build, transformers 5.23, TRL 1.16,
 one thread). The machine was shared: load average 3.0-3.2 throughout (two other busy processes
@@ -74,6 +76,49 @@ contender                  step s  tokens/s  rollout s     update s      vs (a) 
   (``mul`` 15%, ``copy_`` 11%, ``fill_`` 7%, ``cat`` 6%, ``add`` 4%: norms, rotary, softmax,
   the per-token statistics over ``(B, T, V)``, padding micro-batches back to ``(B, T)``),
   eager attention ``bmm`` 11%.
+
+Workload ``recipe``: the ``learn`` recipe's real step. The fixed setting hides two things (b) is
+built for: rows that finish at different lengths (the fast engine drops finished rows; (a)'s
+Hugging Face decoding and TRL's ``generate`` step every row until the longest ends) and padding
+((a)'s update pads every row to the batch's longest; (b)'s micro-batches trim to their own
+longest). Here the model is the recipe's warm start (``warm_start(SFTConfig.for_task("kk_trace",
+task_kwargs={"n_people": 2}))``, cached under ``cache/sft/``: the same architecture, 723,072
+parameters, 655,360 in matmuls), the task ``kk_trace`` with 2 people, 32 prompts x 8 responses
+(step ``s``: ``task.problems(32, seed=1000 + s)``, prompts of 17-22 tokens), the task's cap
+``max_response_len`` = 92 and natural lengths: the model stops at its EOS. The engine runs the
+recipe's config (``recipe_config("learn", ...)``: GRPO, lr 1e-4) with the contender's backend and
+micro-batch, rollout path ``kv`` (float32; the recipe's ``exact`` also samples as ``kv``),
+evaluation off. TRL: the settings above on the same model, prompts (checked against the engine's,
+id for id) and word-level tokenizer, ``max_completion_length`` = 92, its reward the task's own
+(``Task.reward`` on TRL's completion ids: 1.0 correct, 0.1 well-formed, else 0); the tokenizer's
+EOS stops its generation. (b') is not run. Tokens count each contender's own responses (up to
+and including EOS; the samples differ, so the counts differ by a few percent); the FLOPs of a
+step (same approximation) are likewise counted from each contender's own lengths, per row.
+
+Measured on 2026-11-24 (same machine and versions, one thread). Load average 1.2 at the start,
+1.5 during the engine runs, 1.8 at the end (one other busy process on the 2 cores: a lighter
+contention than the fixed table's 3.0-3.2, so compare the two tables by their ratios, not their
+seconds); see ``step_recipe.json``.
+
+===========================  ======  ========  ============  ============  ======  ======  ======
+contender                    step s  tokens/s  rollout s     update s      vs (a)  vs (c)  % peak
+(tokens a step)                                (tokens/s)    (tokens/s)
+===========================  ======  ========  ============  ============  ======  ======  ======
+(a) previous engine (12.9k)    4.99     2,580  2.39 (5,383)  2.57 (5,012)    1.00    0.84    10.8
+(b) today's engine (12.6k)     2.18     5,766  0.71 (17.8k)  1.47 (8,538)    2.23    1.87    24.2
+(c) TRL GRPOTrainer (12.5k)    4.05     3,081  1.87 (6,686)  2.16 (5,786)    1.19    1.00    12.9
+===========================  ======  ========  ============  ============  ======  ======  ======
+
+- Responses: mean 48.8-50.3 tokens (8 to 92). In every timed step of every contender a few rows
+  (7-14 of 768 in all) reached the 92-token cap, nearly all without EOS, so (a) and TRL
+  decoded 92 steps over all 256 rows (23,552 row-steps for ~12.6k tokens); (b) decodes only
+  the live rows.
+- Peak 166-173 GFLOP/s. A step is ~91 GFLOP ((b): rollout 18.2, update 73.0). (b): rollout 15%,
+  update 29% of the peak; (a) 4.5% and 17%; TRL 5.6% and 19%.
+- (b) is 2.2x (a) and 1.9x TRL (1.7x and 1.2x in the fixed table): its rollout 3.3x (a)'s and
+  2.7x TRL's in tokens/s (2.1x and 1.5x at fixed lengths), its update 1.7x (a)'s and 1.5x
+  TRL's (1.4x and 1.0x): TRL's micro-batches of 64 are padded to the longest completion of the
+  whole generation (92), (b)'s to their own longest.
 """
 
 from __future__ import annotations
@@ -92,6 +137,7 @@ import platform  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -110,7 +156,13 @@ TRL_SLOW_S = 60.0
 EOS_CHANNEL, EOS_WEIGHT = 1.0, -3.0
 """Embedding channel 0 of every token, and the EOS LM-head weight on it (EOS never sampled)."""
 PEAK_N, PEAK_REPEATS = 2048, 5
-OUT = Path(__file__).resolve().parent / "results" / "step.json"
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = RESULTS / "step.json"
+"""``--workload fixed``'s report."""
+OUT_RECIPE = RESULTS / "step_recipe.json"
+"""``--workload recipe``'s report."""
+RECIPE = "learn"
+"""The recipe whose workload ``--workload recipe`` times (task, warm start, batch, lr)."""
 
 CONTENDERS = {
     "a_prev_kv": {"label": "(a) previous engine, kv", "rollout_backend": "hf", "micro_batch": 0,
@@ -121,6 +173,37 @@ CONTENDERS = {
                      "micro_batch": 64, "rollout": "bf16"},
     "c_trl": {"label": "(c) TRL GRPOTrainer"},
 }
+RECIPE_CONTENDERS = ("a_prev_kv", "b_today_kv", "c_trl")
+"""The contenders ``--workload recipe`` runs."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a scenario fixes: the model folder, the task, the response cap, its contenders."""
+
+    name: str
+    model_dir: Path
+    task: str
+    task_kwargs: dict = field(default_factory=dict)
+    max_new: int = MAX_NEW
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
+    out: Path = OUT
+
+    def get_task(self):
+        from tailtheory.engine.tasks import get_task
+
+        return get_task(self.task, seed=0, **self.task_kwargs)
+
+    def config(self, run: str, steps: int, c: dict):
+        """The engine's ``TrainConfig`` of contender ``c``, ``steps`` steps, run dir ``run``."""
+        if self.name == "fixed":
+            return engine_config(self.model_dir, run, steps, c)
+        from tailtheory.engine.recipes import recipe_config
+
+        return recipe_config(RECIPE, model=str(self.model_dir), rollout=c["rollout"],
+                             rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
+                             steps=steps, temperature=1.0, out=run, checkpoint_every=10**6,
+                             eval_every=0, threads=1, device="cpu")
 
 
 def make_model(folder: Path) -> tuple[Path, int, int]:
@@ -139,6 +222,23 @@ def make_model(folder: Path) -> tuple[Path, int, int]:
     return folder, n_params, n_matmul
 
 
+def recipe_model() -> tuple[Path, int, int, dict]:
+    """The ``learn`` recipe's warm start (cached; trained first if missing, ~100 s):
+    ``(folder, params, matmul params, its task kwargs)``."""
+    from tailtheory.core.models import load_lm, num_params
+    from tailtheory.engine.recipes import RECIPES
+    from tailtheory.engine.sft import SFTConfig, warm_start
+
+    r = RECIPES[RECIPE]
+    if (r["prompts_per_step"], r["group_size"], r["method"]) != (PROMPTS, G, "grpo"):
+        raise RuntimeError(f"recipe {RECIPE!r} is no longer {PROMPTS} x {G} GRPO: {r}")
+    kwargs = {"n_people": r["n_people"]}
+    folder = warm_start(SFTConfig.for_task(r["task"], task_kwargs=kwargs), progress=False)
+    model = load_lm(folder, device="cpu")
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return folder, num_params(model), n_matmul, kwargs
+
+
 def engine_config(model_dir: Path, out: str, steps: int, c: dict):
     from tailtheory.engine.config import TrainConfig
 
@@ -149,39 +249,60 @@ def engine_config(model_dir: Path, out: str, steps: int, c: dict):
                        checkpoint_every=10**6, eval_every=0, threads=1, device="cpu")
 
 
-def bench_engine(model_dir: Path, c: dict) -> dict:
-    """The engine's trainer, ``WARMUP + STEPS`` steps; times from its metrics lines."""
-    from tailtheory.engine.trainer import read_metrics, train
+def bench_engine(w: Workload, c: dict) -> dict:
+    """The engine's trainer, ``WARMUP + STEPS`` steps; times from its metrics lines, each row's
+    response length from its rollouts."""
+    from tailtheory.engine import trainer as tr
 
-    with tempfile.TemporaryDirectory() as run:
-        train(engine_config(model_dir, run, WARMUP + STEPS, c), progress=False)
-        lines = read_metrics(run)[WARMUP:]
-    return summary([m["time/step_s"] for m in lines], [m["time/rollout_s"] for m in lines],
-                   [m["rollout/tokens"] for m in lines])
+    lens, widths, rollout = [], [], tr._rollout
+
+    def recorded(*args, **kw):
+        problems, rb, group_ids = rollout(*args, **kw)
+        lens.append(rb.mask.sum(-1))
+        widths.append(rb.response.shape[1])
+        return problems, rb, group_ids
+
+    tr._rollout = recorded
+    try:
+        with tempfile.TemporaryDirectory() as run:
+            tr.train(w.config(run, WARMUP + STEPS, c), progress=False)
+            lines = tr.read_metrics(run)[WARMUP:]
+    finally:
+        tr._rollout = rollout
+    lens = [x.tolist() for x in lens[WARMUP:]]
+    if [sum(x) for x in lens] != [m["rollout/tokens"] for m in lines]:
+        raise RuntimeError("recorded response lengths disagree with the metrics' token counts")
+    return {**summary([m["time/step_s"] for m in lines], [m["time/rollout_s"] for m in lines],
+                      [sum(x) for x in lens]),
+            **length_stats(lens, widths[WARMUP:], w.max_new), "_lens": lens}
 
 
-def step_problems(n_steps: int):
+def step_problems(n_steps: int, w: Workload):
     """The problems of the engine's steps ``0 .. n_steps - 1`` (seed 0), in its order."""
-    from tailtheory.engine.tasks import get_task
     from tailtheory.engine.trainer import PROBLEM_SEED
 
-    task = get_task("kk", seed=0)
+    task = w.get_task()
     return task, [task.problems(PROMPTS, seed=PROBLEM_SEED + s) for s in range(n_steps)]
 
 
-def bench_trl(model_dir: Path) -> dict:
+def bench_trl(w: Workload) -> dict:
     """TRL's ``GRPOTrainer`` on the same model, tokenizer, prompts and shapes."""
     import trl
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
 
-    task, steps = step_problems(WARMUP + STEPS)
+    from tailtheory.engine.tasks import Problem
+
+    task, steps = step_problems(WARMUP + STEPS, w)
     problems = [p for s in steps for p in s]
     data = Dataset.from_dict({"prompt": [task.decode(p.prompt_ids) for p in problems],
                               "answer": [p.answer for p in problems]})
 
     def reward(completions, answer, **_):
         return [float(c.split("<eos>")[0].strip() == a) for c, a in zip(completions, answer)]
+
+    def task_reward(completion_ids, answer, **_):  # the engine's reward, on the sampled ids
+        return [task.reward(Problem([], a), ids).total for ids, a in zip(completion_ids, answer)]
 
     class Clock(TrainerCallback):
         def __init__(self):
@@ -195,27 +316,30 @@ def bench_trl(model_dir: Path) -> dict:
             if len(self.t) == WARMUP + 2 and self.t[-1] > TRL_SLOW_S:
                 control.should_training_stop = True
 
-    clock, gen_s = Clock(), []
+    clock, gen_s, seen = Clock(), [], []
     with tempfile.TemporaryDirectory() as out:
         cfg = trl.GRPOConfig(output_dir=out, per_device_train_batch_size=TRL_MICRO,
                              gradient_accumulation_steps=PROMPTS * G // TRL_MICRO,
-                             num_generations=G, max_completion_length=MAX_NEW,
+                             num_generations=G, max_completion_length=w.max_new,
                              max_steps=WARMUP + STEPS, learning_rate=LR, beta=0.0,
                              loss_type="dapo", epsilon=0.2, epsilon_high=0.24, temperature=1.0,
                              use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
                              gradient_checkpointing=False, disable_tqdm=True, seed=0,
                              bf16=False, dataloader_num_workers=0, shuffle_dataset=False)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
+        model = AutoModelForCausalLM.from_pretrained(w.model_dir, dtype=torch.float32)
+        trainer = trl.GRPOTrainer(model=model, args=cfg, train_dataset=data,
+                                  reward_funcs=reward if w.name == "fixed" else task_reward,
                                   processing_class=task.tokenizer, callbacks=[clock])
         generate = trainer._generate_single_turn
 
-        def timed_generate(*args, **kw):
+        def timed_generate(prompt_ids, *args, **kw):
             t0 = time.perf_counter()
             try:
-                return generate(*args, **kw)
+                out = generate(prompt_ids, *args, **kw)
             finally:
                 gen_s.append(time.perf_counter() - t0)
+            seen.append(([list(map(int, p)) for p in prompt_ids], [len(c) for c in out[0]]))
+            return out
 
         trainer._generate_single_turn = timed_generate
         assert cfg.generation_batch_size == PROMPTS * G, cfg.generation_batch_size
@@ -224,8 +348,16 @@ def bench_trl(model_dir: Path) -> dict:
         attn = model.config._attn_implementation
     if len(gen_s) != len(clock.t):
         raise RuntimeError(f"{len(gen_s)} generations in {len(clock.t)} steps: expected one each")
-    tokens = [h["completions/mean_length"] * PROMPTS * G for h in logs]
-    return {**summary(clock.t[WARMUP:], gen_s[WARMUP:], tokens[WARMUP:]),
+    for s, (prompt_ids, _) in enumerate(seen):  # the engine's prompts, in its order
+        if prompt_ids != [p.prompt_ids for p in steps[s] for _ in range(G)]:
+            raise RuntimeError(f"TRL's step {s} prompts differ from the engine's")
+    lens = [x for _, x in seen]
+    logged = [h["completions/mean_length"] * PROMPTS * G for h in logs]
+    if any(abs(sum(x) - t) > 0.5 for x, t in zip(lens, logged)):
+        raise RuntimeError(f"recorded token counts {[sum(x) for x in lens]} != logged {logged}")
+    lens = lens[WARMUP:]
+    return {**summary(clock.t[WARMUP:], gen_s[WARMUP:], [sum(x) for x in lens]),
+            **length_stats(lens, [max(x) for x in lens], w.max_new), "_lens": lens,
             "trl_version": trl.__version__, "attention": attn,
             "per_device_train_batch_size": TRL_MICRO,
             "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
@@ -245,6 +377,15 @@ def summary(step_s: list[float], rollout_s: list[float], tokens: list[float]) ->
             "step_s": step_s, "rollout_s": rollout_s, "tokens": tokens}
 
 
+def length_stats(lens: list[list[int]], widths: list[int], cap: int) -> dict:
+    """Response lengths (EOS included) of the timed steps, the decode steps each rollout ran
+    (the width of its response tensor: its longest row) and the rows that reached ``cap``."""
+    flat = [n for x in lens for n in x]
+    return {"len_mean": statistics.mean(flat), "len_min": min(flat), "len_max": max(flat),
+            "len_max_per_step": [max(x) for x in lens], "decode_steps": widths,
+            "at_cap": sum(n >= cap for n in flat)}
+
+
 def matmul_peak() -> dict:
     """Best float32 GFLOP/s of a ``PEAK_N``-square ``torch.mm`` on the current thread count."""
     g = torch.Generator().manual_seed(0)
@@ -259,25 +400,32 @@ def matmul_peak() -> dict:
     return {"n": PEAK_N, "best_s": best, "gflops": 2 * PEAK_N**3 / best / 1e9}
 
 
-def step_flops(n_matmul: int, config, n_steps: int) -> dict:
-    """Approximate FLOPs of one step (mean over the timed steps' prompts); see the docstring."""
+def step_flops(n_matmul: int, config, w: Workload, lens: list[list[int]] | None = None) -> dict:
+    """Approximate FLOPs of one step (mean over the timed steps); see the docstring. ``lens``:
+    each timed step's response lengths, ``G`` rows per prompt in the prompts' order (None: every
+    response ``MAX_NEW`` tokens, the fixed workload)."""
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
-    _, steps = step_problems(n_steps)
+    _, steps = step_problems(WARMUP + STEPS, w)
+    steps = steps[WARMUP:]
+    if lens is None:
+        lens = [[MAX_NEW] * (G * len(probs)) for probs in steps]
+    steps = steps[:len(lens)]  # TRL may time fewer steps (TRL_SLOW_S)
     roll, upd = [], []
-    for probs in steps[WARMUP:]:
-        lens = [len(p.prompt_ids) for p in probs]
-        # rollout: each distinct prompt prefilled once (causal context 1..n), then G rows decode
-        # MAX_NEW - 1 tokens (the last sampled token is never fed) at context n + 1 .. n + 99
-        prefill = sum(lens)
-        attn_pre = sum(n * (n + 1) / 2 for n in lens)
-        attn_dec = G * sum(sum(n + t for t in range(1, MAX_NEW)) for n in lens)
-        roll.append(2 * n_matmul * (prefill + G * len(lens) * (MAX_NEW - 1))
+    for probs, resp in zip(steps, lens):
+        n_prompt = [len(p.prompt_ids) for p in probs]
+        rows = [n for n in n_prompt for _ in range(G)]
+        # rollout: each distinct prompt prefilled once (causal context 1..n), then each row
+        # decodes L - 1 tokens (the last sampled token is never fed) at context n + 1 .. n + L - 1
+        prefill = sum(n_prompt)
+        attn_pre = sum(n * (n + 1) / 2 for n in n_prompt)
+        attn_dec = sum((L - 1) * n + (L - 1) * L // 2 for n, L in zip(rows, resp))
+        roll.append(2 * n_matmul * (prefill + sum(L - 1 for L in resp))
                     + 4 * layers * width * (attn_pre + attn_dec))
         # update: one forward + one backward (2x) over prompt + response of every row
-        total = [n + MAX_NEW for n in lens]
-        upd.append(6 * n_matmul * G * sum(total)
-                   + 3 * 4 * layers * width * G * sum(m * (m + 1) / 2 for m in total))
+        total = [n + L for n, L in zip(rows, resp)]
+        upd.append(6 * n_matmul * sum(total)
+                   + 3 * 4 * layers * width * sum(m * (m + 1) / 2 for m in total))
     r, u = statistics.mean(roll), statistics.mean(upd)
     return {"rollout": r, "update": u, "step": r + u,
             "note": "approximation: 2N per token forward, 6N forward + backward, N = matmul "
@@ -285,7 +433,7 @@ def step_flops(n_matmul: int, config, n_steps: int) -> dict:
                     "norms, softmax, sampler and optimiser left out"}
 
 
-def profile_fast(model_dir: Path, rows: int = 20) -> None:
+def profile_fast(w: Workload, rows: int = 20) -> None:
     """``torch.profiler`` tables of one (b) step after a warm-up step: the rollout
     (``engine.generate``), then the rest (``pi_old`` forward with its graph, loss, backward,
     AdamW: from ``step_record`` to the end of ``update``)."""
@@ -295,7 +443,7 @@ def profile_fast(model_dir: Path, rows: int = 20) -> None:
     from tailtheory.engine.rollout import RolloutEngine
 
     with tempfile.TemporaryDirectory() as run:
-        cfg = engine_config(model_dir, run, 2, CONTENDERS["b_today_kv"])
+        cfg = w.config(run, 2, CONTENDERS["b_today_kv"])
         task = tr.load_task(cfg)
         model = tr.load_model(cfg, task)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -336,68 +484,102 @@ def main() -> None:
     import trl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=("fixed", "recipe"), default="fixed",
+                        help="fixed: a random model, every response 100 tokens (step.json); "
+                             f"recipe: the {RECIPE!r} recipe's warm start and task, natural "
+                             "lengths (step_recipe.json)")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load = {"start": os.getloadavg()}
-    peak = {"start": matmul_peak()}
+    peak = {"start": matmul_peak()} if not args.profile else {}
     results = {}
     with tempfile.TemporaryDirectory() as d:
-        model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
+        if args.workload == "fixed":
+            model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
+            w = Workload("fixed", model_dir, "kk")
+        else:
+            model_dir, n_params, n_matmul, kwargs = recipe_model()
+            w = Workload("recipe", model_dir, "kk_trace", kwargs, contenders=RECIPE_CONTENDERS,
+                         out=OUT_RECIPE)
+            w = replace(w, max_new=w.get_task().max_response_len)
         if args.profile:
-            profile_fast(model_dir)
+            profile_fast(w)
             return
         config = transformers.AutoConfig.from_pretrained(model_dir)
-        for name, c in CONTENDERS.items():
+        for name in w.contenders:
+            c = CONTENDERS[name]
             t0 = time.perf_counter()
-            results[name] = bench_trl(model_dir) if name == "c_trl" else \
-                bench_engine(model_dir, c)
+            results[name] = bench_trl(w) if name == "c_trl" else bench_engine(w, c)
             results[name]["label"] = c["label"]
             load[name] = os.getloadavg()
             print(f"{c['label']}: step {results[name]['step_s_median']:.2f} s "
-                  f"({time.perf_counter() - t0:.0f} s in all), load {load[name][0]:.2f}",
-                  flush=True)
+                  f"({time.perf_counter() - t0:.0f} s in all), {results[name]['len_mean']:.1f} "
+                  f"tokens a response, load {load[name][0]:.2f}", flush=True)
     peak["end"] = matmul_peak()
     load["end"] = os.getloadavg()
     best = max(peak["start"]["gflops"], peak["end"]["gflops"])
-    flops = step_flops(n_matmul, config, WARMUP + STEPS)
+    if w.name == "fixed":  # the same work for every contender: every response MAX_NEW tokens
+        flops = step_flops(n_matmul, config, w)
+        per = {name: flops for name in results}
+    else:  # each contender's own lengths: the work its samples need
+        per = {name: step_flops(n_matmul, config, w, r["_lens"]) for name, r in results.items()}
+        flops = {name: {k: v for k, v in f.items() if k != "note"} for name, f in per.items()}
+        flops["note"] = per["b_today_kv"]["note"] + "; from each contender's own response lengths"
     a, c = results["a_prev_kv"]["tokens_per_s"], results["c_trl"]["tokens_per_s"]
-    for r in results.values():
+    for name, r in results.items():
+        r.pop("_lens")
+        f = per[name]
         r["vs_a"], r["vs_c"] = r["tokens_per_s"] / a, r["tokens_per_s"] / c
-        r["gflops"] = flops["step"] / r["step_s_median"] / 1e9
+        r["gflops"] = f["step"] / r["step_s_median"] / 1e9
         r["peak_fraction"] = r["gflops"] / best
-        r["rollout_peak_fraction"] = flops["rollout"] / r["rollout_s_median"] / 1e9 / best
-        r["update_peak_fraction"] = flops["update"] / r["update_s_median"] / 1e9 / best
+        r["rollout_peak_fraction"] = f["rollout"] / r["rollout_s_median"] / 1e9 / best
+        r["update_peak_fraction"] = f["update"] / r["update_s_median"] / 1e9 / best
+    if w.name == "fixed":
+        setup = {"prompts": PROMPTS, "group_size": G, "responses": PROMPTS * G,
+                 "max_new_tokens": MAX_NEW, "eos": "never sampled (model weights)",
+                 "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
+                 "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": "kk"}
+    else:
+        cfg = w.config("unused", WARMUP + STEPS, CONTENDERS["b_today_kv"])
+        setup = {"recipe": RECIPE, "task": w.task, "task_kwargs": w.task_kwargs,
+                 "model": str(model_dir), "prompts": PROMPTS, "group_size": G,
+                 "responses": PROMPTS * G, "max_new_tokens": w.max_new,
+                 "eos": "the model's own (natural lengths)", "params": n_params,
+                 "matmul_params": n_matmul, "vocab": config.vocab_size, "warmup_steps": WARMUP,
+                 "timed_steps": STEPS, "lr": cfg.lr, "method": cfg.method,
+                 "engine_rollout": "kv", "trl_reward": "the task's reward (Task.reward) on "
+                 "TRL's completion ids: 1.0 correct, 0.1 well-formed, else 0"}
     report = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "workload": w.name,
         "machine": {"platform": platform.platform(), "machine": platform.machine(),
                     "processor": platform.processor(), "cpu_count": os.cpu_count(),
                     "torch": torch.__version__, "transformers": transformers.__version__,
                     "trl": trl.__version__, "threads": torch.get_num_threads(),
                     "loadavg_1_5_15": load},
-        "setup": {"prompts": PROMPTS, "group_size": G, "responses": PROMPTS * G,
-                  "max_new_tokens": MAX_NEW, "eos": "never sampled (model weights)",
-                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
-                  "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": "kk"},
+        "setup": setup,
         "peak": {**peak, "gflops": best},
         "flops_per_step": flops,
         "contenders": results,
     }
-    atomic_write_json(OUT, report)
+    atomic_write_json(w.out, report)
+    fl = per["b_today_kv"]
     print(f"\nmatmul peak (1 thread, {PEAK_N}^3 float32): {best:.1f} GFLOP/s; step FLOPs "
-          f"{flops['step'] / 1e9:.1f} G (rollout {flops['rollout'] / 1e9:.1f} G, update "
-          f"{flops['update'] / 1e9:.1f} G); load average start {load['start'][0]:.2f}, "
-          f"end {load['end'][0]:.2f}")
+          f"{fl['step'] / 1e9:.1f} G (rollout {fl['rollout'] / 1e9:.1f} G, update "
+          f"{fl['update'] / 1e9:.1f} G{'' if w.name == 'fixed' else ', of (b)'}); load average "
+          f"start {load['start'][0]:.2f}, end {load['end'][0]:.2f}")
     head = (f"{'contender':28s} {'step s':>7s} {'tok/s':>7s} {'roll s':>7s} {'roll t/s':>8s} "
-            f"{'upd s':>7s} {'upd t/s':>8s} {'vs (a)':>6s} {'vs (c)':>6s} {'% peak':>6s}")
+            f"{'upd s':>7s} {'upd t/s':>8s} {'vs (a)':>6s} {'vs (c)':>6s} {'% peak':>6s} "
+            f"{'tokens':>7s}")
     print(head)
     for r in results.values():
         print(f"{r['label']:28s} {r['step_s_median']:7.2f} {r['tokens_per_s']:7.0f} "
               f"{r['rollout_s_median']:7.2f} {r['rollout_tokens_per_s']:8.0f} "
               f"{r['update_s_median']:7.2f} {r['update_tokens_per_s']:8.0f} {r['vs_a']:6.2f} "
-              f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f}")
-    print(f"wrote {OUT}")
+              f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f} {r['tokens_per_step']:7.0f}")
+    print(f"wrote {w.out}")
 
 
 if __name__ == "__main__":

@@ -50,7 +50,32 @@ def summarize(run: str | Path) -> dict:
             "reward_first": statistics.fmean(reward[:WINDOW]),
             "reward_last": statistics.fmean(reward[-WINDOW:]),
             "train_seconds": sum(m["time/step_s"] for m in lines),
-            "len_median": statistics.median(m["rollout/len_mean"] for m in lines)}
+            "len_mean": statistics.fmean(m["rollout/len_mean"] for m in lines)}
+
+
+def median_length(run: str | Path, final: bool = True, n: int = 256) -> float:
+    """Median length (tokens, EOS included) of responses sampled from the run's final weights
+    (``final``) or from its warm start, on ``n`` held-out problems at the run's temperature."""
+    import torch
+
+    from tailtheory.engine.checkpoint import CHECKPOINT, read_checkpoint
+    from tailtheory.engine.config import TrainConfig
+    from tailtheory.engine.evaluate import _held_out
+    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+    from tailtheory.engine.trainer import load_model, load_task
+
+    cfg = TrainConfig(**json.loads((Path(run) / "config.json").read_text()))
+    task = load_task(cfg)
+    model = load_model(cfg, task)
+    if final:
+        model.load_state_dict(read_checkpoint(Path(run) / CHECKPOINT)["model"])
+    problems = list(_held_out(task, n))
+    engine = RolloutEngine(model, RolloutConfig(path="kv", backend=cfg.rollout_backend,
+                                                temperature=cfg.temperature,
+                                                max_new_tokens=task.max_response_len))
+    rb = engine.generate([p.prompt_ids for p in problems], eos_id=task.eos_id,
+                         pad_id=task.pad_id, generator=torch.Generator().manual_seed(0))
+    return float(statistics.median(rb.mask.sum(-1).tolist()))
 
 
 def verdict(rows: list[dict]) -> tuple[str, str]:
@@ -110,9 +135,11 @@ def measure(root: str | Path = "runs/learn", workers: int = 2) -> dict:
     runs = run_dirs(root)
     with ThreadPoolExecutor(workers) as pool:
         timings = list(pool.map(one, runs))
-    rows = [{**summarize(r), **t} for r, t in zip(runs, timings)]
+    rows = [{**summarize(r), **t, "len_median_final": median_length(r)}
+            for r, t in zip(runs, timings)]
     v, why = verdict(rows)
-    data = {"rows": rows, "verdict": v, "reason": why}
+    data = {"rows": rows, "verdict": v, "reason": why,
+            "len_median_warm": median_length(runs[0], final=False)}
     save_measurement(NAME, config(), data, COMMAND)
     return data
 

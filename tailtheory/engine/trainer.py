@@ -47,6 +47,7 @@ METRIC_KEYS = {
     "rollout/tokens": "response tokens of the step (up to and including EOS)",
     "rollout/len_mean": "mean response tokens per sequence",
     "rollout/len_max": "max response tokens of a sequence",
+    "rollout/len_median": "median response tokens per sequence",
     "policy/entropy": "mean entropy of pi_old over response tokens",
     "mismatch/abs_mean": "mean |log rho| over response tokens, log rho = log pi_train - "
                          "log pi_roll (V2)",
@@ -310,6 +311,7 @@ def _monitor(rec: StepRecord) -> dict:
             "reward/format": sum(r.format_ok for r in rw) / len(rw),
             "rollout/tokens": int(rb.mask.sum()), "rollout/len_mean": float(lens.double().mean()),
             "rollout/len_max": int(lens.max()),
+            "rollout/len_median": float(lens.double().median()),
             "policy/entropy": _mean(rec.stats["entropy"], m),
             "mismatch/abs_mean": _mean(log_rho.abs(), m),
             "mismatch/abs_max": float((log_rho.abs() * m).max()),

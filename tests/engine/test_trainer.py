@@ -426,7 +426,7 @@ def _recorded_run(name: str, out: Path) -> tuple[list[dict], float]:
                       checkpoint_every=3, out=str(out))
     train(cfg, progress=False, task=DenseKK())
     new = {"rollout/len_mean", "rollout/len_max", "eval/accuracy",  # added after the recording
-           "adv/zero_var_frac", "update/rel_size"}
+           "adv/zero_var_frac", "update/rel_size", "rollout/len_median"}
     lines = [{k: v for k, v in m.items() if k not in new} for m in no_time(read_metrics(cfg.out))]
     state = torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"]
     return lines, float(sum(v.double().sum() for v in state.values() if v.is_floating_point()))
