@@ -49,7 +49,8 @@ CLAIMS = ["S4", "S5", "M3", "M4", "M5", "M6", "M7", "P4"]
 # %%
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.core.registry import verdict_report
-from tailtheory.mismatch.figures import plot_accumulation, plot_mismatch_vs_p, plot_selection_bias
+from tailtheory.mismatch.figures import (explore_m3, plot_accumulation, plot_mismatch_vs_p,
+                                         plot_selection_bias)
 from tailtheory.pruning.figures import plot_pruning_tradeoff
 from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
 from tailtheory.pruning.sweep import P4_VOCAB, pruning_sweep
@@ -72,6 +73,17 @@ z, z_bf16 = pairs["bf16"]
 # %%
 fig, df_m3 = plot_mismatch_vs_p(pairs)  # bf16 and fp16 copies, KV-cache decoding
 show_figure(fig, "token_tail_mismatch_vs_p", df_m3, provenance("measured", PRESET))
+
+# %% [markdown]
+# ### Explore M3: slide ε and p
+# Random logit perturbations `δ` with every `|δ_j| ≤ ε` (dots) against M3's exact bound, its
+# first-order form and M2's linear `2ε(1 − p)`; the star is the witness `δ_k = −ε`, `δ_j = +ε`,
+# which attains the exact bound. Left: every token at this `ε`; right: the bounds at this `p`
+# against `ε`. In Jupyter with ipywidgets the sliders redraw it (a fraction of a second);
+# elsewhere it is drawn once, at `ε = 0.05`, `p = 0.5`, and not saved.
+
+# %%
+explore_m3()
 
 # %% [markdown]
 # ## (2) Mean signed Δ of sampled tokens by probability bin (M4, M5)

@@ -48,7 +48,8 @@ CLAIMS = [f"T{i}" for i in range(1, 14)]
 # %%
 from tailtheory.trm import experiments as tx
 from tailtheory.core.registry import verdict_report
-from tailtheory.trm.figures import plot_acceptance, plot_bounds_vs_T, plot_error_vs_bounds
+from tailtheory.trm.figures import (explore_trm, plot_acceptance, plot_bounds_vs_T,
+                                    plot_error_vs_bounds)
 
 # %% [markdown]
 # ## (1) The bounds against T in two regimes
@@ -75,6 +76,17 @@ exponents = {k: tx.growth_exponent(df_T_mean["T"][fit], df_T_mean[c][fit]) for k
              [("|Error|", "abs_error"), ("classical", "bound/classical"),
               ("pm_kl", "bound/pm_kl"), ("mix_kl", "bound/mix_kl"), ("adaptive", "bound/adaptive")]}
 exponents
+
+# %% [markdown]
+# ### Explore: slide T and δ
+# One `V = 2` pair: `π_roll` uniform, `π_θ` the same two logits in every context, so that
+# `KL(π_roll ‖ π_θ) = δ` everywhere. Left: the exact `|Error|` (worst-case reward, by
+# enumeration) and every bound from `T = 2` to the chosen `T`; right: their values at `T`. In
+# Jupyter with ipywidgets the sliders redraw it (a fraction of a second); elsewhere it is drawn
+# once, at `T = 8`, `δ = 0.01`, and not saved.
+
+# %%
+explore_trm()
 
 # %% [markdown]
 # ## (3) Every bound on random tabular pairs (dense and sparse)

@@ -50,8 +50,8 @@ import pandas as pd
 from tailtheory.otb.variance import matching_group_size
 from tailtheory.core.registry import verdict_report
 from tailtheory.otb.experiments import group_table, variance_table
-from tailtheory.otb.figures import (plot_baseline_variance, plot_group_study,
-                                        plot_proxy_vs_true)
+from tailtheory.otb.figures import (explore_otb, plot_baseline_variance, plot_group_study,
+                                    plot_proxy_vs_true)
 
 # %% [markdown]
 # ## (1) Exact variance of each position baseline, relative to the optimum `M⁻¹c` (O3, O4)
@@ -86,6 +86,18 @@ show_figure(fig, "otb_finite_groups", df_groups, provenance("measured", PRESET))
 pd.DataFrame({
     "N reaching GRPO N=32 cosine": matching_group_size(groups, "cosine", ("grpo", 32)),
     "N reaching RLOO N=32 rel. MSE": matching_group_size(groups, "rel_mse", ("rloo", 32))})
+
+# %% [markdown]
+# ### Explore: slide the group size
+# One tabular policy (`V = 3`, `T = 4`, EOS token 0, binary rewards; the slider `sharpness` sets
+# its logits' scale). Lines: the exact variance of a gradient estimate over `N` samples with a
+# fixed baseline, `V(B)/N`, for the group mean, OTB and the optimum `M⁻¹c` (O3, O4); dots: the
+# relative MSE of 200 sampled groups of `N` with the group mean, RLOO and OTB computed inside
+# each group (O6). In Jupyter with ipywidgets the sliders redraw it (a fraction of a second);
+# elsewhere it is drawn once, at `N = 8`, `sharpness = 2`, and not saved.
+
+# %%
+explore_otb()
 
 # %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement

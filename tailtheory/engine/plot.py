@@ -1,11 +1,11 @@
 """``tailtheory plot RUN [RUN ...]``: a training run's curves against step, seeds as a band.
 
 Runs whose configs differ only in ``seed`` form one group, drawn as its mean over seeds with a
-band from the lowest to the highest seed; groups are named by the config fields that tell them
-apart (``method=ar``, ``rollout=fp8``). Panels: reward, training accuracy, held-out accuracy,
-entropy, mismatch, response length, and every method metric the runs logged (``ar/...``,
-``lopti/...``, ``trm/...``). The figure's data is written beside it as CSV (one row per group,
-step and metric: mean, min, max, seeds).
+band from the lowest to the highest seed (seaborn, :func:`seed_bands`); groups are named by the
+config fields that tell them apart (``method=ar``, ``rollout=fp8``). Panels: reward, training
+accuracy, held-out accuracy, entropy, mismatch, response length, and every method metric the
+runs logged (``ar/...``, ``lopti/...``, ``trm/...``). The figure's data is written beside it as
+CSV (one row per group, step and metric: mean, min, max, seeds).
 """
 
 from __future__ import annotations
@@ -41,17 +41,47 @@ def group_labels(runs) -> list[str]:
     return [" ".join(f"{k}={c.get(k)}" for k in keys) for c in cfgs]
 
 
-def band_table(df):
-    """Long table ``label, step, metric, mean, lo, hi, seeds`` of a :func:`load_runs` frame."""
+BAND = ("pi", 100)
+"""seaborn's ``errorbar`` for a band over seeds: the 100% percentile interval, from the lowest
+seed to the highest."""
+
+
+def seed_bands(data, x: str, y: str, hue: str, ax, order=None, legend: bool = False,
+               estimator="mean", alpha: float = 0.2, **kwargs):
+    """Per ``hue`` level, ``estimator`` over seeds of ``y`` against ``x`` with the band from the
+    lowest to the highest seed: ``seaborn.lineplot`` on the long-form ``data`` (one row per seed
+    and ``x``). ``order``: the levels in colour order (default: order of appearance);
+    ``legend``: whether this axes gets seaborn's legend entries. Other keywords go to
+    ``seaborn.lineplot`` (``lw``, ``marker``). Returns ``ax``."""
+    import seaborn as sns
+
+    order = list(dict.fromkeys(data[hue])) if order is None else list(order)
+    return sns.lineplot(data, x=x, y=y, hue=hue, hue_order=order, estimator=estimator,
+                        errorbar=BAND, err_kws={"alpha": alpha}, legend="auto" if legend else False,
+                        ax=ax, **kwargs)
+
+
+def long_table(df):
+    """Long table ``label, step, seed, metric, value`` (numeric values only) of a
+    :func:`~tailtheory.engine.runs.load_runs` frame: what :func:`plot_runs` draws."""
     import pandas as pd
 
     metrics = [c for c in df.columns if not c.startswith(IGNORED)]
     long = df.melt(id_vars=["label", "step", "seed"], value_vars=metrics, var_name="metric")
     long = long.dropna(subset=["value"])
     long["value"] = pd.to_numeric(long["value"], errors="coerce")
-    g = long.dropna(subset=["value"]).groupby(["label", "metric", "step"])["value"]
+    return long.dropna(subset=["value"])
+
+
+def _bands(long):
+    g = long.groupby(["label", "metric", "step"])["value"]
     out = g.agg(mean="mean", lo="min", hi="max", seeds="count").reset_index()
     return out.sort_values(["metric", "label", "step"], ignore_index=True)
+
+
+def band_table(df):
+    """Long table ``label, step, metric, mean, lo, hi, seeds`` of a :func:`load_runs` frame."""
+    return _bands(long_table(df))
 
 
 def plot_runs(runs, steps: int | None = None):
@@ -66,7 +96,9 @@ def plot_runs(runs, steps: int | None = None):
     runs = [Path(r) for r in runs]
     if not runs:
         raise ValueError("no runs given")
-    table = band_table(load_runs(runs, labels=group_labels(runs), steps=steps))
+    long = long_table(load_runs(runs, labels=group_labels(runs), steps=steps))
+    table = _bands(long)
+    labels = sorted(table["label"].unique())
     present = set(table["metric"])
     panels = [m for m in CORE_PANELS if m in present]
     panels += sorted(m for m in present if m not in CORE_PANELS and "/" in m
@@ -77,9 +109,9 @@ def plot_runs(runs, steps: int | None = None):
                              figsize=(4 * cols, 3 * math.ceil(len(panels) / cols)),
                              squeeze=False)
     for ax, metric in zip(axes.flat, panels):
-        for label, d in table[table["metric"] == metric].groupby("label", sort=True):
-            line, = ax.plot(d["step"], d["mean"], label=label, lw=1.2)
-            ax.fill_between(d["step"], d["lo"], d["hi"], color=line.get_color(), alpha=0.2)
+        seed_bands(long[long["metric"] == metric], "step", "value", "label", ax, order=labels,
+                   legend=ax is axes.flat[0], lw=1.2)
+        ax.set_ylabel("")
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
     for ax in list(axes.flat)[len(panels):]:

@@ -232,23 +232,25 @@ def curves_table(data: dict, labels=None):
 
 def plot_curves(data: dict, labels=None, smooth: int = 5):
     """Reward (running mean over ``smooth`` steps) and held-out accuracy against step per method:
-    mean over seeds, band from the lowest to the highest seed. Returns ``(figure, table)``."""
+    mean over seeds, band from the lowest to the highest seed (seaborn on the long table).
+    Returns ``(figure, table)``."""
     import matplotlib.pyplot as plt
+
+    from tailtheory.engine.plot import seed_bands
 
     if not isinstance(smooth, int) or smooth < 1:
         raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
     df = curves_table(data, labels)
+    order = list(dict.fromkeys(df["label"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, metric in zip(axes, ("reward", "held-out accuracy")):
         d = df[df["metric"] == metric].copy()
         if metric == "reward":   # smooth each run before taking the band over seeds
             d["value"] = d.groupby(["label", "seed"])["value"].transform(
                 lambda v: v.rolling(smooth, min_periods=1).mean())
-        for label, g in d.groupby("label", sort=False):
-            agg = g.groupby("step")["value"].agg(["mean", "min", "max"])
-            line, = ax.plot(agg.index, agg["mean"], label=label, lw=1.3)
-            ax.fill_between(agg.index, agg["min"], agg["max"], color=line.get_color(), alpha=0.15)
-        ax.set_xlabel("step")
+        seed_bands(d, "step", "value", "label", ax, order=order, legend=metric == "reward",
+                   alpha=0.15, lw=1.3)
+        ax.set(xlabel="step", ylabel="")
         ax.set_title(metric + (f" (running mean of {smooth})" if metric == "reward" else ""),
                      fontsize=9)
     seeds = df.groupby("label")["seed"].nunique().min()

@@ -5,7 +5,8 @@ Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
 (``tailtheory.mismatch.real.mismatch_tokens``,
 ``tailtheory.mismatch.selection.selection_bias_table``,
 ``tailtheory.mismatch.accumulation.accumulation_table``); this module only draws them.
-Notebook 01 (``make repro``) writes them into ``figures/``.
+Notebook 01 (``make repro``) writes them into ``figures/``. :func:`explore_m3` is notebook 01's
+explorer (:mod:`tailtheory.core.explore`): sliders over :func:`plot_m3_explorer`, nothing saved.
 """
 
 from __future__ import annotations
@@ -117,3 +118,94 @@ def plot_accumulation(sigma: float = 0.3, B: int = 600, T_max: int = 96, V: int 
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig, df
+
+
+# --- explorer (notebook 01) ----------------------------------------------------------------------
+
+M3_EPS_RANGE = (1e-3, 2.0)
+"""The logit mismatch sizes the M3 explorer covers (its eps slider and the right panel's axis)."""
+
+M3_TAIL_FLOOR = 1e-8
+"""Smallest ``1 - p`` drawn by the M3 explorer: below it float64 rounds ``1 - p`` away."""
+
+
+def plot_m3_explorer(eps: float = 0.05, p: float = 0.5, n: int = 128, V: int = 32,
+                     seed: int = 0):
+    """M3 at one logit mismatch size ``eps`` and one trainer probability ``p``.
+
+    Source: DVP (M2, M3). ``n`` random logit rows (:func:`tailtheory.softmax.scores.draw_logits`,
+    from nearly uniform to extremely peaked) get a random perturbation ``delta`` uniform in
+    ``[-eps, eps]^V``; every token's ``|Delta|`` (:func:`tailtheory.mismatch.real.mismatch_tokens`)
+    lies under the exact bound at ``eps``. Left: ``|Delta|`` against ``1 - p`` with the exact,
+    first-order and linear (M2) bounds. Right: the bounds at ``p`` against ``eps``. On both, the
+    star is :func:`~tailtheory.mismatch.logprob.m3_witness` at ``(eps, p)``, which attains the
+    exact bound; the square (right) the largest random ``|Delta|`` of tokens near ``p`` (``1 - p``
+    within a factor 1.25).
+
+    Returns ``(fig, df)``: one row per random token (``p``, ``abs_Delta``, ``eps_measured``, the
+    per-position ``eps`` the perturbation used, and ``bound_exact`` at ``eps``).
+    """
+    import matplotlib.pyplot as plt
+
+    from tailtheory.core.explore import fast_log_ticks
+    from tailtheory.softmax.scores import draw_logits
+
+    eps, p = float(eps), float(p)
+    g = torch.Generator().manual_seed(seed)
+    z = draw_logits(n, V, g)                                                     # (n, V)
+    delta = eps * (2 * torch.rand(n, V, generator=g, dtype=torch.float64) - 1)   # |delta| <= eps
+    tok = {k: v.flatten() for k, v in mismatch_tokens(z[None], (z + delta)[None]).items()}
+    df = pd.DataFrame({"p": tok["p"].numpy(), "abs_Delta": tok["abs_Delta"].numpy(),
+                       "eps_measured": tok["eps"].numpy(),
+                       "bound_exact": mm.mismatch_bound(tok["p"], eps, "exact").numpy()})
+    w_p, w_delta = mm.m3_witness(p, eps, V)
+    witness = float(mm.mismatch_identity(w_p, w_delta)[0].abs())
+    q = 1 - df["p"]
+    near = df[(q > (1 - p) / 1.25) & (q < (1 - p) * 1.25)]
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    shown = df[(q >= M3_TAIL_FLOOR) & (df["abs_Delta"] > 0)]
+    a1.scatter(1 - shown["p"], shown["abs_Delta"], s=3, alpha=0.3, color="tab:blue",
+               label=f"random delta in [-eps, eps]^{V} ({len(df)} tokens)")
+    grid_q = np.logspace(np.log10(M3_TAIL_FLOOR), 0, 200)                     # 1 - p
+    grid_eps = np.logspace(*np.log10(M3_EPS_RANGE), 200)
+    for order, style, label in (("exact", "k-", "exact bound (M3)"),
+                                ("first", "r--", "first order (M3)"),
+                                ("linear", "b:", "2 eps (1-p) (M2, to O(eps^2))")):
+        a1.plot(grid_q, mm.mismatch_bound(torch.from_numpy(1 - grid_q), eps, order).numpy(),
+                style, lw=1, label=label)
+        a2.plot(grid_eps, mm.mismatch_bound(p, torch.from_numpy(grid_eps), order).numpy(),
+                style, lw=1, label=label)
+    for ax, x in ((a1, max(1 - p, M3_TAIL_FLOOR)), (a2, eps)):
+        ax.axvline(x, color="0.5", lw=0.8, ls=":")
+        ax.plot([x], [witness], "*", color="tab:orange", ms=11, label="witness: attains it")
+    if len(near):
+        a2.plot([eps], [near["abs_Delta"].max()], "s", color="tab:blue", ms=6,
+                label=f"largest random |Delta| near p ({len(near)} tokens)")
+    a1.set(xscale="log", yscale="log", xlabel="1 - p (trainer)",
+           ylabel="|Delta| = |log p' - log p|", title=f"every token at eps = {eps:.3g}")
+    a1.set_ylim(max(float(shown["abs_Delta"].min()), 1e-14) if len(shown) else 1e-14,
+                4 * max(eps, 1e-12))
+    a2.set(xscale="log", yscale="log", xlabel="eps (logit mismatch, max |delta|)",
+           title=f"bounds at p = {p:.3g}: exact {witness:.3g}")
+    a1.legend(fontsize=6, loc="lower right")
+    a2.legend(fontsize=6, loc="lower right")
+    for ax in (a1, a2):
+        fast_log_ticks(ax)
+    fig.tight_layout()
+    return fig, df
+
+
+def explore_m3(n: int = 128, V: int = 32, seed: int = 0):
+    """Notebook 01's explorer: sliders for ``eps`` and ``p`` over :func:`plot_m3_explorer`
+    (:func:`tailtheory.core.explore.explorer`; the static figure at the defaults without a
+    widget front end)."""
+    from functools import partial
+
+    from tailtheory.core.explore import Control, explorer
+
+    return explorer(partial(plot_m3_explorer, n=n, V=V, seed=seed),
+                    "M3: random perturbations (dots) stay under the exact bound, which the "
+                    "witness (star) attains; M2's linear form falls below it as eps grows.",
+                    eps=Control(0.05, *M3_EPS_RANGE, log=True, label="eps"),
+                    p=Control(0.5, 0.0, 0.999, 0.001, label="p"))

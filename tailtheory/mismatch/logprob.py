@@ -238,6 +238,24 @@ def k3(log_ratio) -> torch.Tensor:
     return torch.expm1(r) - r
 
 
+def m3_witness(p_k: float, eps: float, V: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """M3's extremal case: token 0 at probability ``p_k`` (the rest spread evenly over ``V - 1``
+    tokens), ``delta_0 = -eps`` and every other ``delta_j = +eps``. There
+    ``|Delta_0| = log(1 + (1 - p_k)(e^{2 eps} - 1))``: the exact bound is attained.
+
+    Source: DVP (M3, tightness). Shapes: -> ``(p (V,), delta (V,))``.
+    """
+    if not isinstance(V, int) or V < 2:
+        raise ValueError(f"V must be an int >= 2, got {V!r}")
+    p_k = float(check_unit_interval(p_k, "p_k"))
+    eps = float(check_nonneg(eps, "eps"))
+    p = torch.full((V,), (1 - p_k) / (V - 1), dtype=torch.float64)
+    p[0] = p_k
+    delta = torch.full((V,), eps, dtype=torch.float64)
+    delta[0] = -eps
+    return p, delta
+
+
 def worst_case_mismatch(p, k: int, eps: float, seed: int = 0) -> tuple[float, torch.Tensor]:
     """Search the ``delta`` maximising ``|Delta_k|`` given ``max_j |delta_j - delta_k| <= 2 eps``.
 

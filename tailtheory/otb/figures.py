@@ -1,11 +1,13 @@
 """Figures of the optimal token baseline (OTB; claims O2, O3, O4, O6).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
-``tailtheory.core.io.save_figure(fig, name, data=df)``.
+``tailtheory.core.io.save_figure(fig, name, data=df)``. :func:`explore_otb` is notebook 03's
+explorer (:mod:`tailtheory.core.explore`): sliders over :func:`plot_otb_explorer`, nothing saved.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tailtheory.otb.experiments import proxy_table
@@ -20,27 +22,30 @@ def plot_baseline_variance(rows):
     """O3, O4: exact ``V(B) / V(M^-1 c)`` of each baseline against the policy's sharpness.
 
     ``rows`` from :func:`tailtheory.otb.variance.variance_sweep`; one panel per EOS setting,
-    the median over seeds and horizons with its min-max band. Returns ``(fig, df)``.
+    the median over seeds and horizons with its min-max band (seaborn on the long table).
+    Returns ``(fig, df)``.
     """
     import matplotlib.pyplot as plt
+
+    from tailtheory.engine.plot import seed_bands
 
     df = pd.DataFrame(list(rows))
     long = df.melt(id_vars=["V", "T", "eos", "sharpness", "seed"],
                    value_vars=[f"ratio_{k}" for k in BASELINE_LABELS],
                    var_name="baseline", value_name="V_over_Vopt")
     long["baseline"] = long["baseline"].str.removeprefix("ratio_")
+    shown = long.assign(baseline=long["baseline"].map(BASELINE_LABELS))
     eos_values = sorted(long["eos"].unique())
     fig, axes = plt.subplots(1, len(eos_values), figsize=(5 * len(eos_values), 3.6),
                              squeeze=False, sharey=True)
     for ax, e in zip(axes[0], eos_values):
-        for name, label in BASELINE_LABELS.items():
-            g = long[(long["eos"] == e) & (long["baseline"] == name)].groupby("sharpness")
-            stats = g["V_over_Vopt"].agg(["median", "min", "max"])
-            ax.plot(stats.index, stats["median"], marker="o", label=label)
-            ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.15)
-        ax.set_yscale("log")
-        ax.set_xlabel("logit sharpness")
+        seed_bands(shown[shown["eos"] == e], "sharpness", "V_over_Vopt", "baseline", ax,
+                   order=BASELINE_LABELS.values(), legend=ax is axes[0][0], estimator="median",
+                   alpha=0.15, marker="o")
+        ax.set(xlabel="logit sharpness", ylabel="")
         ax.set_title("no EOS" if e < 0 else f"EOS = token {e}")
+    # log scale only now: on a log axis seaborn would take the median of the logs
+    axes[0][0].set_yscale("log")
     axes[0][0].set_ylabel("V(B) / V(M^-1 c)")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
@@ -95,5 +100,92 @@ def plot_group_study(rows, reference=("grpo", 32)):
     return fig, df
 
 
+# --- explorer (notebook 03) ----------------------------------------------------------------------
+
+EXPLORER_NS = (2, 4, 8, 16, 32, 64)
+"""Group sizes of the OTB explorer (its slider and the x axis)."""
+
+EXPLORER_METHODS = {"dr_grpo": ("group mean (Dr. GRPO)", "tab:blue"),
+                    "rloo": ("leave-one-out mean (RLOO)", "tab:green"),
+                    "otb": ("OTB", "tab:orange")}
+"""Finite-group methods the explorer samples, with their label and colour."""
+
+EXPLORER_POPULATION = {"mean": ("group mean E[R]", "tab:blue", "-"),
+                       "otb": ("OTB (proxy W_t)", "tab:orange", "-"),
+                       "opt": ("optimum M^-1 c", "k", ":")}
+"""Population baselines whose exact variance the explorer draws, with label, colour, style."""
+
+
+def plot_otb_explorer(N: int = 8, sharpness: float = 2.0, V: int = 3, T: int = 4,
+                      eos: int | None = 0, n_groups: int = 200, seed: int = 0):
+    """O4 and O6 at one group size: OTB's variance against the group mean's.
+
+    Source: OTB (O3, O4, O6). One random tabular policy (``V``, ``T``, ``eos``, ``sharpness``)
+    with binary rewards (:func:`~tailtheory.otb.variance.binary_rewards`). Lines: the exact
+    variance of each population baseline (:func:`~tailtheory.otb.variance.population_baselines`,
+    :func:`~tailtheory.otb.variance.baseline_variance`) over ``N`` samples,
+    ``V(B) / (N ||grad J||^2)``. Dots at ``N``: the relative MSE of ``n_groups`` sampled groups
+    of ``N`` (:func:`~tailtheory.otb.variance.group_study`) for the group mean, RLOO and OTB.
+    Returns ``(fig, df)``: columns ``source`` (``exact`` or ``groups``), ``baseline``, ``N``,
+    ``rel_mse``.
+    """
+    import matplotlib.pyplot as plt
+
+    from tailtheory.core.explore import fast_log_ticks
+    from tailtheory.core.tabular import TabularPolicy
+    from tailtheory.otb.variance import (baseline_variance, binary_rewards, exact_gradient,
+                                         group_study, population_baselines)
+
+    N = int(N)
+    pol = TabularPolicy.random(V, T, eos=eos, sharpness=float(sharpness), seed=seed)
+    R = binary_rewards(pol, seed=seed)
+    grad_sq = float(exact_gradient(pol, R).pow(2).sum())
+    base = population_baselines(pol, R)
+    var = {k: float(baseline_variance(pol, R, base[k])) for k in EXPLORER_POPULATION}
+    Ns = np.array(EXPLORER_NS, dtype=float)
+    rows = [{"source": "exact", "baseline": k, "N": int(n), "rel_mse": var[k] / (n * grad_sq)}
+            for k in EXPLORER_POPULATION for n in Ns]
+    groups = {r["method"]: r for r in group_study(pol, R, Ns=(N,), n_groups=n_groups,
+                                                  methods=tuple(EXPLORER_METHODS), seed=seed)}
+    rows += [{"source": "groups", "baseline": m, "N": N, "rel_mse": groups[m]["rel_mse"]}
+             for m in EXPLORER_METHODS]
+    df = pd.DataFrame(rows)
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for k, (label, color, ls) in EXPLORER_POPULATION.items():
+        ax.plot(Ns, var[k] / (Ns * grad_sq), color=color, ls=ls, lw=1.2,
+                label=f"exact V(B)/N, B = {label}")
+    for m, (label, color) in EXPLORER_METHODS.items():
+        ax.plot([N], [groups[m]["rel_mse"]], "o" if m != "rloo" else "s", color=color, ms=7,
+                mfc="none" if m == "rloo" else color, label=f"{n_groups} groups: {label}")
+    ax.axvline(N, color="0.5", lw=0.8, ls=":")
+    ax.set(xscale="log", yscale="log", xlabel="group size N",
+           ylabel="E||g_hat - grad J||^2 / ||grad J||^2")
+    ax.set_title(f"V(OTB) / V(mean) = {var['otb'] / var['mean']:.3f} (exact); at N = {N}: "
+                 f"OTB / group mean MSE = "
+                 f"{groups['otb']['rel_mse'] / groups['dr_grpo']['rel_mse']:.3f}",
+                 fontsize=9)
+    ax.legend(fontsize=6, loc="lower left")
+    fast_log_ticks(ax)
+    ax.set_xticks(list(EXPLORER_NS), [str(n) for n in EXPLORER_NS])
+    fig.tight_layout()
+    return fig, df
+
+
+def explore_otb():
+    """Notebook 03's explorer: sliders for the group size ``N`` and the policy's sharpness over
+    :func:`plot_otb_explorer` (:func:`tailtheory.core.explore.explorer`; the static figure at
+    the defaults without a widget front end)."""
+    from tailtheory.core.explore import Control, explorer
+
+    return explorer(plot_otb_explorer,
+                    "OTB against the group mean on one tabular policy (V = 3, T = 4, EOS token 0, "
+                    "binary rewards): exact variances over N samples (lines) and sampled groups "
+                    "of N (dots).",
+                    N=Control(8, options=EXPLORER_NS, label="N"),
+                    sharpness=Control(2.0, 0.25, 6.0, 0.25, label="sharpness"))
+
+
 __all__ = ["BASELINE_LABELS", "plot_baseline_variance", "proxy_table", "plot_proxy_vs_true",
-           "plot_group_study"]
+           "plot_group_study", "EXPLORER_NS", "EXPLORER_METHODS", "EXPLORER_POPULATION",
+           "plot_otb_explorer", "explore_otb"]

@@ -128,24 +128,25 @@ def o6_table(data: dict):
 
 def plot_o6(data: dict, smooth: int = 5):
     """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
-    consumed, per configuration: mean over seeds (x: mean cumulative tokens), band min-max.
-    Returns ``(figure, table)``."""
+    consumed, per configuration: mean over seeds (x: mean cumulative tokens of the step), band
+    min-max (seaborn on the long table). Returns ``(figure, table)``."""
     import matplotlib.pyplot as plt
 
+    from tailtheory.engine.plot import seed_bands
+
     df = o6_table(data)
+    order = list(dict.fromkeys(df["label"]))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for ax, metric in zip(axes, ("reward", "held-out accuracy")):
         d = df[df["metric"] == metric].copy()
         if metric == "reward":
             d["value"] = d.groupby(["label", "seed"])["value"].transform(
                 lambda v: v.rolling(smooth, min_periods=1).mean())
-        for label, g in d.groupby("label", sort=False):
-            agg = g.groupby("step").agg(tokens=("tokens", "mean"), mean=("value", "mean"),
-                                        lo=("value", "min"), hi=("value", "max"))
-            line, = ax.plot(agg["tokens"], agg["mean"], label=label, lw=1.3)
-            ax.fill_between(agg["tokens"], agg["lo"], agg["hi"], color=line.get_color(),
-                            alpha=0.15)
-        ax.set_xlabel("response tokens consumed")
+        # every seed of a step at the step's mean token count, so the band is taken over seeds
+        d["mean tokens"] = d.groupby(["label", "step"])["tokens"].transform("mean")
+        seed_bands(d, "mean tokens", "value", "label", ax, order=order,
+                   legend=metric == "reward", alpha=0.15, lw=1.3)
+        ax.set(xlabel="response tokens consumed", ylabel="")
         ax.set_title(metric + (f" (running mean of {smooth})" if metric == "reward" else ""),
                      fontsize=9)
     axes[0].legend(fontsize=7, title="mean; band: min-max over seeds", title_fontsize=7)

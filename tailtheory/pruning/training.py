@@ -118,22 +118,22 @@ def p5_table(data: dict):
 
 def plot_p5(data: dict):
     """Per step: the P2 bias bound, the sampled-token mismatch and the reward, per rho (mean
-    over seeds, band min-max). Returns ``(figure, table)``."""
+    over seeds, band min-max; seaborn on the long table). Returns ``(figure, table)``."""
     import matplotlib.pyplot as plt
+
+    from tailtheory.engine.plot import seed_bands
 
     df = p5_table(data)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for label, d in df.groupby("label", sort=False):
-        g = d.groupby("step")
-        for ax, key in zip(axes, ("bias_bound", "mismatch_abs_mean", "reward")):
-            line, = ax.plot(g[key].mean().index, g[key].mean(), label=label, lw=1.2)
-            ax.fill_between(g[key].min().index, g[key].min(), g[key].max(),
-                            color=line.get_color(), alpha=0.15)
+    for ax, key in zip(axes, ("bias_bound", "mismatch_abs_mean", "reward")):
+        seed_bands(df, "step", key, "label", ax, legend=key == "reward", alpha=0.15, lw=1.2)
     for ax, title in zip(axes, (f"P2 bias bound R_max * sum_t m(s_t) (small: < {BIAS_OK})",
                                 "mean |log rho| of sampled tokens", "reward")):
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
+        ax.set(xlabel="step", ylabel="")
     axes[0].set_yscale("symlog", linthresh=1e-6)
+    axes[0].relim()          # limits with margins in symlog units, as when drawn by hand
+    axes[0].autoscale_view()
     axes[2].legend(fontsize=7)
     fig.tight_layout()
     return fig, df

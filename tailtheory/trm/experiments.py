@@ -196,6 +196,34 @@ def growth_exponent(T, y) -> float:
     return float(np.polyfit(np.log(T[keep]), np.log(y[keep]), 1)[0])
 
 
+def kl_gap(kl_target: float) -> float:
+    """The logit gap ``g`` with ``KL(uniform || softmax(0, g)) = kl_target`` over two tokens:
+    that KL is ``log(1 + e^g) - g/2 - log 2 = log cosh(g/2)``, so ``g = 2 acosh(e^kl_target)``."""
+    if not kl_target >= 0:
+        raise ValueError(f"kl_target must be >= 0, got {kl_target}")
+    return 2.0 * math.acosh(math.exp(kl_target))
+
+
+def uniform_kl_pair(T: int, delta: float) -> tuple[TabularPolicy, TabularPolicy]:
+    """``(pi_roll, pi_theta)`` over ``V = 2``: ``pi_roll`` uniform in every context and
+    ``pi_theta`` the same two logits ``(0, g)`` everywhere, ``KL(pi_roll || pi_theta) = delta``
+    in each context (:func:`kl_gap`). So the per-step divergences are fixed (``delta``,
+    ``eps = D_TV``), ``D^seq_KL = T delta``, and only ``T`` and ``delta`` set the bounds."""
+    roll = TabularPolicy.random(2, T, sharpness=0.0)
+    z = torch.zeros_like(roll.logits)
+    z[:, 1] = kl_gap(delta)
+    return roll, roll.with_logits(z)
+
+
+@one_thread
+def uniform_kl_table(Ts, delta: float) -> pd.DataFrame:
+    """:func:`pair_record` (exact ``|Error|`` at the worst-case reward, every bound of T1-T8 and
+    their halves) of :func:`uniform_kl_pair` for each ``T`` of ``Ts``. Source: TRM (T1-T8,
+    T10, T13)."""
+    return pd.DataFrame([{"delta_target": delta, **pair_record(*uniform_kl_pair(T, delta))}
+                         for T in Ts])
+
+
 def rare_context_pair(p_rare: float, kl_target: float = 1.0) -> tuple[TabularPolicy, TabularPolicy]:
     """T11's counterexample: ``V = 2``, ``T = 2``; under ``pi_roll`` the first token is 1 with
     probability ``p_rare``, and only after it does ``pi_theta`` differ, with
@@ -204,8 +232,7 @@ def rare_context_pair(p_rare: float, kl_target: float = 1.0) -> tuple[TabularPol
     if not 0 < p_rare < 1:
         raise ValueError(f"p_rare must lie in (0, 1), got {p_rare}")
     # roll at the rare context is uniform; theta puts logit gap g there, KL(u || q) = kl_target
-    # with KL(u || softmax(0, g)) = log(1 + e^g) - g/2 - log 2 = log cosh(g/2).
-    g = 2.0 * math.acosh(math.exp(kl_target))
+    g = kl_gap(kl_target)
     z_roll = torch.zeros(3, 2, dtype=torch.float64)
     z_roll[0, 1] = math.log(p_rare / (1 - p_rare))                     # row 0: empty prefix
     z_theta = z_roll.clone()
@@ -253,5 +280,6 @@ def bounds_vs_T(Ts, regimes: dict[str, dict[str, float]]) -> pd.DataFrame:
 
 __all__ = ["SPARSE_FRAC", "ROUNDING_RTOL", "RATIO_FLOOR", "T10_WITNESSES", "witness_pair",
            "witness_ratio", "acceptance_table", "one_thread", "pair_record",
-           "make_pair", "make_stationary_pair", "random_pair_sweep", "sweep_table", "slack_table", "error_vs_T",
+           "make_pair", "make_stationary_pair", "kl_gap", "uniform_kl_pair", "uniform_kl_table",
+           "random_pair_sweep", "sweep_table", "slack_table", "error_vs_T",
            "growth_exponent", "rare_context_pair", "t11_family", "bounds_vs_T"]

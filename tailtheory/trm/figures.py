@@ -1,7 +1,8 @@
 """Figures of TRM's trust-region analysis (claims T1-T8, T12, T13).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
-``tailtheory.core.io.save_figure(fig, name, data=df)``.
+``tailtheory.core.io.save_figure(fig, name, data=df)``. :func:`explore_trm` is notebook 02's
+explorer (:mod:`tailtheory.core.explore`): sliders over :func:`plot_trm_explorer`, nothing saved.
 """
 
 from __future__ import annotations
@@ -84,5 +85,78 @@ def plot_acceptance(qs=(0.001, 0.005, 0.02), Ts=(1, 4, 16, 64, 256, 1024), B: in
     return fig, df
 
 
+# --- explorer (notebook 02) ----------------------------------------------------------------------
+
+EXPLORER_T_MAX = 12
+"""Longest horizon of the TRM explorer: ``2^12`` sequences enumerated, a redraw stays cheap."""
+
+
+def plot_trm_explorer(T: int = 8, delta: float = 0.01):
+    """T1-T8 and the exact ``|Error|`` of one tabular pair at horizon ``T`` and per-step KL
+    ``delta``.
+
+    Source: TRM (T1-T8, T10, T13). The pair is :func:`~tailtheory.trm.experiments.uniform_kl_pair`
+    (``V = 2``, ``KL(pi_roll || pi_theta) = delta`` in every context), scored with the
+    worst-case reward; :func:`~tailtheory.trm.experiments.uniform_kl_table` gives every horizon
+    from 2 to ``T``. Left: ``|Error|`` and each bound against the horizon. Right: their values
+    at ``T``. Returns ``(fig, df)`` with the table's rows.
+    """
+    import matplotlib.pyplot as plt
+
+    from tailtheory.core.explore import fast_log_ticks
+
+    T = int(T)
+    if not 2 <= T <= EXPLORER_T_MAX:
+        raise ValueError(f"T must lie in [2, {EXPLORER_T_MAX}], got {T}")
+    df = tx.uniform_kl_table(range(2, T + 1), float(delta))
+    last = df.iloc[-1]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8), width_ratios=(1.2, 1))
+    names, values, colors = [], [], []
+    for key, (label, color, ls) in BOUND_STYLE.items():
+        a1.loglog(df["T"], df[f"bound/{key}"], color=color, ls=ls, label=label)
+        names.append(label)
+        values.append(last[f"bound/{key}"])
+        colors.append(color)
+    a1.loglog(df["T"], df["half/unified"], color="tab:red", ls=":", lw=1,
+              label="T8 halved (T10)")
+    a1.loglog(df["T"], df["abs_error"], "ko-", ms=4, label="exact |Error|")
+    a1.axvline(T, color="0.5", lw=0.8, ls=":")
+    a1.set(xlabel="horizon T", ylabel="|Error| and its bounds",
+           title=f"delta = {delta:.3g} per step (eps = {last['eps']:.3g})")
+    a1.legend(fontsize=6, loc="upper left")
+    names += ["T8 halved (T10)", "exact |Error|"]
+    values += [last["half/unified"], last["abs_error"]]
+    colors += ["tab:red", "k"]
+    y = np.arange(len(names))[::-1]
+    a2.barh(y, values, color=colors, alpha=0.7)
+    for yi, v in zip(y, values):
+        a2.text(v, yi, f" {v:.3g}", va="center", fontsize=7)
+    a2.set_yticks(y, names, fontsize=7)
+    a2.set_xscale("log")
+    a2.set_xlim(min(v for v in values if v > 0) / 3, max(values) * 8)
+    ratio = last["abs_error"] / last["bound/unified"]
+    a2.set_title(f"at T = {T}: |Error| is {ratio:.1%} of T8 ({last['tightest']} tightest)",
+                 fontsize=9)
+    for ax in (a1, a2):
+        fast_log_ticks(ax)
+    ticks = sorted({t for t in (2, 4, 8) if t <= T / 1.3} | {T})
+    a1.set_xticks(ticks, [str(t) for t in ticks])
+    fig.tight_layout()
+    return fig, df
+
+
+def explore_trm():
+    """Notebook 02's explorer: sliders for ``T`` and ``delta`` over :func:`plot_trm_explorer`
+    (:func:`tailtheory.core.explore.explorer`; the static figure at the defaults without a
+    widget front end)."""
+    from tailtheory.core.explore import Control, explorer
+
+    return explorer(plot_trm_explorer,
+                    "TRM: one tabular pair with the same per-step KL in every context; the exact "
+                    "error (worst-case reward) under every bound, T8 the smallest of T2-T7.",
+                    T=Control(8, 2, EXPLORER_T_MAX, 1, label="T"),
+                    delta=Control(0.01, 1e-4, 1.0, log=True, label="delta"))
+
+
 __all__ = ["BOUND_STYLE", "PAPER_REGIMES", "plot_bounds_vs_T", "plot_error_vs_bounds",
-           "plot_acceptance"]
+           "plot_acceptance", "EXPLORER_T_MAX", "plot_trm_explorer", "explore_trm"]

@@ -87,3 +87,34 @@ def test_p5_verdict_rule():
 def test_bias_bound_is_mass_times_length():
     line = {"dvp/pruned_mass": 1e-3, "rollout/len_mean": 50.0}
     assert pt.bias_bound(line) == pytest.approx(0.05)
+
+
+def _curves():
+    """Two labels, three seeds: reward per step, held-out accuracy at steps 0 and 2."""
+    return {label: [{"seed": s, "reward": [shift + 0.1 * t + 0.01 * s for t in range(4)],
+                     "eval_steps": [0, 2], "eval": [shift + 0.02 * s, shift + 0.2 + 0.02 * s]}
+                    for s in range(3)] for label, shift in (("GRPO", 0.0), ("Lopti", 0.3))}
+
+
+def test_plot_curves_draws_seed_bands_of_the_smoothed_reward_and_of_accuracy():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from plotting import lines_and_bands
+
+    data = _curves()
+    fig, df = lt.plot_curves(data, labels=["GRPO", "Lopti"], smooth=2)
+    assert set(df.columns) == {"label", "seed", "step", "metric", "value"}   # the stored table
+    reward, acc = fig.axes
+    (x, y, band), (_, y2, _) = lines_and_bands(reward)
+    # seed 0 of GRPO: rewards 0, .1, .2, .3 smoothed over 2 steps; the mean adds .01 (seed 1)
+    assert list(x) == [0, 1, 2, 3] and y == pytest.approx([0.01, 0.06, 0.16, 0.26])
+    assert band[1.0] == pytest.approx((0.05, 0.07)) and y2[0] == pytest.approx(0.31)
+    (x, y, band), _ = lines_and_bands(acc)
+    assert list(x) == [0, 2] and y == pytest.approx([0.02, 0.22])
+    assert band[2.0] == pytest.approx((0.2, 0.24))
+    assert [t.get_text() for t in reward.get_legend().get_texts()] == ["GRPO", "Lopti"]
+    assert "3 seeds" in reward.get_legend().get_title().get_text()
+    plt.close(fig)

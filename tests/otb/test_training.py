@@ -68,3 +68,25 @@ def test_o4_running_mean_lemma_by_hand_and_on_random_inputs():
         e = torch.exp(2 * torch.randn(T, generator=g, dtype=torch.float64))
         b = torch.rand(T, generator=g, dtype=torch.float64)
         assert running_mean_gap(e, b, float(torch.rand(1, generator=g))) <= 1e-15
+
+
+def test_plot_o6_bands_over_seeds_at_the_mean_tokens_of_each_step():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from plotting import lines_and_bands
+
+    data = _data(0.4, 0.2, 0.4)
+    fig, df = ot.plot_o6(data, smooth=1)
+    assert list(df.columns) == ["label", "seed", "step", "tokens", "metric", "value"]
+    reward, acc = fig.axes
+    drawn = lines_and_bands(reward)
+    assert len(drawn) == len(data)
+    x, y, band = drawn[0]                                   # OTB N=4: 800 tokens a step
+    assert list(x) == [800, 1600] and y == pytest.approx([0.2, 0.4])
+    assert band[1600.0] == pytest.approx((0.39, 0.41))
+    x, y, _ = lines_and_bands(acc)[0]
+    assert list(x) == [0] and y == pytest.approx([0.25])
+    plt.close(fig)
