@@ -8,13 +8,25 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro test test-thorough test-verl bench sync clean
+.PHONY: repro test test-thorough test-verl bench sync render lab test-lab clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0   # the CPU build; see README
 	$(PY) -m pip install -q -e '.[dev]'
+	@# the kernel under the name the notebooks' metadata gives it, so that JupyterLab does not
+	@# rewrite it (ipykernel's own spec says "Python 3 (ipykernel)") when a notebook is saved
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+	@# in a git checkout: strip outputs from notebooks/*.ipynb when committing (.gitattributes
+	@# scopes the filter there; the renders in docs/notebooks/ keep theirs). Cell ids are kept,
+	@# and the language_info that JupyterLab adds on saving goes too.
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  $(VENV)/bin/nbstripout --install --attributes .gitattributes && \
+	  git config filter.nbstripout.clean '"$(PY)" -m nbstripout --keep-id' && \
+	  git config diff.ipynb.textconv '"$(PY)" -m nbstripout --keep-id -t' && \
+	  git config filter.nbstripout.extrakeys 'metadata.language_info'; \
+	fi
 	touch $(STAMP)
 
 ## repro: verify every claim (quick profile) and regenerate every figure into figures/
@@ -58,6 +70,27 @@ bench: $(STAMP)
 ## sync: re-pair notebooks/*.ipynb with their py:percent sources
 sync: $(STAMP)
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
+
+## render: execute every notebook (quick preset) in a Jupyter kernel into docs/notebooks/*.ipynb,
+## outputs and images included (the figures they save refresh figures/, as `make repro` does;
+## explorers drawn as static figures, which code hosts can show);
+## `make render NB="01 04"` renders some
+render: $(STAMP)
+	env -u MPLBACKEND TAILTHEORY_WIDGETS=0 $(PY) docs/notebooks/render.py --figures $(FIGS) $(NB)
+
+## lab: JupyterLab on notebooks/ (figures a kernel saves go to the ignored figures/scratch/)
+lab: $(STAMP)
+	env -u MPLBACKEND $(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
+
+## test-lab: JupyterLab in headless Chromium: open notebook 01, Run All, see its figures and its
+## verdict table (not part of `make test`: it installs Debian's chromium with apt-get if missing)
+test-lab: $(STAMP)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; }
+	@$(PY) -c "import selenium" 2>/dev/null || $(PY) -m pip install -q selenium
+	env -u MPLBACKEND TAILTHEORY_TEST_LAB=1 $(PY) -m pytest -p no:cacheprovider -v -s tests/lab
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -24,10 +24,25 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+SCRATCH_FIGURES = "scratch"
+"""Sub-folder of the checkout's ``figures/`` (ignored by git) that a Jupyter kernel writes to."""
+
+
 def figures_dir() -> Path:
     """Where figures go: ``$TAILTHEORY_FIGURES``, else ``figures/`` of the checkout (or of the
-    working directory when the package is installed outside one)."""
-    default = REPO_ROOT / "figures" if (REPO_ROOT / "pyproject.toml").exists() else Path("figures")
+    working directory when the package is installed outside one). Inside a Jupyter kernel the
+    checkout's default is ``figures/scratch/``, which git ignores: running or saving a notebook in
+    JupyterLab leaves the tracked figures alone (``make repro`` and ``make render`` set
+    ``$TAILTHEORY_FIGURES``)."""
+    if (REPO_ROOT / "pyproject.toml").exists():
+        default = REPO_ROOT / "figures"
+        if FIGURES_ENV not in os.environ:
+            from tailtheory.core.display import in_kernel
+
+            if in_kernel():
+                default = default / SCRATCH_FIGURES
+    else:
+        default = Path("figures")
     d = Path(os.environ.get(FIGURES_ENV, default))
     d.mkdir(parents=True, exist_ok=True)
     return d

@@ -75,3 +75,22 @@ def test_remove_partial_writes_takes_only_atomic_write_leftovers(tmp_path):
     assert remove_partial_writes(tmp_path) == sorted(left)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "mine.tmp"]
     assert remove_partial_writes(tmp_path / "absent") == []
+
+
+def test_figures_dir_in_a_kernel_is_the_ignored_scratch_folder(monkeypatch):
+    """JupyterLab runs leave the tracked figures/ alone; $TAILTHEORY_FIGURES still decides."""
+    import subprocess
+
+    from tailtheory.core import display, io
+
+    monkeypatch.delenv(io.FIGURES_ENV, raising=False)
+    assert io.figures_dir() == io.REPO_ROOT / "figures"  # a script, `make repro`
+    monkeypatch.setattr(display, "in_kernel", lambda: True)
+    scratch = io.figures_dir()
+    assert scratch == io.REPO_ROOT / "figures" / io.SCRATCH_FIGURES
+    if (io.REPO_ROOT / ".git").exists():  # ignored by git
+        probe = scratch / "token_tail_mismatch_vs_p.png"
+        rc = subprocess.run(["git", "-C", str(io.REPO_ROOT), "check-ignore", "-q", str(probe)])
+        assert rc.returncode == 0, f"{scratch} must be ignored by git (.gitignore)"
+    monkeypatch.setenv(io.FIGURES_ENV, str(io.REPO_ROOT / "figures"))  # `make repro`, `make render`
+    assert io.figures_dir() == io.REPO_ROOT / "figures"
