@@ -41,7 +41,10 @@ def test_render_is_current(src):
     assert not unrun, f"{where}: code cells {unrun} were not executed: run `make render`"
     errors = [o.get("ename") for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{where} shows errors {errors}: fix the notebook, then `make render`"
-    if any("show_figure(fig" in s for s in source):
-        images = sum("image/png" in o.get("data", {}) for c in code for o in c.outputs)
-        assert images, f"{where} shows no figure: run `make render`"
+    blank = [i for i, c in enumerate(code) if "show_figure(" in c.source
+             and not any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert not blank, f"{where}: figure cells {blank} show no image: run `make render`"
+    verdict = [c for c in code if "verdict_report(" in c.source]
+    assert all(any("<table" in str(o.get("data", {}).get("text/html", "")) for o in c.outputs)
+               for c in verdict), f"{where}: the verdict cell shows no HTML table"
     assert "jupytext" not in rendered.metadata, f"{where} is paired: Lab would write a .py"
