@@ -363,8 +363,10 @@ def test_rollout_lengths_are_logged(straight):
 
 REGRESSION = Path(__file__).parent / "data" / "metrics_3_steps.json"
 """Metric lines (time keys aside) and the final weights' sum of 3-step runs, recorded on one x86-64
-CPU before the engine was split into types / registry / methods and the step into one record. If
-the numerics change on purpose, regenerate it from the runs below."""
+CPU before the engine was split into types / registry / methods and the step into one record
+(the ``hf`` rollout backend); the three ``.../fast`` runs were recorded on another x86-64 CPU
+when the ``fast`` inference engine became the default. If the numerics change on purpose,
+regenerate it from the runs below."""
 
 DISCRETE = ("step", "reward/", "rollout/", "_frac", "_rate")
 """Keys (prefixes or suffixes) that are counts, or ratios of counts, of sampled tokens: they
