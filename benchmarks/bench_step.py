@@ -142,7 +142,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from bench_trl import LR, save_model  # noqa: E402
+from bench_trl import LR, save_model, step_clock  # noqa: E402
 from tailtheory.core.io import atomic_write_json  # noqa: E402
 
 PROMPTS, G, MAX_NEW = 32, 8, 100
@@ -289,7 +289,7 @@ def bench_trl(w: Workload) -> dict:
     """TRL's ``GRPOTrainer`` on the same model, tokenizer, prompts and shapes."""
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
 
     from tailtheory.engine.tasks import Problem
 
@@ -304,19 +304,7 @@ def bench_trl(w: Workload) -> dict:
     def task_reward(completion_ids, answer, **_):  # the engine's reward, on the sampled ids
         return [task.reward(Problem([], a), ids).total for ids, a in zip(completion_ids, answer)]
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.t: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self._t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.t.append(time.perf_counter() - self._t0)
-            if len(self.t) == WARMUP + 2 and self.t[-1] > TRL_SLOW_S:
-                control.should_training_stop = True
-
-    clock, gen_s, seen = Clock(), [], []
+    clock, gen_s, seen = step_clock(stop_after=WARMUP + 2, slow_s=TRL_SLOW_S), [], []
     with tempfile.TemporaryDirectory() as out:
         cfg = trl.GRPOConfig(output_dir=out, per_device_train_batch_size=TRL_MICRO,
                              gradient_accumulation_steps=PROMPTS * G // TRL_MICRO,

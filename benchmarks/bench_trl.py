@@ -65,11 +65,32 @@ def bench_engine(model_dir: Path, rollout: str) -> dict:
     return _summary(step_s, tokens, rollout_s=[m["time/rollout_s"] for m in lines])
 
 
+def step_clock(stop_after: int | None = None, slow_s: float | None = None):
+    """A ``TrainerCallback`` whose ``t`` lists the seconds of every optimiser step
+    (``on_step_begin`` -> ``on_step_end``); with ``stop_after`` and ``slow_s``, training stops
+    once step ``stop_after`` took longer than ``slow_s``."""
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.t: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.t.append(time.perf_counter() - self._t0)
+            if stop_after is not None and len(self.t) == stop_after and self.t[-1] > slow_s:
+                control.should_training_stop = True
+
+    return Clock()
+
+
 def bench_trl(model_dir: Path) -> dict:
     """TRL's ``GRPOTrainer`` on the same model, tokenizer, prompts and shapes."""
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
 
     from tailtheory.engine.tasks import get_task
 
@@ -81,17 +102,7 @@ def bench_trl(model_dir: Path) -> dict:
     def reward(completions, answer, **_):
         return [float(c.split("<eos>")[0].strip() == a) for c, a in zip(completions, answer)]
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.t: list[float] = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self._t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            self.t.append(time.perf_counter() - self._t0)
-
-    clock = Clock()
+    clock = step_clock()
     with tempfile.TemporaryDirectory() as out:
         cfg = trl.GRPOConfig(output_dir=out, per_device_train_batch_size=PROMPTS * G,
                              num_generations=G, max_completion_length=MAX_NEW,

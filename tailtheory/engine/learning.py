@@ -144,42 +144,46 @@ def measure(root: str | Path = "runs/learn", workers: int = 2) -> dict:
     return data
 
 
+CURVES = {"eval/accuracy": "held-out accuracy", "reward/mean": "train reward"}
+"""The metrics the learning figure draws, and their names on it."""
+
+
 def curves(runs) -> "pd.DataFrame":
-    """Long table ``seed, step, metric, value`` of the runs: held-out accuracy at its
-    evaluations, train reward (mean of the step's responses) at every step."""
-    import pandas as pd
+    """Long table ``label, step, seed, metric, value`` of the runs (:func:`long_table` of
+    :func:`load_runs`): held-out accuracy at its evaluations, train reward (mean of the step's
+    responses) at every step, under the names of :data:`CURVES`."""
+    from tailtheory.engine.plot import long_table
+    from tailtheory.engine.runs import load_runs
 
-    from tailtheory.engine.trainer import read_metrics
-
-    rows = []
-    for run in runs:
-        seed = json.loads((Path(run) / "config.json").read_text())["seed"]
-        for m in read_metrics(run):
-            rows.append((seed, m["step"], "train reward", m["reward/mean"]))
-            if m.get("eval/accuracy") is not None:
-                rows.append((seed, m["step"], "held-out accuracy", m["eval/accuracy"]))
-    return pd.DataFrame(rows, columns=["seed", "step", "metric", "value"])
+    long = long_table(load_runs(runs))
+    long = long[long["metric"].isin(list(CURVES))].copy()
+    long["metric"] = long["metric"].map(CURVES)
+    return long.reset_index(drop=True)
 
 
 def plot_learning(runs, smooth: int = 10):
     """Held-out accuracy and train reward against step: mean over seeds with the min-max band
-    (seaborn), every seed as a thin line; the reward as a ``smooth``-step rolling mean.
-    Returns ``(figure, long table)``; save both with :func:`tailtheory.core.io.save_figure`."""
+    (:func:`~tailtheory.engine.plot.seed_bands`), every seed as a thin line; the reward as a
+    ``smooth``-step rolling mean. Returns ``(figure, long table)``; save both with
+    :func:`tailtheory.core.io.save_figure`."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    df = curves(runs)
+    from tailtheory.engine.plot import seed_bands
+
+    df = curves(runs).sort_values(["seed", "step"])
     rew = df["metric"] == "train reward"
-    df.loc[rew, "value"] = (df[rew].sort_values("step").groupby("seed")["value"]
+    df.loc[rew, "value"] = (df[rew].groupby("seed")["value"]
                             .transform(lambda v: v.rolling(smooth, min_periods=1).mean()))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, metric in zip(axes, ("held-out accuracy", "train reward")):
+    for ax, metric in zip(axes, CURVES.values()):
         part = df[df["metric"] == metric]
         sns.lineplot(part, x="step", y="value", units="seed", estimator=None, ax=ax,
                      color="0.6", linewidth=0.6, alpha=0.7)
-        sns.lineplot(part, x="step", y="value", errorbar=("pi", 100), ax=ax, color="C0",
-                     marker="o" if metric == "held-out accuracy" else None,
-                     label=f"mean of {part['seed'].nunique()} seeds (band: min-max)")
+        seed_bands(part, x="step", y="value", hue="label", ax=ax, palette=["C0"],
+                   marker="o" if metric == "held-out accuracy" else None)
+        ax.plot([], [], color="C0", label=f"mean of {part['seed'].nunique()} seeds "
+                                          f"(band: min-max)")
         title = metric if metric != "train reward" else f"train reward ({smooth}-step mean)"
         ax.set(title=title, xlabel="GRPO step", ylabel=metric)
         ax.legend(loc="lower right", fontsize=8)

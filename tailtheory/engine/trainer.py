@@ -184,16 +184,16 @@ def _micro_batched(model, rb, keep, cfg: TrainConfig, step: int, ref,
 
     A full forward over ``B`` rows is slower on a CPU than the same rows in micro-batches of
     64: its activations leave the caches (256 rows: 1.4x the time at 130 tokens a row,
-    ``benchmarks/bench_step.py``; 4x at 85 tokens). The
-    numbers equal the whole-batch forward's up to float32 rounding (reduction order), and are
-    bitwise the same from one run to the next.
+    ``benchmarks/bench_step.py``; 4x at 85 tokens). The numbers equal the whole-batch
+    forward's up to float32 rounding (reduction order), and are bitwise the same from one run to
+    the next.
     """
     B, T = rb.response.shape
     lens = rb.mask.sum(-1)                                                    # (B,)
     order = torch.argsort(rb.prompt_lens + lens, stable=True)
     parts, logits = [], []
     for rows in order.split(cfg.micro_batch):
-        sub, p0 = _rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+        sub = _rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
         st, z = _forward_stats_rows(model, sub, _slice_bt(keep, rows, sub), cfg, step,
                                     _slice_bt(ref, rows, sub), self_ref)
         parts.append((rows, st))
@@ -224,18 +224,17 @@ def _slice_bt(x, rows: torch.Tensor, sub) -> torch.Tensor | None:
     return None if x is None else x[rows, :sub.response.shape[1]]
 
 
-def _rows(rb: RolloutBatch, rows: torch.Tensor, p: int, t: int) -> tuple[RolloutBatch, int]:
+def _rows(rb: RolloutBatch, rows: torch.Tensor, p: int, t: int) -> RolloutBatch:
     """Rows ``rows`` of ``rb``: the prompt block cut to its last ``p`` columns (left padding only
     is dropped), the response to its first ``t`` tokens (past every row's EOS)."""
     P = rb.prompt_len
     t = max(t, 1)
     cols = torch.arange(P - p, P + t, device=rb.input_ids.device)
-    sub = RolloutBatch(input_ids=rb.input_ids[rows][:, cols], prompt_len=p,
-                       response=rb.response[rows, :t], mask=rb.mask[rows, :t],
-                       logp=rb.logp[rows, :t], logits=None,
-                       attention_mask=rb.attention_mask[rows][:, cols],
-                       prompt_lens=rb.prompt_lens[rows])
-    return sub, P - p
+    return RolloutBatch(input_ids=rb.input_ids[rows][:, cols], prompt_len=p,
+                        response=rb.response[rows, :t], mask=rb.mask[rows, :t],
+                        logp=rb.logp[rows, :t], logits=None,
+                        attention_mask=rb.attention_mask[rows][:, cols],
+                        prompt_lens=rb.prompt_lens[rows])
 
 
 def _forward_stats_rows(model, rb, keep, cfg: TrainConfig, step: int, ref=None,

@@ -238,21 +238,23 @@ def k3(log_ratio) -> torch.Tensor:
     return torch.expm1(r) - r
 
 
-def m3_witness(p_k: float, eps: float, V: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
-    """M3's extremal case: token 0 at probability ``p_k`` (the rest spread evenly over ``V - 1``
-    tokens), ``delta_0 = -eps`` and every other ``delta_j = +eps``. There
-    ``|Delta_0| = log(1 + (1 - p_k)(e^{2 eps} - 1))``: the exact bound is attained.
+def m3_witness(p_k: float, eps: float, V: int = 2, k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """M3's extremal case: token ``k`` at probability ``p_k`` (the rest spread evenly over
+    ``V - 1`` tokens), ``delta_k = -eps`` and every other ``delta_j = +eps``. There
+    ``|Delta_k| = log(1 + (1 - p_k)(e^{2 eps} - 1))``: the exact bound is attained.
 
     Source: DVP (M3, tightness). Shapes: -> ``(p (V,), delta (V,))``.
     """
     if not isinstance(V, int) or V < 2:
         raise ValueError(f"V must be an int >= 2, got {V!r}")
+    if not isinstance(k, int) or not 0 <= k < V:
+        raise ValueError(f"k must be a token index in [0, {V}), got {k!r}")
     p_k = float(check_unit_interval(p_k, "p_k"))
     eps = float(check_nonneg(eps, "eps"))
     p = torch.full((V,), (1 - p_k) / (V - 1), dtype=torch.float64)
-    p[0] = p_k
+    p[k] = p_k
     delta = torch.full((V,), eps, dtype=torch.float64)
-    delta[0] = -eps
+    delta[k] = -eps
     return p, delta
 
 

@@ -65,7 +65,7 @@ def _lines(rewards, evals) -> list[dict]:
 def _run(tmp_path, name, rewards, evals, seed=1):
     run = tmp_path / name
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"seed": seed}))
+    (run / "config.json").write_text(json.dumps({"seed": seed, "method": "grpo"}))
     (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n"
                                                for m in _lines(rewards, evals)))
     return run
@@ -86,6 +86,22 @@ def test_summary_and_verdict_on_hand_made_runs(tmp_path):
     falling = learning.summarize(_run(tmp_path, "falling", rising[::-1],
                                       {0: 0.3, 40: 0.6, 50: 0.6}, seed=3))
     assert learning.verdict([falling])[0] == "DOES-NOT-LEARN"  # held out up, reward down
+
+
+def test_learning_figure_draws_both_curves_over_seeds(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rising = [0.3 + 0.004 * i for i in range(60)]
+    runs = [_run(tmp_path, f"s{s}", rising, {0: 0.3, 50: 0.5 + 0.1 * s}, seed=s) for s in (1, 2)]
+    fig, table = learning.plot_learning(runs, smooth=5)
+    assert set(table["metric"]) == set(learning.CURVES.values())
+    held = table[table["metric"] == "held-out accuracy"]
+    assert sorted(held["value"]) == pytest.approx([0.3, 0.3, 0.6, 0.7])
+    assert [ax.get_title() for ax in fig.axes] == ["held-out accuracy",
+                                                   "train reward (5-step mean)"]
+    plt.close(fig)
 
 
 def test_summary_refuses_runs_without_evaluations(tmp_path):

@@ -40,18 +40,6 @@ def test_m3_explorer_draws_tokens_under_the_bound_and_the_witness_on_it(eps, p):
     plt.close(fig)
 
 
-def test_m3_witness_attains_the_exact_bound():
-    for p_k, eps, V in ((0.3, 0.1, 2), (0.9, 1.5, 5), (0.0, 0.2, 3)):
-        p, delta = mm.m3_witness(p_k, eps, V)
-        assert p.sum() == pytest.approx(1.0) and p[0] == p_k and delta.abs().max() == eps
-        assert float(mm.mismatch_identity(p, delta)[0].abs()) == pytest.approx(
-            float(mm.mismatch_bound(p_k, eps)), rel=1e-12)
-    with pytest.raises(ValueError):
-        mm.m3_witness(0.5, 0.1, V=1)
-    with pytest.raises(ValueError):
-        mm.m3_witness(1.5, 0.1)
-
-
 def test_explore_m3_outside_a_kernel_draws_once_and_shows_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_FIGURES", str(tmp_path))
     before = plt.get_fignums()

@@ -18,15 +18,6 @@ from tailtheory.core import stats
 ATOL = 1e-10
 
 
-def _witness(V: int, k: int, eps: float, p_k: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """M3's extremal case: token k at probability p_k, delta_k = -eps, every other delta = +eps."""
-    p = torch.full((V,), (1 - p_k) / (V - 1), dtype=torch.float64)
-    p[k] = p_k
-    delta = torch.full((V,), eps, dtype=torch.float64)
-    delta[k] = -eps
-    return p, delta
-
-
 # --- M1 -----------------------------------------------------------------------------------------
 
 @given(mismatch_cases())
@@ -83,7 +74,7 @@ def test_m2_linear_bound_up_to_second_order(case):
 @pytest.mark.parametrize("eps", [1e-2, 1e-3, 1e-4])
 def test_m2_linear_bound_tight_and_exceeded_by_eps_squared(eps):
     """M2: the witness reaches 2 eps (1-p) to first order and exceeds it by Theta(eps^2)."""
-    p, delta = _witness(V=5, k=2, eps=eps, p_k=0.3)
+    p, delta = mm.m3_witness(0.3, eps, V=5, k=2)
     Delta = float(mm.mismatch_identity(p, delta)[2].abs())
     linear = float(mm.mismatch_bound(p[2], eps, "linear"))
     excess = Delta - linear
@@ -127,13 +118,20 @@ def test_m3_bound_moves_right(p1, p2, e1, e2):
 @example(p_k=0.9999989999999999, eps=0.0001, V=4)  # Delta ~ 2e-10: absolute rounding dominates
 def test_m3_witness_attains_bound(p_k, eps, V):
     """M3 is tight: delta_k = -eps, delta_j = +eps attains the exact bound (ratio 1)."""
-    p, delta = _witness(V, 0, eps, p_k)
+    p, delta = mm.m3_witness(p_k, eps, V)
     Delta = float(mm.mismatch_identity(p, delta)[0].abs())
     bound = float(mm.mismatch_bound(p[0], eps))
     target(Delta / bound)
     # Delta = delta_k - log(sum_j p_j e^delta_j): the log of an O(1) sum carries an absolute
     # float64 error of a few 1e-16, which dominates when Delta itself is tiny (p_k near 1)
     assert abs(Delta - bound) <= 1e-9 * bound + 1e-15, (Delta, bound)
+
+
+@pytest.mark.parametrize("kw", [{"V": 1}, {"V": 3, "k": 3}, {"p_k": 1.5}, {"eps": -0.1}])
+def test_m3_witness_bad_input_is_an_error(kw):
+    args = {"p_k": 0.5, "eps": 0.1, **kw}
+    with pytest.raises(ValueError):
+        mm.m3_witness(**args)
 
 
 def test_m3_optimiser_finds_the_bound():
