@@ -32,7 +32,7 @@
 # - **O6 (b)** OTB at N = 4 against GRPO at N = 4 and N = 16, reward and held-out accuracy
 #   against the tokens consumed.
 #
-# Every criterion is fixed in the module docstrings (`tailtheory.mismatch.training`,
+# Every criterion is fixed in the module docstrings (`tailtheory.tim.training`,
 # `tailtheory.trm.training`, `tailtheory.otb.training`) before measuring. Preset `quick` (CPU,
 # a minute or two) trains a few configurations for 4 steps from a 120-step warm start: a
 # pipeline check, figures named `_quick`. The evidence comes from the `full` preset's runs (the
@@ -71,7 +71,7 @@ CLAIMS = ["V3", "V4", "V5", "T14", "O6"]
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti.training import plot_curves
-from tailtheory.mismatch import training, training_figures
+from tailtheory.tim import figures, training
 from tailtheory.otb import training as otb_training
 from tailtheory.trm import training as trm_training
 
@@ -95,7 +95,7 @@ show_figure(fig, f"mismatch_training_runs_{PRESET}", df_runs, provenance("runs",
 # %%
 dumped = {label: plan[label] for label in shown if plan[label][0].dump_tokens}
 numbers = training.measure_v(dumped, workers=WORKERS)  # cached runs: reads their token dumps
-training_figures.contribution_table(numbers).groupby(["label", "sign"])["count"].sum()
+figures.contribution_table(numbers).groupby(["label", "sign"])["count"].sum()
 
 # %% [markdown]
 # ## (2) V4: reward and held-out accuracy per rollout path and knob (full preset)
@@ -111,7 +111,7 @@ fig, df_paths = plot_curves(data, training.main_labels(data))
 show_figure(fig, "mismatch_training_paths", df_paths, STORED)
 fig, df_knobs = plot_curves(data, training.knob_labels(data))
 show_figure(fig, "mismatch_training_knobs", df_knobs, STORED)
-training_figures.harm_frame(data)
+figures.harm_frame(data)
 
 # %% [markdown]
 # ## (3) V3: the contribution `C = −(r − 1)A` by sign of `A`
@@ -119,7 +119,7 @@ training_figures.harm_frame(data)
 # At the step's one update `r = π_train / π_old`: exactly 1 under recompute, `ρ` under bypass.
 
 # %%
-fig, df_c = training_figures.plot_contribution(data)
+fig, df_c = figures.plot_contribution(data)
 show_figure(fig, "mismatch_training_contribution", df_c, STORED)
 training.v3_evidence(data).numbers
 
@@ -127,7 +127,7 @@ training.v3_evidence(data).numbers
 # ## (4) V4: the remedies on `fp8 bypass`, from the same start
 
 # %%
-fig, df_rem = training_figures.plot_finals(data, training.remedy_labels(data))
+fig, df_rem = figures.plot_finals(data, training.remedy_labels(data))
 show_figure(fig, "mismatch_training_remedies", df_rem, STORED)
 df_rem.groupby("label", sort=False)[["final_reward", "final_eval"]].mean()
 
@@ -135,7 +135,7 @@ df_rem.groupby("label", sort=False)[["final_reward", "final_eval"]].mean()
 # ## (5) V5: the mismatch KL against the reward, per step
 
 # %%
-fig, df_kl = training_figures.plot_kl_reward(data)
+fig, df_kl = figures.plot_kl_reward(data)
 show_figure(fig, "mismatch_training_kl_reward", df_kl, STORED)
 
 # %% [markdown]

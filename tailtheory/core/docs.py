@@ -21,7 +21,7 @@ from tailtheory.core.registry import SECTIONS, Claim, Verdict, all_claims
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "claims.md"
 
-CARD_SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb")
+CARD_SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """Sections whose ``__init__`` docstring is a paper card; ``engine`` has a module overview."""
 
 VERDICT_MEANING = {

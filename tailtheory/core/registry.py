@@ -128,7 +128,7 @@ def register(claim_id: str, *, paper: str, statement: str, expected: Verdict):
     return wrap
 
 
-SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "engine")
+SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """The sections of the claims, one subpackage each; a section's checks live in its ``claims.py``."""
 
 
@@ -140,7 +140,7 @@ def _load_all() -> None:
 
 
 def _sort_key(claim_id: str) -> tuple[int, int]:
-    order = "SMPLTOV"  # the sections of the claims, in order (softmax ... engine)
+    order = "SMPLTOV"  # the sections of the claims, in order (softmax ... tim)
     letter = claim_id[0]
     return (order.index(letter) if letter in order else len(order), int(claim_id[1:]))
 

@@ -11,7 +11,7 @@ dispatch, ``repeat_kv`` copies of the cache); here a step is a few dozen tensor 
 - **Weights** are read from the trainer ``model`` at every :meth:`InferenceEngine.sync`, in the
   engine's dtype (:data:`DTYPES`): ``float32``, ``bf16``, ``fp16``, or ``fp8`` = the Linear
   weights of the transformer blocks quantised to e4m3 and dequantised to bfloat16 by
-  ``tailtheory.mismatch.copies`` (``fp8_quantize`` / ``fp8_dequantize`` / ``fp8_weight_names``:
+  ``tailtheory.engine.copies`` (``fp8_quantize`` / ``fp8_dequantize`` / ``fp8_weight_names``:
   the values of the ``fp8`` inference copy), the rest cast to bfloat16, the forward in
   bfloat16. q/k/v form one matrix, gate/up another.
 - **The forward** follows the Hugging Face eager code op for op: RMSNorm in float32 then cast,
@@ -70,7 +70,7 @@ import torch
 import torch.nn.functional as F
 
 from tailtheory.core.forward import logit_transforms, position_ids
-from tailtheory.mismatch.copies import (FP8_SCALING, fp8_dequantize, fp8_quantize, fp8_dtype,
+from tailtheory.engine.copies import (FP8_SCALING, fp8_dequantize, fp8_quantize, fp8_dtype,
                                         fp8_weight_names)
 
 ARCHS = ("qwen2", "llama")
@@ -148,7 +148,7 @@ class InferenceEngine:
     """The forward of a supported trainer ``model`` (see :func:`supports`) in ``dtype``.
 
     ``dtype``: a key of :data:`DTYPES`; ``fp8_scaling``: the ``fp8`` scales (``channel`` or
-    ``tensor``, as ``tailtheory.mismatch.copies``). :meth:`sync` reloads the weights;
+    ``tensor``, as ``tailtheory.engine.copies``). :meth:`sync` reloads the weights;
     :meth:`start` prefills a batch and returns its :class:`Decode`.
     """
 

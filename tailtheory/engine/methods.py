@@ -2,7 +2,7 @@
 
 Each function is a :class:`~tailtheory.engine.types.MethodFn`; its first docstring line is what
 ``tailtheory methods`` prints. Formulas live with their paper: TIM's corrections in
-``tailtheory/mismatch/corrections.py``, LOPTI's in ``tailtheory/lopti/reweight.py``, DVP's kept
+``tailtheory/tim/corrections.py``, LOPTI's in ``tailtheory/lopti/reweight.py``, DVP's kept
 set in ``tailtheory/pruning/sampler.py``, TRM's mask in ``tailtheory/trm/mask.py``, the
 advantages in the registry of ``tailtheory/otb/baselines.py``; the clipped surrogate (with the
 optional dual clip) and the loss aggregations (``LOSS_AGGS``) are below.
@@ -16,7 +16,7 @@ import torch
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodFn, MethodParams, PolicyBatch
 from tailtheory.lopti.reweight import advantage_reweight, lopti_passes
-from tailtheory.mismatch.corrections import (geo_keep, icepop_keep, icepop_weight, mis_keep,
+from tailtheory.tim.corrections import (geo_keep, icepop_keep, icepop_weight, mis_keep,
                                              mis_weight, seq_tis_weight, tis_weight)
 from tailtheory.otb.baselines import advantage_fn, realized_energy
 from tailtheory.pruning.sampler import dvp_keep

@@ -27,7 +27,7 @@ above); ``fast`` with the separate engine of ``tailtheory.engine.inference`` (fl
 which prefills each distinct prompt once and drops finished rows; same ``_step``, same
 ``RolloutBatch``. A model it cannot run falls back to ``hf`` with a warning.
 
-The copies are made by ``tailtheory.mismatch.copies`` (the same copies as M7's paired logits);
+The copies are made by ``tailtheory.engine.copies`` (the same copies as M7's paired logits);
 the trainer's forward is ``tailtheory.core.forward.full_forward``.
 
 Sign convention as in ``tailtheory.mismatch.logprob``: ``Delta = logp_rollout - logp_trainer``.
@@ -46,7 +46,7 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.forward import full_forward, left_pad, position_ids  # noqa: F401 (re-exported)
 from tailtheory.core.stats import token_stats
-from tailtheory.mismatch.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
+from tailtheory.engine.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8")
@@ -69,7 +69,7 @@ class RolloutConfig:
     decoding, V2)."""
     fp8_scaling: str = FP8_SCALING
     """Scales of the ``fp8`` path: ``channel`` (one per output row, the default) or ``tensor``;
-    see ``tailtheory.mismatch.copies.FP8_SCALING``."""
+    see ``tailtheory.engine.copies.FP8_SCALING``."""
     temperature: float = 1.0
     """Sampling temperature ``tau``: the sampled distribution is ``softmax(z / tau)``."""
     max_new_tokens: int = 16

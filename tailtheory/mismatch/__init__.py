@@ -43,16 +43,9 @@ Where each claim lives (modules of `tailtheory/mismatch/`, tests in `tests/misma
 | M4 | `logprob.sampled_mismatch_bias`, `logprob.kl_divergence` | - | `claims._m4` | `figures.plot_selection_bias` (data `selection.selection_bias_table`) | `test_logprob.py`, `test_selection.py` |
 | M5 | `selection.sampled_bias_monte_carlo` | `selection.sampled_bias_second_order` (the formula) | `claims._m5` | `figures.plot_selection_bias` | `test_selection.py` |
 | M6 | `accumulation.sequence_log_ratio`, `accumulation.simulate_sequences`, `accumulation.accumulation_regression` | - | `claims._m6` | `figures.plot_accumulation` (data `accumulation.accumulation_table`) | `test_accumulation.py` |
-| M7 | `real.paired_logits`, `real.mismatch_envelope`, `copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `test_copies.py` |
+| M7 | `real.paired_logits`, `real.mismatch_envelope`, `tailtheory.engine.copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `tests/engine/test_copies.py` |
 
-Also here: TIM's corrections of the mismatch, weights on ``rho = pi_train / pi_roll``
-(token TIS `corrections.tis_weight`, sequence TIS `corrections.seq_tis_weight`, masked IS
-`corrections.mis_weight`, IcePop `corrections.icepop_weight`, and the rejections with weight 1
-`corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), which the GRPO engine
-registers as methods, and the per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3`
-(used by TRM's T12). What the mismatch does to GRPO training (TIM's V3-V5: `pi_old` by recompute
-or bypass, the rollout paths exact / bf16 / fp8, the remedies) is measured by `training.v_plan`,
-`training.measure_v` and `training.v3_evidence` / `v4_evidence` / `v5_evidence`, drawn by
-`training_figures`; the checks are registered with V1 and V2 in `tailtheory/engine/claims.py`
-(notebook 06; `tests/mismatch/test_training.py`).
+The per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3` (TIM's, used by TRM's T12
+and the engine's mismatch metrics) are here too; what the mismatch does to GRPO training, and
+TIM's corrections of it, are the `tim` section's (`tailtheory/tim/`, claims V1-V6).
 """

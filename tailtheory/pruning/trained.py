@@ -45,7 +45,7 @@ from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatc
 
 OUTLIER_TAUS = (0.01, 0.03, 0.1)
 """``tau`` of the outlier rates ``P(|Delta| > tau)`` of sampled tokens: 0.1 is V2's "heavy"
-threshold (``tailtheory.engine.claims.V2_MAX_HEAVY``, a tenth of O(1)); 0.01 and 0.03 sit at a few
+threshold (``tailtheory.tim.claims.V2_MAX_HEAVY``, a tenth of O(1)); 0.01 and 0.03 sit at a few
 times the typical bf16 ``|Delta|`` of a trained model (bfloat16 keeps 8 significant bits: a
 relative rounding of 2^-9 = 0.002 per operation). Fixed before the full measurement."""
 

@@ -56,5 +56,5 @@ Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 | T14 | `training.t14_token_numbers`, `training.acceptance_table`, `training.t14_evidence` | `mask.acceptance_prob` | `claims._t14` | `training.plot_acceptance` | `test_training.py` |
 
 Masking in training (T14) runs through the GRPO engine's `trm` method (`mask.trm_mask`) on the
-runs of `tailtheory.mismatch.training` (notebook 06; stored measurement).
+runs of `tailtheory.tim.training` (notebook 06; stored measurement).
 """

@@ -6,7 +6,7 @@ divergence stays under ``delta_max``; with sampled-token log-ratios the max filt
 ``k2 = (log rho)^2 / 2`` (T12). With an i.i.d. per-token violation rate ``q`` a sequence of
 ``T`` tokens is kept with probability ``(1 - q)^T``: long responses are masked more.
 
-Data: the token dumps of the GRPO runs of :mod:`tailtheory.mismatch.training` (``bf16`` and
+Data: the token dumps of the GRPO runs of :mod:`tailtheory.tim.training` (``bf16`` and
 ``fp8`` rollouts, both ``pi_old`` modes; ``log_rho = log pi_train - log pi_roll``). Per run and
 threshold ``delta`` of :data:`T14_DELTAS`: ``q`` = fraction of response tokens with
 ``k2 > delta``; per length bin (:data:`LEN_EDGES`) the fraction of sequences kept against the
@@ -15,7 +15,7 @@ mean over the bin's sequences of ``(1 - q)^T``.
 Verdict (fixed before measuring): (a) *length law*: over the mismatch runs, every length bin
 with at least :data:`MIN_SEQS` sequences and every ``delta`` with ``q > 0`` has
 ``|kept - predicted| <= ACCEPT_TOL``; (b) *stability*: on the remedy base of
-:mod:`tailtheory.mismatch.training`, when V4 finds that configuration harmed (GRPO's final
+:mod:`tailtheory.tim.training`, when V4 finds that configuration harmed (GRPO's final
 reward below exact's by > 2 se), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
 below it by > 2 se (``REFUTED``). T14 is ``TOY-SCALE`` when (a) holds and (b) is TOY-SCALE,
 ``REFUTED`` when (a) fails or (b) is REFUTED, else ``NOT-REPRODUCED`` (in particular when the
@@ -101,9 +101,9 @@ def acceptance_table(data: dict, labels=None):
 
 
 def t14_evidence(data: dict) -> Evidence:
-    """T14 from ``tailtheory.mismatch.training.measure_v``'s numbers (rule in the docstring)."""
+    """T14 from ``tailtheory.tim.training.measure_v``'s numbers (rule in the docstring)."""
     from tailtheory.lopti.training import compare
-    from tailtheory.mismatch.training import REMEDY_BASE, harm_table
+    from tailtheory.tim.training import REMEDY_BASE, harm_table
 
     df = acceptance_table(data)
     live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]

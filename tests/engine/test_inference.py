@@ -19,7 +19,7 @@ from tailtheory.core.stats import token_stats
 from tailtheory.engine import inference
 from tailtheory.engine.inference import InferenceEngine, supports, unsupported
 from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, response_logprobs)
-from tailtheory.mismatch.copies import COPY_DTYPES, inference_copy
+from tailtheory.engine.copies import COPY_DTYPES, inference_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

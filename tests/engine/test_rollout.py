@@ -9,7 +9,7 @@ import torch
 
 from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, left_pad,
                                        response_logprobs, sampled_logprobs)
-from tailtheory.mismatch.copies import fp8_dequantize, fp8_quantize, fp8_weight_names
+from tailtheory.engine.copies import fp8_dequantize, fp8_quantize, fp8_weight_names
 from tailtheory.core.stats import token_stats
 from tailtheory.core.models import tiny_lm
 from tailtheory.pruning.vocab import safe_vocab_mask

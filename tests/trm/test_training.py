@@ -55,7 +55,7 @@ def test_iid_violations_follow_the_length_law():
 
 def _data(trm_shift: float, base_gap: float, law_ok: bool = True):
     """Numbers of measure_v's shape: exact and fp8 bypass (and TRM / GRPO on it), 3 seeds."""
-    from tailtheory.mismatch.training import REMEDY_BASE
+    from tailtheory.tim.training import REMEDY_BASE
 
     t14 = {f"{d:g}": {"tokens": 1000, "violations": 10, "n": [100, 0, 0, 0, 0],
                       "kept": [90 if law_ok else 40, 0, 0, 0, 0], "pred": [90.0, 0, 0, 0, 0],

@@ -129,7 +129,7 @@ def _corpus_batches(cfg):
     return batches
 
 
-# V3-V5: GRPO runs that differ only in the rollout path (tailtheory.mismatch.training); the quick
+# V3-V5: GRPO runs that differ only in the rollout path (tailtheory.tim.training); the quick
 # profile reads the measurement notebook 06's full preset stored in results/, thorough re-runs
 # (or finds in the run cache) every run and stores the numbers again.
 
@@ -137,7 +137,7 @@ def _corpus_batches(cfg):
           "sign of A coincides at zero mismatch and skews by sign under mismatch",
           expected=Verdict.REFUTED)
 def _v3(profile: str) -> Evidence:
-    from tailtheory.mismatch import training
+    from tailtheory.tim import training
 
     return training.v3_evidence(training.training_data(profile))
 
@@ -146,7 +146,7 @@ def _v3(profile: str) -> Evidence:
           "destabilises GRPO training; remedies from the same start",
           expected=Verdict.NOT_REPRODUCED)
 def _v4(profile: str) -> Evidence:
-    from tailtheory.mismatch import training
+    from tailtheory.tim import training
 
     return training.v4_evidence(training.training_data(profile))
 
@@ -154,6 +154,6 @@ def _v4(profile: str) -> Evidence:
 @register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
           "degrades", expected=Verdict.NOT_REPRODUCED)
 def _v5(profile: str) -> Evidence:
-    from tailtheory.mismatch import training
+    from tailtheory.tim import training
 
     return training.v5_evidence(training.training_data(profile))

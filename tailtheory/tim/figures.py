@@ -1,11 +1,11 @@
 """Tables and figures of the mismatch-in-training measurement (V3, V4, V5), from the numbers
-:func:`tailtheory.mismatch.training.measure_v` stores: each ``plot_*`` returns ``(figure,
+:func:`tailtheory.tim.training.measure_v` stores: each ``plot_*`` returns ``(figure,
 table)`` with the table the figure is drawn from.
 """
 
 from __future__ import annotations
 
-from tailtheory.mismatch.training import C_EDGES
+from tailtheory.tim.training import C_EDGES
 
 
 def contribution_table(data: dict, labels=None):
@@ -114,9 +114,9 @@ def plot_kl_reward(data: dict, labels=None, smooth: int = 5):
 
 
 def harm_frame(data: dict):
-    """:func:`tailtheory.mismatch.training.harm_table` as a table (one row per configuration)."""
+    """:func:`tailtheory.tim.training.harm_table` as a table (one row per configuration)."""
     import pandas as pd
 
-    from tailtheory.mismatch.training import harm_table
+    from tailtheory.tim.training import harm_table
 
     return pd.DataFrame(harm_table(data))

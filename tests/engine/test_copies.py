@@ -1,9 +1,9 @@
-"""Tests of tailtheory.mismatch.copies: the inference copies of M7 and V2 (bf16, fp16, fp8)."""
+"""Tests of tailtheory.engine.copies: the inference copies of M7 and V2 (bf16, fp16, fp8)."""
 
 import pytest
 import torch
 
-from tailtheory.mismatch import copies as cp
+from tailtheory.engine import copies as cp
 from tailtheory.mismatch import real as rm
 from tailtheory.core.models import tiny_lm
 

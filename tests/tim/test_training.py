@@ -1,4 +1,4 @@
-"""Mismatch in training (``tailtheory/mismatch/training.py``, claims V3, V4, V5): the contribution
+"""Mismatch in training (``tailtheory/tim/training.py``, claims V3, V4, V5): the contribution
 ``C = -(r - 1) A`` against its definition, the verdict rules on hand-made numbers (both ways),
 the plan, and the token pipeline on a tiny model's real dump."""
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from tailtheory.core.registry import Verdict
-from tailtheory.mismatch import training as mt
-from tailtheory.mismatch import training_figures as mf
+from tailtheory.tim import training as mt
+from tailtheory.tim import figures as mf
 
 
 def _tokens(log_rho, adv, bypass: bool):

@@ -1,4 +1,4 @@
-"""TIM's corrections (``tailtheory/mismatch/corrections.py``, claim V4) on ``log_rho = log
+"""TIM's corrections (``tailtheory/tim/corrections.py``, claim V4) on ``log_rho = log
 pi_train - log pi_roll``: token TIS, sequence TIS, MIS, IcePop and the rejections (token,
 sequence, geometric). Each formula against a plain-Python loop over its definition, a by-hand
 case, and bad inputs raising naming the argument or knob. More by-hand values, through the
@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from tailtheory.mismatch.corrections import (geo_keep, icepop_keep, icepop_weight, mis_keep,
+from tailtheory.tim.corrections import (geo_keep, icepop_keep, icepop_weight, mis_keep,
                                              mis_weight, seq_log_ratio, seq_tis_weight,
                                              tis_weight)
 
@@ -150,7 +150,7 @@ def test_weights_match_loop_reference_V4(seed):
 def test_fractional_mask_is_an_error_not_a_weight():
     """One mask rule across the package: a mask of 0.5 is refused, never used as a weight."""
     from tailtheory.lopti.reweight import lopti_passes
-    from tailtheory.mismatch.corrections import seq_log_ratio
+    from tailtheory.tim.corrections import seq_log_ratio
 
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="mask"):

@@ -1,0 +1,41 @@
+"""Training-inference mismatch in GRPO training: zero-mismatch and real paths, TIM's remedies (claims V1-V5).
+
+Paper: **TIM**, Zhong et al., *Diagnosing Training Inference Mismatch in LLM Reinforcement
+Learning* (VeXact), arXiv 2605.14220.
+
+Notation: `rho_t = pi_train(y_t | c_t) / pi_roll(y_t | c_t)`, the ratio of the trainer's
+probability of a sampled token to the rollout engine's; `pi_old` is the policy of the PPO ratio
+`r_t = pi_new / pi_old`, obtained by *recompute* (a trainer forward) or *bypass* (the rollout's
+log-probs). Per-token mismatch KL estimators `k1 = -log rho`, `k3 = rho - 1 - log rho`
+(`tailtheory.mismatch.logprob`).
+
+Claims:
+
+- **V1** (zero mismatch) The `exact` rollout path reports log-probs bitwise equal to the
+  trainer's; the k3 mismatch KL is exactly 0 in every step.
+- **V2** (a real mismatch source) bf16 / fp16 inference copies against the float32 trainer, and
+  KV-cache decoding against a full forward: per-batch mean `|delta_t|` small, maximum heavy.
+- **V3** Recompute vs bypass `pi_old`: the advantage-weighted contribution `C(r) = -(r - 1) A`,
+  split by the sign of `A`, coincides for both at zero mismatch and skews by sign under mismatch.
+- **V4** (headline) Mismatch alone can destabilise training: runs identical but for the rollout
+  path, then the remedies, each with its source's semantics: token TIS `min(rho, C)`, sequence
+  TIS `min(prod rho, C)`, masked IS (weight `prod rho` inside a band, 0 outside), geometric
+  rejection (band on the geometric mean of `rho`), IcePop (weight `rho` inside a token band, 0
+  outside), TRM, DVP.
+- **V5** The k1 / k3 mismatch KL can stay flat while reward degrades (a monitoring blind spot).
+
+Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
+
+| id | exact quantity | bound | check | figure | tests |
+|---|---|---|---|---|---|
+| V1 | `tailtheory.engine.rollout.sampled_logprobs` | - | `claims._v1` | - | `tests/engine/test_rollout.py` |
+| V2 | `tailtheory.engine.rollout.sampled_logprobs`, `tailtheory.engine.copies.inference_copy` | - | `claims._v2` | - | `tests/engine/test_rollout.py`, `tests/engine/test_copies.py` |
+| V3 | `training.v_plan`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
+| V4 | `training.v_plan`, `training.v4_evidence`, `corrections.tis_weight` | - | `claims._v4` | `figures.plot_finals` | `test_training.py`, `test_corrections.py` |
+| V5 | `training.v5_evidence` | - | `claims._v5` | `figures.plot_kl_reward` | `test_training.py` |
+
+TIM's corrections are weights on `rho` (`corrections.tis_weight`, `corrections.seq_tis_weight`,
+`corrections.mis_weight`, `corrections.icepop_weight`, and the rejections with weight 1
+`corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), registered as GRPO
+methods of the engine by `methods`. The training runs are notebook 06's.
+"""
