@@ -113,10 +113,9 @@ df_fig1.head(12)
 # no method moves the policy. The methods are compared on the `full` preset's runs, section (3).
 
 # %%
-plan = training.lopti_plan(PRESET)
-if PRESET == "quick":  # the five methods only; the sweeps' evidence is the full preset's
-    plan = {label: plan[label] for label in training.LOPTI_METHODS}
-runs = training.run_plan(plan, workers=WORKERS)
+# quick: the five methods only; the sweeps' evidence is the full preset's
+shown = list(training.LOPTI_METHODS) if PRESET == "quick" else None
+runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
 show_figure(fig, f"lopti_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["mean", "min", "max"]]
@@ -126,7 +125,8 @@ df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["m
 #
 # Final reward = mean reward over a run's last 10 steps; final held-out accuracy = mean of its
 # last 2 evaluations (64 held-out problems each). Criterion, fixed before measuring: an ordering
-# counts when the difference of seed means exceeds 2 standard errors (`training.compare`).
+# counts when the difference of seed means exceeds 2 standard errors (`Measurement.compare` of
+# `tailtheory.engine.study`).
 
 # %%
 data = training.training_data(PROFILE)

@@ -66,7 +66,6 @@ CLAIMS = ["P4", "P5"]
 # %%
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
-from tailtheory.lopti.training import run_plan
 from tailtheory.pruning import trained, training
 from tailtheory.pruning.sweep import p4_measurement
 
@@ -98,10 +97,8 @@ df_shares.head(12)
 # `dvp/pruned_mass` is the mean pruned mass per response token.
 
 # %%
-plan = training.p5_plan(PRESET)
-if PRESET == "quick":  # one rho; the sweep's evidence is the full preset's
-    plan = {label: plan[label] for label in ("GRPO", "DVP rho=0.0001")}
-runs = run_plan(plan, workers=WORKERS)
+shown = ["GRPO", "DVP rho=0.0001"] if PRESET == "quick" else None  # quick: one rho
+runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
 show_figure(fig, f"dvp_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(

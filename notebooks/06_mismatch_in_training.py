@@ -69,8 +69,7 @@ CLAIMS = ["V3", "V4", "V5", "T14", "O6"]
 
 # %%
 from tailtheory.core.registry import verdict_report
-from tailtheory.engine.plot import plot_runs
-from tailtheory.lopti.training import plot_curves
+from tailtheory.engine.plot import plot_curves, plot_runs
 from tailtheory.tim import figures, training
 from tailtheory.otb import training as otb_training
 from tailtheory.trm import training as trm_training
@@ -83,18 +82,18 @@ from tailtheory.trm import training as trm_training
 # token dumps go through V3's and T14's pipeline.
 
 # %%
-from tailtheory.lopti.training import run_plan
-
-plan = {**training.v_plan(PRESET), **otb_training.o6_plan(PRESET)}
-shown = (["exact recompute", "fp8 bypass", "IcePop | fp8 bypass", "TRM | fp8 bypass",
-          "OTB N=4", "GRPO N=4"] if PRESET == "quick" else training.main_labels(plan))
-runs = run_plan({label: plan[label] for label in shown}, workers=WORKERS)
+arms = training.STUDY.plan(PRESET)
+shown = (["exact recompute", "fp8 bypass", "IcePop | fp8 bypass", "TRM | fp8 bypass"]
+         if PRESET == "quick" else [a.label for a in arms if a.tags["role"] == "main"])
+runs = {**training.STUDY.run(PRESET, workers=WORKERS, labels=shown),
+        **otb_training.STUDY.run(PRESET, workers=WORKERS,
+                                 labels=["OTB N=4", "GRPO N=4"] if PRESET == "quick" else [])}
 fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
 show_figure(fig, f"mismatch_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 
 # %%
-dumped = {label: plan[label] for label in shown if plan[label][0].dump_tokens}
-numbers = training.measure_v(dumped, workers=WORKERS)  # cached runs: reads their token dumps
+dumped = [a.label for a in arms if a.label in shown and a.configs[0].dump_tokens]
+numbers = training.STUDY.measure(PRESET, workers=WORKERS, labels=dumped)  # reads the token dumps
 figures.contribution_table(numbers).groupby(["label", "sign"])["count"].sum()
 
 # %% [markdown]

@@ -61,6 +61,51 @@ def seed_bands(data, x: str, y: str, hue: str, ax, order=None, legend: bool = Fa
                         ax=ax, **kwargs)
 
 
+def curve_panels(table, metrics, x: str = "step", smooth: int = 1, order=None, titles=None,
+                 legend_panel: int = 0, legend_title: str | None = None, figsize=None, **kwargs):
+    """One panel per metric of a long table ``label, seed, <x>, metric, value``: the mean over
+    seeds of each label against ``x`` with the band from the lowest to the highest seed
+    (:func:`seed_bands`). ``smooth`` > 1 takes a running mean over that many points of each run
+    of the ``reward`` metric before the band; ``titles`` maps a metric to its panel title;
+    ``legend_panel`` gets the legend. Returns the figure (its axes in ``figure.axes``)."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
+    order = list(dict.fromkeys(table["label"])) if order is None else list(order)
+    titles = dict(titles or {})
+    fig, axes = plt.subplots(1, len(metrics), figsize=figsize or (5.5 * len(metrics), 3.8),
+                             squeeze=False)
+    for i, (ax, metric) in enumerate(zip(axes[0], metrics)):
+        d = table[table["metric"] == metric].copy()
+        if metric == "reward" and smooth > 1:   # smooth each run before the band over seeds
+            d["value"] = d.groupby(["label", "seed"])["value"].transform(
+                lambda v: v.rolling(smooth, min_periods=1).mean())
+        seed_bands(d, x, "value", "label", ax, order=order, legend=i == legend_panel,
+                   alpha=0.15, **kwargs)
+        ax.set(xlabel=x, ylabel="")
+        ax.set_title(titles.get(metric, metric), fontsize=9)
+    seeds = int(table.groupby("label")["seed"].nunique().min()) if len(table) else 0
+    axes[0][legend_panel].legend(
+        fontsize=7, title=legend_title or f"mean; band: min-max over {seeds} seeds",
+        title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(data, labels=None, smooth: int = 5):
+    """Reward (running mean over ``smooth`` steps) and held-out accuracy against step for the arms
+    ``labels`` (default: all) of a study's measurement (label -> rows with ``reward``,
+    ``eval_steps``, ``eval``): mean over seeds, band from the lowest to the highest seed.
+    Returns ``(figure, long table)``."""
+    from tailtheory.engine.study import Measurement
+
+    df = Measurement(data).curves(labels=labels)
+    fig = curve_panels(df, ("reward", "held-out accuracy"), smooth=smooth, lw=1.3,
+                       titles={"reward": f"reward (running mean of {smooth})"})
+    return fig, df
+
+
 def long_table(df):
     """Long table ``label, step, seed, metric, value`` (numeric values only) of a
     :func:`~tailtheory.engine.runs.load_runs` frame: what :func:`plot_runs` draws."""

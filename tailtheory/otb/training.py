@@ -10,7 +10,7 @@ it). At equal steps OTB N = 4 spends ``4 / LARGE_N`` of GRPO N = 16's tokens; re
 held-out accuracy are also drawn against the tokens consumed (``rollout/tokens`` summed).
 
 Verdict (fixed before measuring), with ``compare`` the 2-standard-error rule of
-:func:`tailtheory.lopti.training.compare` on final reward (mean of the last 10 steps):
+:mod:`tailtheory.engine.study` on final reward (mean of the last 10 steps):
 ``TOY-SCALE`` when (i) the group size matters here — GRPO N = 16 beats GRPO N = 4 — and
 (ii) OTB N = 4 is not below GRPO N = 16 (``compare(OTB 4, GRPO 16)`` is not REFUTED) and
 (iii) OTB N = 4 beats GRPO N = 4; ``REFUTED`` when (i) holds and OTB N = 4 is below GRPO N = 16
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.engine.study import Arm, Measurement, Study, register_study
 
 OTB_N = 4
 """OTB's group size in the claim."""
@@ -41,70 +42,54 @@ O6_CONFIGS = {f"OTB N={OTB_N}": ("otb", OTB_N), f"GRPO N={OTB_N}": ("grpo", OTB_
 """Label -> (method, group size)."""
 
 
-def o6_plan(preset: str) -> dict[str, list]:
-    """Label -> configs (one per seed) of the comparison."""
+def o6_arms(preset: str) -> list[Arm]:
+    """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (full: 2 prompts, 20 steps)."""
     from tailtheory.engine.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
     if preset == "full":
         base = replace(base, prompts_per_step=O6_PROMPTS, steps=O6_STEPS)
-    return {label: [replace(base, method=m, group_size=n, seed=s) for s in seeds]
-            for label, (m, n) in O6_CONFIGS.items()}
+    return [Arm(label, tuple(replace(base, method=m, group_size=n, seed=s) for s in seeds),
+                {"method": m, "group_size": n}) for label, (m, n) in O6_CONFIGS.items()]
 
 
-def o6_run_numbers(run, steps: int) -> dict:
-    """A run's summary and curves (``tailtheory.lopti.training``) with its tokens per step."""
-    from tailtheory.engine.trainer import read_metrics
-    from tailtheory.lopti.training import run_curves, run_summary
-
-    lines = read_metrics(run)[:steps]
-    return {**run_summary(run, steps), **run_curves(run, steps),
-            "tokens": [m["rollout/tokens"] for m in lines]}
+STUDY = register_study(Study("otb_training", o6_arms, notebook="06_mismatch_in_training.py",
+                             series={"tokens": "rollout/tokens"}))
+"""O6 (b): per run its summary, reward and held-out curves and response tokens per step."""
 
 
-def measure_o6(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
-    """Label -> list over seeds of :func:`o6_run_numbers`."""
-    from tailtheory.lopti.training import measure_plan
-
-    return measure_plan(plan, workers, progress, numbers=o6_run_numbers)
-
-
-def o6_training_evidence(data: dict) -> Evidence:
-    """O6 (b) from :func:`measure_o6`'s numbers (rule in the module docstring)."""
-    from tailtheory.lopti.training import compare
-
+def o6_training_evidence(data) -> Evidence:
+    """O6 (b) from the study's numbers (rule in the module docstring)."""
+    m = Measurement(data)
     otb, small, large = O6_CONFIGS
-    size = compare(data, large, small, "final_reward")
-    match = compare(data, otb, large, "final_reward")
-    gain = compare(data, otb, small, "final_reward")
+    size = m.compare(large, small, "final_reward")
+    match = m.compare(otb, large, "final_reward")
+    gain = m.compare(otb, small, "final_reward")
     mean = lambda label, k: sum(r[k] for r in data[label]) / len(data[label])  # noqa: E731
     tokens = {label: sum(sum(r["tokens"]) for r in data[label]) / len(data[label])
               for label in data}
     nums = {f"{label}:final_reward": mean(label, "final_reward") for label in data}
     nums.update({f"{label}:final_heldout": mean(label, "final_eval") for label in data})
     nums.update({f"{label}:first_reward": mean(label, "first_reward") for label in data})
-    nums.update({"large_minus_small": size["delta"], "large_minus_small_se": size["se"],
-                 "otb_minus_large": match["delta"], "otb_minus_large_se": match["se"],
-                 "otb_minus_small": gain["delta"], "otb_minus_small_se": gain["se"],
+    nums.update({"large_minus_small": size.delta, "large_minus_small_se": size.se,
+                 "otb_minus_large": match.delta, "otb_minus_large_se": match.se,
+                 "otb_minus_small": gain.delta, "otb_minus_small_se": gain.se,
                  "token_ratio_otb_over_large": tokens[otb] / tokens[large]})
-    if size["verdict"] != Verdict.TOY_SCALE:
+    if size.verdict != Verdict.TOY_SCALE:
         verdict = Verdict.NOT_REPRODUCED
-    elif match["verdict"] == Verdict.REFUTED:
+    elif match.verdict == Verdict.REFUTED:
         verdict = Verdict.REFUTED
     else:
-        verdict = (Verdict.TOY_SCALE if gain["verdict"] == Verdict.TOY_SCALE
+        verdict = (Verdict.TOY_SCALE if gain.verdict == Verdict.TOY_SCALE
                    else Verdict.NOT_REPRODUCED)
     return Evidence(verdict, nums, f"criterion: GRPO N={LARGE_N} beats GRPO N={OTB_N}, OTB "
                     f"N={OTB_N} is not below GRPO N={LARGE_N} and beats GRPO N={OTB_N} (final "
                     f"reward, last 10 steps, 2 se over seeds)")
 
 
-def training_data(profile: str) -> dict:
+def training_data(profile: str) -> Measurement:
     """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    from tailtheory.lopti.training import measured_plan
-
-    return measured_plan("otb_training", o6_plan("full"), measure_o6, profile,
-                         "06_mismatch_in_training.py")
+    return STUDY.data(profile)
 
 
 def o6_table(data: dict):
@@ -130,25 +115,15 @@ def plot_o6(data: dict, smooth: int = 5):
     """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
     consumed, per configuration: mean over seeds (x: mean cumulative tokens of the step), band
     min-max (seaborn on the long table). Returns ``(figure, table)``."""
-    import matplotlib.pyplot as plt
-
-    from tailtheory.engine.plot import seed_bands
+    from tailtheory.engine.plot import curve_panels
 
     df = o6_table(data)
-    order = list(dict.fromkeys(df["label"]))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, metric in zip(axes, ("reward", "held-out accuracy")):
-        d = df[df["metric"] == metric].copy()
-        if metric == "reward":
-            d["value"] = d.groupby(["label", "seed"])["value"].transform(
-                lambda v: v.rolling(smooth, min_periods=1).mean())
-        # every seed of a step at the step's mean token count, so the band is taken over seeds
-        d["mean tokens"] = d.groupby(["label", "step"])["tokens"].transform("mean")
-        seed_bands(d, "mean tokens", "value", "label", ax, order=order,
-                   legend=metric == "reward", alpha=0.15, lw=1.3)
-        ax.set(xlabel="response tokens consumed", ylabel="")
-        ax.set_title(metric + (f" (running mean of {smooth})" if metric == "reward" else ""),
-                     fontsize=9)
-    axes[0].legend(fontsize=7, title="mean; band: min-max over seeds", title_fontsize=7)
-    fig.tight_layout()
+    # every seed of a step at the step's mean token count, so the band is taken over seeds
+    d = df.assign(**{"mean tokens": df.groupby(["label", "metric", "step"])["tokens"]
+                     .transform("mean")})
+    fig = curve_panels(d, ("reward", "held-out accuracy"), x="mean tokens", smooth=smooth,
+                       lw=1.3, titles={"reward": f"reward (running mean of {smooth})"},
+                       legend_title="mean; band: min-max over seeds")
+    for ax in fig.axes:
+        ax.set_xlabel("response tokens consumed")
     return fig, df

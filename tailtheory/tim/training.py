@@ -7,7 +7,7 @@ rollout and trainer can, by itself, destabilise RL; the remedies weigh or mask b
 tokens) from the full preset's warm start; rollout paths ``exact`` (V1: zero mismatch), ``bf16``
 and ``fp8`` (e4m3 weights, bf16 compute); ``pi_old`` by ``recompute`` or ``bypass``.
 
-The plan (:func:`v_plan`), fixed before measuring:
+The arms (:func:`v_arms`, the study :data:`STUDY`), fixed before measuring:
 
 - main regime (lr 2e-4, temperature 1, :data:`MAIN_STEPS` steps): every path under both
   ``pi_old`` modes. The
@@ -30,8 +30,8 @@ Runs on the main paths dump their tokens (``dump_tokens``), from which V3's cont
 are computed; ``r = pi_new / pi_old`` at the step's update, which runs at ``pi_old``'s weights,
 so ``r = pi_train / pi_old``: exactly 1 under recompute, ``rho`` under bypass.
 
-Verdicts (fixed before measuring; ``compare`` is :func:`tailtheory.lopti.training.compare`,
-the 2-standard-error rule over seeds on final reward, the mean of the last 10 steps):
+Verdicts (fixed before measuring; ``compare`` is the 2-standard-error rule over seeds of
+:mod:`tailtheory.engine.study`, on final reward, the mean of the last 10 steps):
 
 - **V3** ``TOY-SCALE`` when (a) at zero mismatch both modes coincide: ``exact bypass``'s reward
   lines equal ``exact recompute``'s bitwise and ``max |C| = 0`` in both; (b) under recompute
@@ -52,10 +52,12 @@ the 2-standard-error rule over seeds on final reward, the mean of the last 10 st
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.engine.run_numbers import FINAL_WINDOW
+from tailtheory.engine.study import Z_CRIT, Arm, Measurement, Study, mean_se, register_study
+from tailtheory.trm.training import t14_token_numbers
 
 PATHS = ("exact", "bf16", "fp8")
 """Rollout paths of the comparison (fp16 sits between bf16 and exact: cut for time)."""
@@ -102,9 +104,6 @@ REMEDY_SEEDS = 2
 """The remedies run on the first two seeds of the preset (the CPU budget); GRPO and exact on
 the base are compared on the same seeds."""
 
-FINAL_WINDOW = 10
-"""Steps averaged into a run's first and final reward (as ``tailtheory.lopti.training``)."""
-
 FLAT = 2.0
 """V5: the mismatch KL counts as flat when its final-window mean is within this factor of its
 first-window mean."""
@@ -117,101 +116,67 @@ def _label(path: str, mode: str, knob: str = "") -> str:
     return f"{path} {mode}" + (f" {knob}" if knob else "")
 
 
-def _knob_of(label: str) -> str:
-    parts = label.split(" ")
-    return parts[2] if len(parts) > 2 else ""
-
-
-def v_plan(preset: str, remedies: bool = True) -> dict[str, list]:
-    """Label -> configs (one per seed): the paths, the knobs and (``remedies``) the remedies."""
+def v_arms(preset: str, remedies: bool = True) -> list[Arm]:
+    """The paths under both modes, the knobs and (``remedies``) the remedies, over the preset's
+    seeds; tags ``path``, ``pi_old``, ``knob`` ("" in the main regime), ``method`` and ``role``
+    (``main``, ``knob`` or ``remedy``)."""
     from tailtheory.engine.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
     steps = base.steps if preset != "full" else MAIN_STEPS
-    plan = {}
+    tags = lambda path, mode, knob, role, method="grpo": {  # noqa: E731
+        "path": path, "pi_old": mode, "knob": knob, "role": role, "method": method}
+    arms = []
     for path in PATHS:
         for mode in MODES:
             n = min(EXACT_BYPASS_STEPS, steps) if (path, mode) == ("exact", "bypass") else steps
-            plan[_label(path, mode)] = [replace(base, rollout=path, pi_old=mode, steps=n, seed=s,
-                                                dump_tokens=(path, mode) in DUMPED)
-                                        for s in seeds]
+            arms.append(Arm(_label(path, mode), tuple(
+                replace(base, rollout=path, pi_old=mode, steps=n, seed=s,
+                        dump_tokens=(path, mode) in DUMPED) for s in seeds),
+                tags(path, mode, "", "main")))
     for knob, (over, n, pairs) in KNOBS.items():
         for path, mode in pairs:
-            plan[_label(path, mode, knob)] = [
+            arms.append(Arm(_label(path, mode, knob), tuple(
                 replace(base, rollout=path, pi_old=mode, seed=s,
                         steps=n if preset == "full" else min(n, base.steps),
                         dump_tokens=not over and (path, mode) in DUMPED, **over)
-                for s in seeds]
-    if remedies:
-        plan.update(remedy_plan(plan, min(REMEDY_STEPS, steps)))
-    return plan
+                for s in seeds), tags(path, mode, knob, "knob")))
+    if not remedies:
+        return arms
+    # GRPO on the base and on exact recompute (the same runs, read at the remedies' length: no
+    # token numbers twice), and each remedy from the same start
+    steps, by_label = min(REMEDY_STEPS, steps), {a.label: a for a in arms}
+    path, mode = REMEDY_BASE.split(" ")
+    cfgs = by_label[REMEDY_BASE].configs[:REMEDY_SEEDS]
+    exact = by_label[_label("exact", "recompute")].configs[:REMEDY_SEEDS]
+    arms.append(Arm(f"GRPO | {REMEDY_BASE}", tuple(replace(c, steps=steps) for c in cfgs),
+                    tags(path, mode, "", "remedy"), tokens=False))
+    arms.append(Arm("GRPO | exact recompute", tuple(replace(c, steps=steps) for c in exact),
+                    tags("exact", "recompute", "", "remedy"), tokens=False))
+    arms += [Arm(f"{label} | {REMEDY_BASE}", tuple(replace(c, steps=steps, method=method,
+                                                           dump_tokens=False) for c in cfgs),
+                 tags(path, mode, "", "remedy", method)) for label, method in REMEDIES.items()]
+    return arms
 
 
-def remedy_plan(plan: dict[str, list], steps: int) -> dict[str, list]:
-    """GRPO on :data:`REMEDY_BASE` and on ``exact recompute`` read at ``steps`` (the same runs),
-    and each remedy from the same start."""
-    cfgs = plan[REMEDY_BASE][:REMEDY_SEEDS]
-    out = {f"GRPO | {REMEDY_BASE}": [replace(c, steps=steps) for c in cfgs],
-           "GRPO | exact recompute": [replace(c, steps=steps) for c in
-                                      plan[_label("exact", "recompute")][:REMEDY_SEEDS]]}
-    for label, method in REMEDIES.items():
-        out[f"{label} | {REMEDY_BASE}"] = [replace(c, steps=steps, method=method,
-                                                   dump_tokens=False) for c in cfgs]
-    return out
+def _token_numbers(df) -> dict:
+    return v3_token_numbers(df)
 
 
-def run_numbers(run, steps: int) -> dict:
-    """A run's summary (``tailtheory.lopti.training.run_summary``) and its per-step curves:
-    reward, k1, k3, mean ``|log rho|``, length, TRM's acceptance monitor, tokens, PPO ratio."""
-    from tailtheory.engine.trainer import read_metrics
-    from tailtheory.lopti.training import run_curves, run_summary
-
-    lines = read_metrics(run)[:steps]
-    per_step = {"k1": "mismatch/k1", "k3": "mismatch/k3", "abs_mean": "mismatch/abs_mean",
-                "len_mean": "rollout/len_mean", "accept_rate": "trm/accept_rate",
-                "tokens": "rollout/tokens", "ratio_mean": "loss/ratio_mean",
-                "clipfrac": "loss/clipfrac"}
-    return {**run_summary(run, steps), **run_curves(run, steps),
-            **{k: [m[key] for m in lines] for k, key in per_step.items()}}
+STUDY = register_study(Study(
+    "mismatch_training", v_arms, notebook="06_mismatch_in_training.py",
+    series={"k1": "mismatch/k1", "k3": "mismatch/k3", "abs_mean": "mismatch/abs_mean",
+            "len_mean": "rollout/len_mean", "accept_rate": "trm/accept_rate",
+            "tokens": "rollout/tokens", "ratio_mean": "loss/ratio_mean",
+            "clipfrac": "loss/clipfrac"},
+    tokens={"v3": _token_numbers, "t14": t14_token_numbers}))
+"""V3-V5, and T14 (which reads this measurement through ``get_study``): per run its summary,
+curves, mismatch and length series, and the token numbers of the runs that dumped tokens."""
 
 
-def measure_v(plan: dict[str, list], workers: int = 1, progress: bool = True) -> dict:
-    """Label -> list over seeds of :func:`run_numbers`, plus V3's and T14's token numbers
-    (:func:`v3_token_numbers`, ``tailtheory.trm.training.t14_token_numbers``) of runs that
-    dumped their tokens."""
-    from tailtheory.lopti.training import run_plan
-
-    runs = run_plan(plan, workers, progress)
-    out = {}
-    for label, paths in runs.items():
-        out[label] = []
-        for c, p in zip(plan[label], paths):
-            row = {"seed": c.seed, **run_numbers(p, c.steps)}
-            if c.dump_tokens and "|" not in label:   # "GRPO | base" repeats the base's runs
-                row.update(token_numbers(p, c))
-            out[label].append(row)
-    return out
-
-
-def read_tokens(run, steps: int):
-    """The token dump of a run's first ``steps`` steps as one table (``trainer.dump_tokens``)."""
-    import pandas as pd
-    from pathlib import Path
-
-    files = [Path(run) / "tokens" / f"step_{s:06d}.parquet" for s in range(steps)]
-    missing = [f.name for f in files if not f.exists()]
-    if missing:
-        raise FileNotFoundError(f"{run} has no token dump for {len(missing)} steps "
-                                f"({missing[0]}, ...): run it with dump_tokens=True")
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-
-
-def token_numbers(run, cfg) -> dict:
-    """V3 and T14 numbers of a run's token dump."""
-    from tailtheory.trm.training import t14_token_numbers
-
-    df = read_tokens(run, cfg.steps)
-    return {"v3": v3_token_numbers(df), "t14": t14_token_numbers(df)}
+def measurement(data) -> Measurement:
+    """``data`` (label -> rows) with the full preset's arms and their tags."""
+    return STUDY.measurement(data)
 
 
 C_EDGES = [-(10.0 ** e) for e in range(0, -7, -1)] + [0.0] + [10.0 ** e for e in range(-6, 1)]
@@ -261,15 +226,8 @@ def skew(v3: dict) -> float:
     return frac("pos") - frac("neg")
 
 
-def _mean_se(xs: list[float]) -> tuple[float, float]:
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, float("nan")
-    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
-
-
-def v3_evidence(data: dict) -> Evidence:
-    """V3 from :func:`measure_v`'s numbers (rule in the module docstring)."""
+def v3_evidence(data) -> Evidence:
+    """V3 from the study's numbers (rule in the module docstring)."""
     ex_r, ex_b = data["exact recompute"], data["exact bypass"]
     n = len(ex_b[0]["reward"])
     same = all(b["reward"] == r["reward"][:n] for r, b in zip(ex_r, ex_b))
@@ -284,7 +242,7 @@ def v3_evidence(data: dict) -> Evidence:
     for path in PATHS[1:]:
         rows = data[_label(path, "bypass")]
         sk = [skew(r["v3"]) for r in rows]
-        m, se = _mean_se(sk)
+        m, se = mean_se(sk)
         med = {s: sum(r["v3"][s]["quantiles"][3] for r in rows) / len(rows) for s in ("pos", "neg")}
         nums.update({f"{path} bypass:skew": m, f"{path} bypass:skew_se": se,
                      f"{path} bypass:skew_min_seed": min(sk),
@@ -292,8 +250,8 @@ def v3_evidence(data: dict) -> Evidence:
                      f"{path} bypass:median_C_neg": med["neg"],
                      f"{path} bypass:mean_C_pos": _mean_c(rows, "pos"),
                      f"{path} bypass:mean_C_neg": _mean_c(rows, "neg")})
-        verdicts.append(Verdict.TOY_SCALE if min(sk) > 0 and m > 2 * se else
-                        Verdict.REFUTED if m < -2 * se else Verdict.NOT_REPRODUCED)
+        verdicts.append(Verdict.TOY_SCALE if min(sk) > 0 and m > Z_CRIT * se else
+                        Verdict.REFUTED if m < -Z_CRIT * se else Verdict.NOT_REPRODUCED)
     exact_ok = same and zero == 0.0
     rec_ok = r_dev < RATIO_ATOL and clipped == 0.0
     verdict = (Verdict.REFUTED if not exact_ok or Verdict.REFUTED in verdicts else
@@ -308,31 +266,30 @@ def _mean_c(rows: list, sign: str) -> float:
     return sum(r["v3"][sign]["sum"] for r in rows) / max(1, sum(r["v3"][sign]["n"] for r in rows))
 
 
-def harm_table(data: dict) -> list[dict]:
+def harm_table(data) -> list[dict]:
     """Every mismatch configuration against ``exact recompute`` at its knob: ``compare`` on final
     reward and held-out accuracy, plus whether it collapsed (final reward < 0.05 in some seed)."""
-    from tailtheory.lopti.training import compare
-
+    m = measurement(data)
     out = []
-    for label in data:
-        if label.startswith("exact") or "|" in label:
+    for label in m.labels(role="main") + m.labels(role="knob"):
+        knob = m.tags[label]["knob"]
+        if m.tags[label]["path"] == "exact":
             continue
-        ref = _label("exact", "recompute", _knob_of(label))
-        c, e = compare(data, ref, label, "final_reward"), compare(data, ref, label, "final_eval")
-        out.append({"label": label, "reference": ref, "gap": c["delta"], "se": c["se"],
-                    "gap_z": c["delta"] / c["se"] if c["se"] else float("inf") * c["delta"],
-                    "harmed": c["verdict"] == Verdict.TOY_SCALE, "gap_eval": e["delta"],
-                    "se_eval": e["se"],
-                    "collapsed": any(r["final_reward"] < 0.05 for r in data[label]),
-                    "exact_collapsed": any(r["final_reward"] < 0.05 for r in data[ref])})
+        ref = m.label(path="exact", pi_old="recompute", knob=knob, role="knob" if knob else "main")
+        c, e = m.compare(ref, label, "final_reward"), m.compare(ref, label, "final_eval")
+        out.append({"label": label, "reference": ref, "gap": c.delta, "se": c.se,
+                    "gap_z": c.delta / c.se if c.se else float("inf") * c.delta,
+                    "harmed": c.verdict == Verdict.TOY_SCALE, "gap_eval": e.delta,
+                    "se_eval": e.se,
+                    "collapsed": any(r["final_reward"] < 0.05 for r in m[label]),
+                    "exact_collapsed": any(r["final_reward"] < 0.05 for r in m[ref])})
     return out
 
 
-def v4_evidence(data: dict) -> Evidence:
-    """V4 from :func:`measure_v`'s numbers (rule in the module docstring)."""
-    from tailtheory.lopti.training import compare
-
-    rows = harm_table(data)
+def v4_evidence(data) -> Evidence:
+    """V4 from the study's numbers (rule in the module docstring)."""
+    m = measurement(data)
+    rows = harm_table(m)
     nums = {}
     for r in rows:
         nums[f"{r['label']}:gap_reward"] = r["gap"]
@@ -344,10 +301,10 @@ def v4_evidence(data: dict) -> Evidence:
     for label in REMEDIES:
         key = f"{label} | {REMEDY_BASE}"
         if key in data:
-            c = compare(data, key, base, "final_reward")
-            nums[f"{label}:vs_grpo"], nums[f"{label}:vs_grpo_se"] = c["delta"], c["se"]
-            e = compare(data, key, "GRPO | exact recompute", "final_reward")
-            nums[f"{label}:vs_exact"], nums[f"{label}:vs_exact_se"] = e["delta"], e["se"]
+            c = m.compare(key, base, "final_reward")
+            nums[f"{label}:vs_grpo"], nums[f"{label}:vs_grpo_se"] = c.delta, c.se
+            e = m.compare(key, "GRPO | exact recompute", "final_reward")
+            nums[f"{label}:vs_exact"], nums[f"{label}:vs_exact_se"] = e.delta, e.se
     harmed = [r["label"] for r in rows if r["harmed"]]
     nums["harmed"] = ", ".join(harmed) or "none"
     return Evidence(Verdict.TOY_SCALE if harmed else Verdict.NOT_REPRODUCED, nums,
@@ -360,11 +317,13 @@ def _window_k3(rows: list, first: bool) -> float:
     return sum(sum(r["k3"][sl]) / len(r["k3"][sl]) for r in rows) / len(rows)
 
 
-def v5_evidence(data: dict) -> Evidence:
-    """V5 from :func:`measure_v`'s numbers (rule in the module docstring)."""
-    harmed = [r["label"] for r in harm_table(data) if r["harmed"]]
+def v5_evidence(data) -> Evidence:
+    """V5 from the study's numbers (rule in the module docstring)."""
+    m = measurement(data)
+    harmed = [r["label"] for r in harm_table(m) if r["harmed"]]
     nums, flat = {}, []
-    for label in [lb for lb in data if not lb.startswith("exact") and "|" not in lb]:
+    for label in [lb for lb in m.labels(role="main") + m.labels(role="knob")
+                  if m.tags[lb]["path"] != "exact"]:
         k_first, k_last = _window_k3(data[label], True), _window_k3(data[label], False)
         ratio = k_last / k_first if k_first > 0 else float("inf")
         nums[f"{label}:k3_first"], nums[f"{label}:k3_final"] = k_first, k_last
@@ -383,25 +342,21 @@ def v5_evidence(data: dict) -> Evidence:
                     f"NOT-REPRODUCED)")
 
 
-def training_data(profile: str) -> dict:
+def training_data(profile: str) -> Measurement:
     """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    from tailtheory.lopti.training import measured_plan
-
-    return measured_plan("mismatch_training", v_plan("full"), measure_v, profile,
-                         "06_mismatch_in_training.py")
+    return STUDY.data(profile)
 
 
-def main_labels(data: dict) -> list[str]:
+def main_labels(data) -> list[str]:
     """The main regime's path x mode labels present in ``data``."""
-    return [_label(p, m) for p in PATHS for m in MODES if _label(p, m) in data]
+    return measurement(data).labels(role="main")
 
 
-def knob_labels(data: dict) -> list[str]:
+def knob_labels(data) -> list[str]:
     """The knob runs' labels present in ``data``."""
-    return [lb for lb in data if _knob_of(lb) and "|" not in lb]
+    return measurement(data).labels(role="knob")
 
 
-def remedy_labels(data: dict) -> list[str]:
+def remedy_labels(data) -> list[str]:
     """GRPO on the base, on exact, and the remedies, as present in ``data``."""
-    return [lb for lb in data if "|" in lb]
-
+    return measurement(data).labels(role="remedy")

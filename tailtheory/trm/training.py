@@ -6,17 +6,20 @@ divergence stays under ``delta_max``; with sampled-token log-ratios the max filt
 ``k2 = (log rho)^2 / 2`` (T12). With an i.i.d. per-token violation rate ``q`` a sequence of
 ``T`` tokens is kept with probability ``(1 - q)^T``: long responses are masked more.
 
-Data: the token dumps of the GRPO runs of :mod:`tailtheory.tim.training` (``bf16`` and
-``fp8`` rollouts, both ``pi_old`` modes; ``log_rho = log pi_train - log pi_roll``). Per run and
+Data: the token dumps of the GRPO runs of TIM's study ``mismatch_training`` (``tailtheory.tim``;
+``bf16`` and ``fp8`` rollouts, both ``pi_old`` modes; ``log_rho = log pi_train - log pi_roll``),
+read through the study registry (:func:`tailtheory.engine.study.get_study`) and the run cache,
+without importing TIM's module; :func:`t14_token_numbers` is what that study keeps of each
+dump for T14. Per run and
 threshold ``delta`` of :data:`T14_DELTAS`: ``q`` = fraction of response tokens with
 ``k2 > delta``; per length bin (:data:`LEN_EDGES`) the fraction of sequences kept against the
 mean over the bin's sequences of ``(1 - q)^T``.
 
 Verdict (fixed before measuring): (a) *length law*: over the mismatch runs, every length bin
 with at least :data:`MIN_SEQS` sequences and every ``delta`` with ``q > 0`` has
-``|kept - predicted| <= ACCEPT_TOL``; (b) *stability*: on the remedy base of
-:mod:`tailtheory.tim.training`, when V4 finds that configuration harmed (GRPO's final
-reward below exact's by > 2 se), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
+``|kept - predicted| <= ACCEPT_TOL``; (b) *stability*: on the base the remedies run on (the arm of
+the TRM remedy), when that configuration is harmed (GRPO's final reward below exact
+recompute's by > 2 se, as V4 judges it), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
 below it by > 2 se (``REFUTED``). T14 is ``TOY-SCALE`` when (a) holds and (b) is TOY-SCALE,
 ``REFUTED`` when (a) fails or (b) is REFUTED, else ``NOT-REPRODUCED`` (in particular when the
 base is not harmed: there is no instability for masking to remove).
@@ -25,6 +28,10 @@ base is not harmed: there is no instability for masking to remove).
 from __future__ import annotations
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.engine.study import Measurement, get_study
+
+MISMATCH_STUDY = "mismatch_training"
+"""The study whose runs T14 reads (TIM's rollout paths and remedies)."""
 
 T14_DELTAS = (5e-2, 5e-3, 5e-4)
 """Thresholds on ``k2``: the engine's ``trm_delta_max`` (0.05) and two lower ones, so that the
@@ -74,17 +81,33 @@ def t14_token_numbers(df) -> dict:
     return out
 
 
-def acceptance_table(data: dict, labels=None):
+def measurement(data) -> Measurement:
+    """``data`` (label -> rows) with the arms and tags of :data:`MISMATCH_STUDY`."""
+    return get_study(MISMATCH_STUDY).measurement(data)
+
+
+def training_data(profile: str) -> Measurement:
+    """The stored measurement of :data:`MISMATCH_STUDY` (``quick``) or a new one (``thorough``)."""
+    return get_study(MISMATCH_STUDY).data(profile)
+
+
+def _mismatch_labels(m: Measurement) -> list[str]:
+    """Main and knob arms with a mismatch (not the ``exact`` path)."""
+    return [lb for lb in m.labels(role="main") + m.labels(role="knob")
+            if m.tags[lb]["path"] != "exact"]
+
+
+def acceptance_table(data, labels=None):
     """Long table ``label, delta, q, bin, lo, hi, n, kept, predicted, q_bin, predicted_bin_q``
     pooled over seeds, from the runs of ``labels`` (default: every run with a token dump and a
     mismatch); ``predicted`` uses the run's rate ``q``, ``predicted_bin_q`` the bin's own."""
     import pandas as pd
 
-    labels = labels or [lb for lb, rows in data.items()
-                        if "t14" in rows[0] and not lb.startswith("exact") and "|" not in lb]
+    m = measurement(data)
+    labels = labels or [lb for lb in _mismatch_labels(m) if "t14" in m[lb][0]]
     out = []
     for label in labels:
-        rows = [r["t14"] for r in data[label]]
+        rows = [r["t14"] for r in m[label]]
         for d in rows[0]:
             tok, vio = sum(r[d]["tokens"] for r in rows), sum(r[d]["violations"] for r in rows)
             for b in range(len(LEN_EDGES) - 1):
@@ -100,12 +123,10 @@ def acceptance_table(data: dict, labels=None):
     return pd.DataFrame(out)
 
 
-def t14_evidence(data: dict) -> Evidence:
-    """T14 from ``tailtheory.tim.training.measure_v``'s numbers (rule in the docstring)."""
-    from tailtheory.lopti.training import compare
-    from tailtheory.tim.training import REMEDY_BASE, harm_table
-
-    df = acceptance_table(data)
+def t14_evidence(data) -> Evidence:
+    """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
+    m = measurement(data)
+    df = acceptance_table(m)
     live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]
     dev = (live["kept"] - live["predicted"]).abs()
     law_ok = bool(len(live)) and float(dev.max()) <= ACCEPT_TOL
@@ -122,22 +143,26 @@ def t14_evidence(data: dict) -> Evidence:
                                                             f"{last['predicted']:.3f}")
         nums[f"{label} delta={delta:g}:q_bin_short/long"] = (f"{first['q_bin']:.3g}/"
                                                              f"{last['q_bin']:.3g}")
-    harmed = {r["label"]: r for r in harm_table(data)}
-    base = harmed[REMEDY_BASE]
-    c = compare(data, f"TRM | {REMEDY_BASE}", f"GRPO | {REMEDY_BASE}", "final_reward")
-    nums.update({"base": REMEDY_BASE, "base_harmed": "yes" if base["harmed"] else "no",
-                 "base_gap_vs_exact": base["gap"], "base_gap_se": base["se"],
-                 "trm_minus_grpo": c["delta"], "trm_minus_grpo_se": c["se"]})
-    stab = c["verdict"] if base["harmed"] else Verdict.NOT_REPRODUCED
+    trm = m.label(role="remedy", method="trm")
+    on = {k: m.tags[trm][k] for k in ("path", "pi_old")}
+    base = m.label(role="main", **on)
+    harm = m.compare(m.label(role="main", path="exact", pi_old="recompute"), base,
+                     "final_reward")
+    harmed = harm.verdict == Verdict.TOY_SCALE
+    c = m.compare(trm, m.label(role="remedy", method="grpo", **on), "final_reward")
+    nums.update({"base": base, "base_harmed": "yes" if harmed else "no",
+                 "base_gap_vs_exact": harm.delta, "base_gap_se": harm.se,
+                 "trm_minus_grpo": c.delta, "trm_minus_grpo_se": c.se})
+    stab = c.verdict if harmed else Verdict.NOT_REPRODUCED
     verdict = (Verdict.REFUTED if not law_ok or stab == Verdict.REFUTED else
                Verdict.TOY_SCALE if stab == Verdict.TOY_SCALE else Verdict.NOT_REPRODUCED)
     return Evidence(verdict, nums, f"criterion: (a) kept fraction per length bin (>= {MIN_SEQS} "
                     f"sequences) within {ACCEPT_TOL} of mean (1-q)^T at k2 thresholds "
-                    f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {REMEDY_BASE}, if harmed, "
+                    f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {base}, if harmed, "
                     f"TRM's final reward above GRPO's by > 2 se")
 
 
-def plot_acceptance(data: dict, labels=None):
+def plot_acceptance(data, labels=None):
     """T14: fraction of sequences TRM keeps per response-length bin (dots) against the mean
     ``(1 - q)^T`` of the bin with the run's rate (solid lines) and with the bin's own rate
     (dashed), one panel per ``k2`` threshold. Returns ``(figure, table)``."""

@@ -1,32 +1,12 @@
-"""Verdicts of LOPTI's training claims from run numbers (``tailtheory/lopti/training.py``), and the
-DVP training verdict (``tailtheory/pruning/training.py``), on hand-made numbers."""
+"""Verdicts of LOPTI's training claims from run numbers (``tailtheory/lopti/training.py``), on
+hand-made numbers; the study's arms and its curves figure."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 
 from tailtheory.core.registry import Verdict
 from tailtheory.lopti import training as lt
-from tailtheory.pruning import training as pt
-
-
-def rows(*xs, key="final_reward"):
-    return [{key: x} for x in xs]
-
-
-def test_compare_by_hand():
-    data = {"A": rows(1.0, 1.2), "B": rows(0.0, 0.2)}
-    c = lt.compare(data, "A", "B", "final_reward")
-    # delta = 1.1 - 0.1; se = sqrt(0.02 / 2 + 0.02 / 2)
-    assert c["delta"] == pytest.approx(1.0) and c["se"] == pytest.approx(math.sqrt(0.02))
-    assert c["verdict"] == Verdict.TOY_SCALE
-    assert lt.compare(data, "B", "A", "final_reward")["verdict"] == Verdict.REFUTED
-    close = {"A": rows(0.3, 0.5), "B": rows(0.2, 0.4)}   # delta 0.1, se 0.141: inside 2 se
-    assert lt.compare(close, "A", "B", "final_reward")["verdict"] == Verdict.NOT_REPRODUCED
-    with pytest.raises(ValueError, match=">= 2 seeds"):
-        lt.compare({"A": rows(1.0), "B": rows(0.0, 0.1)}, "A", "B", "final_reward")
 
 
 def _data(**means):
@@ -50,43 +30,20 @@ def test_l2_l3_l6_follow_the_orderings():
     assert lt.l2_evidence(good).numbers["delta_final_reward"] == pytest.approx(0.2)
 
 
-def test_lopti_plan_has_every_configuration_and_seed(monkeypatch, tmp_path):
+def test_lopti_study_has_every_configuration_and_seed(monkeypatch, tmp_path):
     from tailtheory.engine import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
-    plan = lt.lopti_plan("quick")
+    plan = lt.STUDY.configs("quick")
     assert set(lt.LOPTI_METHODS) <= set(plan)
     assert {len(v) for v in plan.values()} == {len(presets.SEEDS["quick"])}
     assert {c.alpha for c in plan["AR alpha=0.1"]} == {0.1}
     assert [c.method for c in plan["Lopti reversed"]] == ["lopti_reversed"] * 2
+    arms = {a.label: a for a in lt.lopti_arms("quick")}
+    assert arms["AR alpha=0.1"].tags == {"method": "ar", "alpha": 0.1, "role": "sweep"}
+    assert not any(a.tags["role"] == "knob" for a in arms.values())    # knobs: full preset only
     with pytest.raises(ValueError, match="valid presets"):
-        lt.lopti_plan("huge")
-
-
-def _p5(bound: float, reward_shift: float) -> dict:
-    def run(d, b, shift):
-        return {"final_reward": 0.3 + shift + d, "bias_bound": [0.0, b],
-                "mismatch_abs_mean": [0.002, 0.004]}
-
-    data = {"GRPO": [run(d, 0.0, 0.0) for d in (-0.01, 0.0, 0.01)]}
-    for rho in pt.P5_RHOS:
-        b = bound if rho <= pt.RHO_CLAIMED else 10.0  # rho = 1e-2 is outside the verdict
-        data[f"DVP rho={rho:g}"] = [run(d, b, reward_shift) for d in (-0.01, 0.0, 0.01)]
-    return data
-
-
-def test_p5_verdict_rule():
-    assert pt.p5_evidence(_p5(0.01, 0.0)).verdict == Verdict.TOY_SCALE
-    assert pt.p5_evidence(_p5(0.2, 0.0)).verdict == Verdict.NOT_REPRODUCED
-    assert pt.p5_evidence(_p5(0.01, -0.2)).verdict == Verdict.REFUTED
-    nums = pt.p5_evidence(_p5(0.01, 0.0)).numbers
-    assert nums["rho=1e-08:max_bias_bound"] == 0.01 and nums["rho=0.01:max_bias_bound"] == 10.0
-    assert nums["GRPO:mismatch_abs_mean"] == pytest.approx(0.003)
-
-
-def test_bias_bound_is_mass_times_length():
-    line = {"dvp/pruned_mass": 1e-3, "rollout/len_mean": 50.0}
-    assert pt.bias_bound(line) == pytest.approx(0.05)
+        lt.lopti_arms("huge")
 
 
 def _curves():

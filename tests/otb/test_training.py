@@ -37,11 +37,11 @@ def test_o6_training_rule_both_ways():
     assert ot.o6_training_evidence(_data(0.31, 0.3, 0.32)).verdict == Verdict.NOT_REPRODUCED
 
 
-def test_o6_plan(monkeypatch, tmp_path):
+def test_o6_arms(monkeypatch, tmp_path):
     from tailtheory.engine import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
-    plan = ot.o6_plan("quick")
+    plan = ot.STUDY.configs("quick")
     assert {(c.method, c.group_size) for c in plan[f"OTB N={ot.OTB_N}"]} == {("otb", ot.OTB_N)}
     assert {c.group_size for c in plan[f"GRPO N={ot.LARGE_N}"]} == {ot.LARGE_N}
     assert len({c.prompts_per_step for cfgs in plan.values() for c in cfgs}) == 1

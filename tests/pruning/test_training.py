@@ -1,4 +1,5 @@
-"""P5's per-step figure (tailtheory.pruning.training.plot_p5): seeds as seaborn bands."""
+"""DVP in training (tailtheory.pruning.training, claim P5): the verdict rule on hand-made numbers,
+the P2 bound per step and the per-step figure (seeds as seaborn bands)."""
 
 import matplotlib
 
@@ -35,3 +36,34 @@ def test_plot_p5_draws_mean_and_min_max_of_each_key_per_label():
     assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == list(data)
     assert fig.axes[0].get_legend() is None and fig.axes[0].get_yscale() == "symlog"
     plt.close(fig)
+
+
+from tailtheory.core.registry import Verdict  # noqa: E402
+
+
+def _p5(bound: float, reward_shift: float) -> dict:
+    def run(d, b, shift):
+        return {"final_reward": 0.3 + shift + d, "bias_bound": [0.0, b],
+                "mismatch_abs_mean": [0.002, 0.004]}
+
+    data = {"GRPO": [run(d, 0.0, 0.0) for d in (-0.01, 0.0, 0.01)]}
+    for rho in pt.P5_RHOS:
+        b = bound if rho <= pt.RHO_CLAIMED else 10.0  # rho = 1e-2 is outside the verdict
+        data[f"DVP rho={rho:g}"] = [run(d, b, reward_shift) for d in (-0.01, 0.0, 0.01)]
+    return data
+
+
+def test_p5_verdict_rule():
+    assert pt.p5_evidence(_p5(0.01, 0.0)).verdict == Verdict.TOY_SCALE
+    assert pt.p5_evidence(_p5(0.2, 0.0)).verdict == Verdict.NOT_REPRODUCED
+    assert pt.p5_evidence(_p5(0.01, -0.2)).verdict == Verdict.REFUTED
+    nums = pt.p5_evidence(_p5(0.01, 0.0)).numbers
+    assert nums["rho=1e-08:max_bias_bound"] == 0.01 and nums["rho=0.01:max_bias_bound"] == 10.0
+    assert nums["GRPO:mismatch_abs_mean"] == pytest.approx(0.003)
+
+
+def test_bias_bound_is_mass_times_length():
+    line = {"dvp/pruned_mass": 1e-3, "rollout/len_mean": 50.0}
+    assert pt.bias_bound(line) == pytest.approx(0.05)
+
+

@@ -131,7 +131,9 @@ def test_plan_has_paths_knobs_and_remedies(monkeypatch, tmp_path):
     from tailtheory.engine import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
-    plan = mt.v_plan("quick")
+    arms = mt.v_arms("quick")
+    plan = {a.label: list(a.configs) for a in arms}
+    remedy = {a.label for a in arms if a.tags["role"] == "remedy"}
     for path in mt.PATHS:
         for mode in mt.MODES:
             assert {(c.rollout, c.pi_old) for c in plan[mt._label(path, mode)]} == {(path, mode)}
@@ -143,10 +145,16 @@ def test_plan_has_paths_knobs_and_remedies(monkeypatch, tmp_path):
                                                          base.lr)
     # GRPO on the base is the same run as the base's (the cache reuses it)
     assert plan[f"GRPO | {mt.REMEDY_BASE}"][0] == base
-    assert {len(v) for label, v in plan.items() if "|" not in label} == {
+    assert {len(v) for label, v in plan.items() if label not in remedy} == {
         len(presets.SEEDS["quick"])}
-    assert {len(v) for label, v in plan.items() if "|" in label} == {
+    assert {len(v) for label, v in plan.items() if label in remedy} == {
         min(mt.REMEDY_SEEDS, len(presets.SEEDS["quick"]))}
+    assert remedy == {lb for lb in plan if "|" in lb}                 # tags, not label parsing
+    tags = {a.label: a.tags for a in arms}
+    assert tags["fp8 bypass lr=1e-3"] == {"path": "fp8", "pi_old": "bypass", "knob": "lr=1e-3",
+                                          "role": "knob", "method": "grpo"}
+    assert tags[f"TRM | {mt.REMEDY_BASE}"]["method"] == "trm"
+    assert not any(a.tokens for a in arms if a.label.startswith("GRPO |"))
 
 
 def test_token_pipeline_on_a_tiny_run(tmp_path):
@@ -154,6 +162,7 @@ def test_token_pipeline_on_a_tiny_run(tmp_path):
     from tests.engine.test_trainer import SMALL, DenseKK
 
     from tailtheory.engine.config import TrainConfig
+    from tailtheory.engine.run_numbers import read_tokens
     from tailtheory.engine.trainer import train
     from tailtheory.trm.training import T14_DELTAS
 
@@ -162,15 +171,15 @@ def test_token_pipeline_on_a_tiny_run(tmp_path):
         cfg = TrainConfig(**SMALL, rollout=path, pi_old="bypass", steps=1, dump_tokens=True,
                           out=str(tmp_path / path))
         train(cfg, progress=False, task=DenseKK())
-        out[path] = mt.token_numbers(cfg.out, cfg)
-        df = mt.read_tokens(cfg.out, 1)
+        out[path] = mt.STUDY.run_numbers(cfg.out, cfg)
+        df = read_tokens(cfg.out, 1)
         want = -(np.exp(df["log_rho"]) - 1) * df["adv"]
         assert np.allclose(mt.contribution(df), want, rtol=1e-9, atol=0)
     assert out["exact"]["v3"]["max_abs_c"] == 0.0
     assert out["bf16"]["v3"]["max_abs_c"] > 0.0
     assert set(out["bf16"]["t14"]) == {f"{d:g}" for d in T14_DELTAS}
     with pytest.raises(FileNotFoundError, match="dump_tokens=True"):
-        mt.read_tokens(tmp_path / "exact", 5)
+        read_tokens(tmp_path / "exact", 5)
 
 
 def test_figures_draw_from_their_tables():
@@ -192,7 +201,7 @@ def test_full_plan_knob_steps_and_continuation(monkeypatch, tmp_path):
     from tailtheory.engine import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
-    plan = mt.v_plan("full", remedies=False)
+    plan = {a.label: list(a.configs) for a in mt.v_arms("full", remedies=False)}
     assert {c.steps for c in plan["exact recompute"]} == {mt.MAIN_STEPS}
     for knob, (over, n, pairs) in mt.KNOBS.items():
         for path, mode in pairs:

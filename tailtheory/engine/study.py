@@ -1,0 +1,357 @@
+"""One type for every training experiment: arms of seeded runs, a study over them, a measurement
+that compares arms with one rule.
+
+- An :class:`Arm` is a label, its configs (one per seed) and tags that say what it is
+  (``{"method": "ar"}``, ``{"path": "fp8", "pi_old": "bypass"}``): code selects arms by tag,
+  never by parsing labels.
+- A :class:`Study` names its arms per preset, the per-step series it keeps of each run, optional
+  numbers computed from token dumps, the stored measurement it writes (``results/<name>.json``)
+  and the command that regenerates it. :meth:`Study.measure` trains what the run cache lacks
+  (:mod:`tailtheory.engine.runs`) and reads every run into plain numbers;
+  :meth:`Study.data` reads the stored measurement (``quick``) or measures afresh (``thorough``).
+- A :class:`Measurement` holds those numbers (label -> one row per seed) with the arms' tags;
+  :meth:`Measurement.compare` is the one verdict rule of every training claim:
+
+      delta = mean_s(x_a) - mean_s(x_b),   se = sqrt(var_s(x_a)/n_a + var_s(x_b)/n_b)
+
+  ``TOY-SCALE`` when ``delta > Z_CRIT * se``, ``REFUTED`` when ``delta < -Z_CRIT * se``,
+  ``NOT-REPRODUCED`` otherwise (``Z_CRIT = 2``).
+
+A section registers its studies on import (:func:`register_study`); :func:`get_study` finds a
+study by name, importing each section's ``training`` module the way the claims registry imports
+each ``claims`` module, so one section can read another's runs without importing it.
+
+Example (a complete study: two arms, a measurement, a verdict)::
+
+    from dataclasses import replace
+    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.engine.study import Arm, Study
+
+    def arms(preset):
+        base = train_config(preset)
+        return [Arm(name, tuple(replace(base, method=m, seed=s) for s in SEEDS[preset]),
+                    {"method": m}) for name, m in (("GRPO", "grpo"), ("AR", "ar"))]
+
+    study = Study("ar_vs_grpo", arms, notebook="my_notebook.py")
+    m = study.measure("quick")                 # trains (or finds) 2 arms x seeds
+    m.compare("AR", "GRPO", "final_reward")    # Comparison(delta, se, verdict)
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Iterator, Mapping
+
+from tailtheory.core.registry import Verdict
+from tailtheory.engine.run_numbers import read_lines, read_tokens, run_curves, run_summary
+
+Z_CRIT = 2.0
+"""An ordering counts when the difference of seed means exceeds 2 standard errors."""
+
+
+# ---- the one statistics rule ------------------------------------------------------------------
+
+def mean_se(xs) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample variance, ``n - 1``) of ``xs``; the error is
+    NaN for one value (undefined), and no values is a ``ValueError``."""
+    xs = [float(x) for x in xs]
+    if not xs:
+        raise ValueError("mean_se of no values")
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a`` against ``b`` over seeds: the difference of means, its standard error, the verdict."""
+
+    delta: float
+    se: float
+    verdict: Verdict
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    @property
+    def z(self) -> float:
+        """``delta / se`` (infinite with the sign of ``delta`` when ``se`` is 0)."""
+        return self.delta / self.se if self.se else math.copysign(math.inf, self.delta)
+
+
+def compare_values(xa, xb) -> Comparison:
+    """The module rule on two lists of per-seed values (at least 2 each)."""
+    xa, xb = list(xa), list(xb)
+    if min(len(xa), len(xb)) < 2:
+        raise ValueError(f"need >= 2 seeds per configuration to compare, got {len(xa)}, {len(xb)}")
+    var = lambda x: sum((v - sum(x) / len(x)) ** 2 for v in x) / (len(x) - 1)  # noqa: E731
+    delta = sum(xa) / len(xa) - sum(xb) / len(xb)
+    se = math.sqrt(var(xa) / len(xa) + var(xb) / len(xb))
+    verdict = (Verdict.TOY_SCALE if delta > Z_CRIT * se else
+               Verdict.REFUTED if delta < -Z_CRIT * se else Verdict.NOT_REPRODUCED)
+    return Comparison(delta, se, verdict)
+
+
+def compare(data: Mapping, a: str, b: str, key: str) -> Comparison:
+    """Arm ``a`` of ``data`` (label -> rows over seeds) against arm ``b`` on ``key``."""
+    return compare_values([r[key] for r in data[a]], [r[key] for r in data[b]])
+
+
+def worst(*verdicts: Verdict) -> Verdict:
+    """REFUTED beats NOT-REPRODUCED beats TOY-SCALE: a claim with several parts needs them all."""
+    for v in (Verdict.REFUTED, Verdict.NOT_REPRODUCED):
+        if v in verdicts:
+            return v
+    return Verdict.TOY_SCALE
+
+
+# ---- arms, studies, measurements --------------------------------------------------------------
+
+Series = Mapping[str, "str | Callable[[dict], float]"]
+"""Per-step series a study keeps: name -> a metric key of the step's line, or a function of it."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration of a study over seeds: ``configs[i]`` is seed ``i``'s run."""
+
+    label: str
+    configs: tuple
+    tags: Mapping[str, object] = field(default_factory=dict)
+    """What the arm is (``method``, ``path``, ``pi_old``, ``knob``, ``role`` ...), for selection."""
+    tokens: bool = True
+    """Whether runs that dump their tokens get the study's token numbers (an arm that re-reads
+    another arm's runs says False)."""
+
+    def __post_init__(self):
+        if not self.label:
+            raise ValueError("an arm needs a label")
+        if not self.configs:
+            raise ValueError(f"arm {self.label!r} has no configs")
+        object.__setattr__(self, "configs", tuple(self.configs))
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+
+    def matches(self, **tags) -> bool:
+        """Whether every given tag has the given value (``label=`` matches the label)."""
+        mine = {**self.tags, "label": self.label}
+        return all(k in mine and mine[k] == v for k, v in tags.items())
+
+
+class Measurement(Mapping):
+    """A study's numbers: label -> one row per seed (``{"seed": ..., numbers...}``), with the
+    arms' tags. Reads like the plain dict it wraps (``m[label]``, ``list(m)``)."""
+
+    def __init__(self, data: Mapping, arms=(), study: str = ""):
+        self.data = dict(data)
+        self.tags = {a.label: dict(a.tags) for a in arms}
+        self.study = study
+
+    def __getitem__(self, label):
+        if label not in self.data:
+            raise KeyError(f"{self.study or 'measurement'} has no arm {label!r}; arms: "
+                           f"{', '.join(self.data)}")
+        return self.data[label]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def labels(self, **tags) -> list[str]:
+        """Labels of the measured arms whose tags match ``tags`` (in the study's order)."""
+        return [lb for lb in self.data
+                if all(k in (t := {**self.tags.get(lb, {}), "label": lb}) and t[k] == v
+                       for k, v in tags.items())]
+
+    def label(self, **tags) -> str:
+        """The one measured arm whose tags match; none or several is a ``ValueError``."""
+        found = self.labels(**tags)
+        if len(found) != 1:
+            raise ValueError(f"{len(found)} arms match {tags}: {found}")
+        return found[0]
+
+    def values(self, label: str, key: str) -> list:
+        """``key`` of every seed of arm ``label``."""
+        return [r[key] for r in self[label]]
+
+    def mean(self, label: str, key: str) -> float:
+        """Mean over seeds of ``key`` of arm ``label``."""
+        return mean_se(self.values(label, key))[0]
+
+    def compare(self, a: str, b: str, key: str) -> Comparison:
+        """Arm ``a`` against arm ``b`` on ``key`` over seeds (the module rule)."""
+        return compare_values(self.values(a, key), self.values(b, key))
+
+    def table(self):
+        """One row per run (``label``, ``seed`` and every scalar number), as a pandas frame."""
+        import pandas as pd
+
+        return pd.DataFrame([{"label": lb, **{k: v for k, v in r.items()
+                                              if not isinstance(v, (list, dict))}}
+                             for lb, rows in self.data.items() for r in rows])
+
+    def curves(self, series=("reward", "eval"), labels=None):
+        """Long table ``label, seed, step, metric, value`` of per-step ``series`` (lists over
+        steps); ``eval`` is the held-out accuracy at its ``eval_steps``."""
+        import pandas as pd
+
+        rows = []
+        for lb in (list(self.data) if labels is None else labels):
+            for r in self[lb]:
+                for name in series:
+                    if name == "eval":
+                        rows += [{"label": lb, "seed": r["seed"], "step": t,
+                                  "metric": "held-out accuracy", "value": v}
+                                 for t, v in zip(r["eval_steps"], r["eval"])]
+                    else:
+                        rows += [{"label": lb, "seed": r["seed"], "step": t, "metric": name,
+                                  "value": v} for t, v in enumerate(r[name])]
+        return pd.DataFrame(rows, columns=["label", "seed", "step", "metric", "value"])
+
+
+@dataclass(frozen=True)
+class Study:
+    """A training experiment: its arms per preset, what it keeps of each run, where it is stored."""
+
+    name: str
+    """The stored measurement ``results/<name>.json`` (letters, digits, ``_``, ``-``)."""
+    arms: Callable[[str], list]
+    """Preset -> the study's :class:`Arm` s (labels unique)."""
+    notebook: str = ""
+    """The notebook whose full preset regenerates the stored measurement."""
+    series: Mapping = field(default_factory=dict)
+    """Per-step series kept beside the summary and the reward / held-out curves (:data:`Series`)."""
+    tokens: Mapping = field(default_factory=dict)
+    """Name -> function of a run's token table (:func:`read_tokens`) to a dict of numbers, for
+    the runs that dump their tokens."""
+    measure_preset: str = "full"
+    """The preset whose runs the stored measurement holds."""
+
+    def plan(self, preset: str) -> list[Arm]:
+        """The arms of ``preset``, checked (unique labels, every config a ``TrainConfig``)."""
+        from tailtheory.engine.config import TrainConfig
+
+        arms = list(self.arms(preset))
+        labels = [a.label for a in arms]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"study {self.name!r} repeats an arm label: {labels}")
+        for a in arms:
+            if not all(isinstance(c, TrainConfig) for c in a.configs):
+                raise TypeError(f"arm {a.label!r} of {self.name!r} holds a non-TrainConfig")
+        return arms
+
+    def configs(self, preset: str, labels=None) -> dict[str, list]:
+        """Label -> configs (one per seed), of the arms named in ``labels`` (default: all)."""
+        arms = self.plan(preset)
+        if labels is not None:
+            unknown = sorted(set(labels) - {a.label for a in arms})
+            if unknown:
+                raise ValueError(f"study {self.name!r} has no arm(s) {unknown}; arms: "
+                                 f"{', '.join(a.label for a in arms)}")
+        return {a.label: list(a.configs) for a in arms if labels is None or a.label in labels}
+
+    def identity(self, preset: str) -> dict:
+        """What the stored measurement is keyed by: every run's config and warm start, less its
+        directory, thread count and device (the same runs elsewhere are the same experiment)."""
+        from tailtheory.engine.runs import _identity
+
+        def ident(c):
+            d = _identity(c)
+            d.pop("device")
+            return {**d, "steps": c.steps}
+
+        return {a.label: [ident(c) for c in a.configs] for a in self.plan(preset)}
+
+    def run(self, preset: str, workers: int = 1, progress: bool = True,
+            labels=None) -> dict[str, list]:
+        """Train (or find in the run cache) every run of the arms ``labels`` (default: all);
+        label -> run directories."""
+        from tailtheory.engine.runs import run_many
+
+        plan = self.configs(preset, labels)
+        paths = iter(run_many([c for cs in plan.values() for c in cs], workers=workers,
+                              progress=progress))
+        return {label: [next(paths) for _ in cs] for label, cs in plan.items()}
+
+    def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
+        """One run's numbers: summary, curves, the study's series and (if it dumped its tokens
+        and the arm takes them) its token numbers."""
+        lines = read_lines(run, cfg.steps)
+        out = {**run_summary(run, cfg.steps), **run_curves(run, cfg.steps)}
+        for name, key in self.series.items():
+            out[name] = [key(m) if callable(key) else m[key] for m in lines]
+        if self.tokens and cfg.dump_tokens and (arm is None or arm.tokens):
+            df = read_tokens(run, cfg.steps)
+            out.update({name: fn(df) for name, fn in self.tokens.items()})
+        return out
+
+    def measure(self, preset: str | None = None, workers: int = 1, progress: bool = True,
+                labels=None) -> Measurement:
+        """Train what is missing and read every run of the arms ``labels`` (default: all)."""
+        preset = preset or self.measure_preset
+        arms = [a for a in self.plan(preset) if labels is None or a.label in labels]
+        runs = self.run(preset, workers, progress, labels)
+        data = {a.label: [{"seed": c.seed, **self.run_numbers(p, c, a)}
+                          for c, p in zip(a.configs, runs[a.label])] for a in arms}
+        return Measurement(data, arms, self.name)
+
+    def measurement(self, data) -> Measurement:
+        """``data`` (label -> rows over seeds) as a :class:`Measurement` with the tags of
+        :attr:`measure_preset`'s arms (a measurement is returned as it is)."""
+        if isinstance(data, Measurement):
+            return data
+        return Measurement(data, self.plan(self.measure_preset), self.name)
+
+    @property
+    def command(self) -> str:
+        """The command that regenerates the stored measurement."""
+        return (f"TAILTHEORY_PRESET={self.measure_preset} python notebooks/{self.notebook}"
+                if self.notebook else f"tailtheory study {self.name}")
+
+    def data(self, profile: str) -> Measurement:
+        """``quick``: the stored measurement of :attr:`measure_preset`'s runs (refused when stale);
+        ``thorough``: measured afresh with two workers and stored."""
+        from tailtheory.core.measurements import measured
+
+        data = measured(self.name, self.identity(self.measure_preset),
+                        lambda: self.measure(self.measure_preset, workers=2).data, profile,
+                        self.command)
+        return self.measurement(data)
+
+
+# ---- the studies of every section, by name ----------------------------------------------------
+
+_STUDIES: dict[str, Study] = {}
+
+
+def register_study(study: Study) -> Study:
+    """Register ``study`` under its name (a name registered twice raises); returns it."""
+    if study.name in _STUDIES and _STUDIES[study.name] is not study:
+        raise ValueError(f"study {study.name!r} is already registered")
+    _STUDIES[study.name] = study
+    return study
+
+
+def studies() -> Mapping[str, Study]:
+    """Every registered study by name, each section's ``training`` module imported first."""
+    from tailtheory.core.registry import SECTIONS
+
+    for section in SECTIONS:
+        name = f"tailtheory.{section}.training"
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    return MappingProxyType(_STUDIES)
+
+
+def get_study(name: str) -> Study:
+    """The registered study ``name``; an unknown name lists the valid ones."""
+    found = studies()
+    if name not in found:
+        raise ValueError(f"unknown study {name!r}; studies: {', '.join(sorted(found))}")
+    return found[name]

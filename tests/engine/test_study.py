@@ -1,0 +1,157 @@
+"""The experiment type (``tailtheory/engine/study.py``): the one comparison rule, arms selected by
+tag, a study measured on hand-written runs, and every registered study keyed as its stored
+measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from tailtheory.core.registry import Verdict
+from tailtheory.engine import study as st
+from tailtheory.engine.config import TrainConfig
+
+
+def rows(*xs, key="final_reward"):
+    return [{key: x} for x in xs]
+
+
+def test_compare_by_hand():
+    data = {"A": rows(1.0, 1.2), "B": rows(0.0, 0.2)}
+    c = st.compare(data, "A", "B", "final_reward")
+    # delta = 1.1 - 0.1; se = sqrt(0.02 / 2 + 0.02 / 2)
+    assert c.delta == pytest.approx(1.0) and c.se == pytest.approx(math.sqrt(0.02))
+    assert c.verdict == Verdict.TOY_SCALE and c.z == pytest.approx(1.0 / math.sqrt(0.02))
+    assert st.compare(data, "B", "A", "final_reward").verdict == Verdict.REFUTED
+    close = {"A": rows(0.3, 0.5), "B": rows(0.2, 0.4)}   # delta 0.1, se 0.141: inside 2 se
+    assert st.compare(close, "A", "B", "final_reward").verdict == Verdict.NOT_REPRODUCED
+    with pytest.raises(ValueError, match=">= 2 seeds"):
+        st.compare({"A": rows(1.0), "B": rows(0.0, 0.1)}, "A", "B", "final_reward")
+    # equal seeds: se 0, z infinite with the sign of delta
+    assert st.compare({"A": rows(1.0, 1.0), "B": rows(0.0, 0.0)}, "A", "B",
+                      "final_reward").z == math.inf
+
+
+def test_mean_se_and_worst():
+    m, se = st.mean_se([1.0, 2.0, 3.0])
+    assert m == 2.0 and se == pytest.approx(1 / math.sqrt(3))
+    m, se = st.mean_se([4.0])
+    assert m == 4.0 and math.isnan(se)
+    with pytest.raises(ValueError, match="no values"):
+        st.mean_se([])
+    assert st.worst(Verdict.TOY_SCALE, Verdict.REFUTED) == Verdict.REFUTED
+    assert st.worst(Verdict.TOY_SCALE, Verdict.NOT_REPRODUCED) == Verdict.NOT_REPRODUCED
+    assert st.worst(Verdict.TOY_SCALE, Verdict.TOY_SCALE) == Verdict.TOY_SCALE
+
+
+def _arm(label, tags=None, n=2, **over):
+    return st.Arm(label, tuple(TrainConfig(seed=s, **over) for s in range(n)), tags or {})
+
+
+def test_arms_are_checked_and_frozen():
+    with pytest.raises(ValueError, match="label"):
+        _arm("")
+    with pytest.raises(ValueError, match="no configs"):
+        st.Arm("x", ())
+    a = _arm("AR", {"method": "ar"}, method="ar")
+    assert a.matches(method="ar") and a.matches(label="AR") and not a.matches(method="grpo")
+    assert not a.matches(path="fp8")                           # an absent tag never matches
+    with pytest.raises(TypeError):
+        a.tags["method"] = "grpo"                              # read-only
+
+
+def test_measurement_selects_by_tag():
+    arms = [_arm("exact", {"path": "exact", "role": "main"}),
+            _arm("fp8", {"path": "fp8", "role": "main"}),
+            _arm("TRM | fp8", {"path": "fp8", "role": "remedy", "method": "trm"})]
+    data = {a.label: [{"seed": s, "final_reward": 0.1 * s, "reward": [0.0, 0.5]}
+                      for s in range(2)] for a in arms}
+    m = st.Measurement(data, arms, "demo")
+    assert m.labels(role="main") == ["exact", "fp8"] and m.labels(path="fp8") == ["fp8", "TRM | fp8"]
+    assert m.label(method="trm") == "TRM | fp8"
+    with pytest.raises(ValueError, match="2 arms match"):
+        m.label(path="fp8")
+    with pytest.raises(KeyError, match="demo has no arm 'bf16'"):
+        m["bf16"]
+    assert m.mean("fp8", "final_reward") == pytest.approx(0.05)
+    assert list(m.table().columns) == ["label", "seed", "final_reward"]
+    curves = m.curves(series=("reward",))
+    assert len(curves) == 3 * 2 * 2 and set(curves["metric"]) == {"reward"}
+
+
+def _fake_run(path, cfg, steps=3, dump=False):
+    """A run directory as the trainer writes it: config, metric lines, token dump."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"seed": cfg.seed, "method": cfg.method}))
+    lines = [{"step": t, "reward/mean": 0.1 * t + cfg.seed, "rollout/len_mean": 10.0,
+              "policy/entropy": 1.0, "mismatch/k3": 1e-3 * t,
+              "eval/accuracy": 0.5 if t % 2 == 0 else None} for t in range(steps)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    if dump:
+        import pandas as pd
+
+        (path / "tokens").mkdir()
+        for t in range(steps):
+            pd.DataFrame({"log_rho": [0.0, 0.1]}).to_parquet(
+                path / "tokens" / f"step_{t:06d}.parquet")
+
+
+def test_study_measures_runs_into_numbers(monkeypatch, tmp_path):
+    from tailtheory.engine import runs
+
+    def arms(preset):
+        base = TrainConfig(steps=3)
+        return [st.Arm("A", tuple(replace(base, seed=s, dump_tokens=True) for s in (0, 1)),
+                       {"method": "grpo"}),
+                st.Arm("A again", tuple(replace(base, seed=s, dump_tokens=True) for s in (0, 1)),
+                       {"method": "grpo"}, tokens=False)]
+
+    def fake_run_many(configs, workers=1, progress=True):
+        out = []
+        for i, c in enumerate(configs):
+            p = tmp_path / f"run{i}"
+            _fake_run(p, c, dump=c.dump_tokens)
+            out.append(p)
+        return out
+
+    monkeypatch.setattr(runs, "run_many", fake_run_many)
+    study = st.Study("demo", arms, series={"k3": "mismatch/k3",
+                                           "double": lambda m: 2 * m["reward/mean"]},
+                     tokens={"n_tokens": lambda df: len(df)})
+    m = study.measure("quick")
+    r = m["A"][1]
+    assert r["seed"] == 1 and r["k3"] == [0.0, 1e-3, 2e-3]
+    assert r["double"] == pytest.approx([2.0, 2.2, 2.4])
+    assert r["final_reward"] == pytest.approx(1.1) and r["eval_steps"] == [0, 2]
+    assert r["n_tokens"] == 6                                   # 2 tokens x 3 steps
+    assert "n_tokens" not in m["A again"][0]                    # the arm declines token numbers
+    assert study.command == "tailtheory study demo"
+
+
+def test_study_plan_refuses_repeated_labels_and_foreign_configs():
+    dup = st.Study("dup", lambda preset: [_arm("A"), _arm("A")])
+    with pytest.raises(ValueError, match="repeats an arm label"):
+        dup.plan("quick")
+    bad = st.Study("bad", lambda preset: [st.Arm("A", ({"seed": 0},))])
+    with pytest.raises(TypeError, match="non-TrainConfig"):
+        bad.plan("quick")
+
+
+def test_every_study_is_registered_and_keyed_as_its_stored_measurement():
+    """Moving a study between modules changes no fingerprint: each registered study's identity
+    is the config its stored measurement was made under."""
+    from tailtheory.core.measurements import fingerprint, results_dir
+
+    found = st.studies()
+    assert {"lopti_training", "dvp_training", "otb_training", "mismatch_training"} <= set(found)
+    for name, study in found.items():
+        stored = json.loads((results_dir() / f"{name}.json").read_text())
+        assert stored["fingerprint"] == fingerprint(study.identity(study.measure_preset)), name
+        assert stored["command"] == study.command, name
+    with pytest.raises(ValueError, match="unknown study 'nope'; studies: "):
+        st.get_study("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        st.register_study(st.Study("lopti_training", lambda preset: []))
