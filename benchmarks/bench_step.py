@@ -254,7 +254,7 @@ def bench_engine(w: Workload, c: dict) -> dict:
     response length from its rollouts."""
     from tailtheory.engine import trainer as tr
 
-    lens, widths, rollout = [], [], tr._rollout
+    lens, widths, rollout = [], [], tr.rollout_step
 
     def recorded(*args, **kw):
         problems, rb, group_ids = rollout(*args, **kw)
@@ -262,13 +262,13 @@ def bench_engine(w: Workload, c: dict) -> dict:
         widths.append(rb.response.shape[1])
         return problems, rb, group_ids
 
-    tr._rollout = recorded
+    tr.rollout_step = recorded
     try:
         with tempfile.TemporaryDirectory() as run:
             tr.train(w.config(run, WARMUP + STEPS, c), progress=False)
             lines = tr.read_metrics(run)[WARMUP:]
     finally:
-        tr._rollout = rollout
+        tr.rollout_step = rollout
     lens = [x.tolist() for x in lens[WARMUP:]]
     if [sum(x) for x in lens] != [m["rollout/tokens"] for m in lines]:
         raise RuntimeError("recorded response lengths disagree with the metrics' token counts")

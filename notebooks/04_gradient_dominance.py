@@ -69,7 +69,7 @@ CLAIMS = ["L1", "L2", "L3", "L4", "L5", "L6"]
 # %%
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
-from tailtheory.lopti import figure1, training
+from tailtheory.lopti import figures, measurement, training
 
 # %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
@@ -84,19 +84,19 @@ from tailtheory.lopti import figure1, training
 # parameter-gradient norm of a few tokens per bin (L1). Bars: seed mean, min–max over seeds.
 
 # %%
-probes = figure1.notebook_probe_data(PRESET)
-fig, df_fig1 = figure1.plot_figure1(probes)
+probes = measurement.notebook_probe_data(PRESET)
+fig, df_fig1 = figures.plot_figure1(probes)
 show_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", df_fig1,
             provenance("runs", PRESET))
-fig, df_fig3 = figure1.plot_figure3(probes)
+fig, df_fig3 = figures.plot_figure3(probes)
 show_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", df_fig3,
             provenance("runs", PRESET))
 if PRESET == "quick":  # the stored full-preset measurement, the one the verdicts read
-    stored = figure1.probe_data("quick")
-    fig, df_fig1 = figure1.plot_figure1(stored)
+    stored = measurement.probe_data("quick")
+    fig, df_fig1 = figures.plot_figure1(stored)
     show_figure(fig, "lopti_figure1", df_fig1,
                 provenance("stored", PRESET, "results/lopti_probes.json"))
-    fig, df_fig3 = figure1.plot_figure3(stored)
+    fig, df_fig3 = figures.plot_figure3(stored)
     show_figure(fig, "lopti_figure3", df_fig3,
                 provenance("stored", PRESET, "results/lopti_probes.json"))
 df_fig1.head(12)

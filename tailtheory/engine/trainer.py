@@ -353,8 +353,9 @@ def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
     return {**metrics, "grad/norm": float(gnorm)}
 
 
-def _rollout(step: int, cfg: TrainConfig, task, model, engine, generator):
-    """``(problems, rollout batch, group_ids (B,))`` of step ``step``: ``G`` responses each."""
+def rollout_step(step: int, cfg: TrainConfig, task, model, engine, generator):
+    """``(problems, rollout batch, group_ids (B,))`` of step ``step``: ``G`` responses each to
+    the step's problems (:data:`PROBLEM_SEED`), sampled by ``engine`` synced to ``model``."""
     problems = task.problems(cfg.prompts_per_step, seed=PROBLEM_SEED + 100_000 * cfg.seed + step)
     prompts = [p.prompt_ids for p in problems for _ in range(cfg.group_size)]
     group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)   # (B,)
@@ -373,7 +374,7 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer,
                generator) -> tuple[dict, StepRecord]:
     """One GRPO step. Returns ``(metrics, the step's record)`` (the record for the token dump)."""
     t0 = time.perf_counter()
-    problems, rb, group_ids = _rollout(step, cfg, task, model, engine, generator)
+    problems, rb, group_ids = rollout_step(step, cfg, task, model, engine, generator)
     t_roll = time.perf_counter() - t0
     G, spec = cfg.group_size, cfg.spec
     rw = [task.reward(problems[i // G], rb.response[i]) for i in range(rb.response.shape[0])]

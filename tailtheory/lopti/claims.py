@@ -29,30 +29,31 @@ def _l6(profile: str) -> Evidence:
     return training.l6_evidence(training.training_data(profile))
 
 
-# L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.figure1);
-# the quick profile reads results/lopti_probes.json, thorough measures again (about 6 minutes).
+# L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,
+# stored and judged by tailtheory.lopti.measurement); the quick profile reads
+# results/lopti_probes.json, thorough measures again (about 6 minutes).
 
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
           "the network, not only at the logits)", expected=Verdict.TOY_SCALE)
 def _l1(profile: str) -> Evidence:
-    from tailtheory.lopti import figure1
+    from tailtheory.lopti import measurement
 
-    return figure1.l1_evidence(figure1.probe_data(profile))
+    return measurement.l1_evidence(measurement.probe_data(profile))
 
 
 @register("L4", paper="LOPTI", statement="Figure 1: per-bin gradient norms decrease with pi_old; "
           "updating only the lowest bin moves every bin like updating all, the highest alone "
           "moves little", expected=Verdict.NOT_REPRODUCED)
 def _l4(profile: str) -> Evidence:
-    from tailtheory.lopti import figure1
+    from tailtheory.lopti import measurement
 
-    return figure1.l4_evidence(figure1.probe_data(profile))
+    return measurement.l4_evidence(measurement.probe_data(profile))
 
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
           expected=Verdict.REFUTED)
 def _l5(profile: str) -> Evidence:
-    from tailtheory.lopti import figure1
+    from tailtheory.lopti import measurement
 
-    return figure1.l5_evidence(figure1.probe_data(profile))
+    return measurement.l5_evidence(measurement.probe_data(profile))
