@@ -66,7 +66,7 @@ CLAIMS = ["P4", "P5"]
 # %%
 from tailtheory.core.registry import verdict_report
 from tailtheory.engine.plot import plot_runs
-from tailtheory.pruning import trained, training
+from tailtheory.pruning import figures, trained_tails, training
 from tailtheory.pruning.sweep import p4_measurement
 
 # %% [markdown]
@@ -80,13 +80,13 @@ from tailtheory.pruning.sweep import p4_measurement
 # LM takes about 5 CPU minutes); `tailtheory verify --only P4 --profile thorough` re-measures it.
 
 # %%
-p4 = trained.p4_trained_data("quick")
+p4 = trained_tails.p4_trained_data("quick")
 random_sweep, _, _ = p4_measurement(PROFILE)
 P4_STORED = provenance("stored", "quick", "results/p4_trained.json")  # both presets read it
-fig, df_sweep = trained.plot_trained_sweep(p4, random_sweep)
+fig, df_sweep = figures.plot_trained_sweep(p4, random_sweep)
 show_figure(fig, "p4_trained_sweep", df_sweep,
             P4_STORED + " The random model's curve is measured by this run.")
-fig, df_shares = trained.plot_mass_shares(p4)
+fig, df_shares = figures.plot_mass_shares(p4)
 show_figure(fig, "p4_mass_shares", df_shares, P4_STORED)
 df_shares.head(12)
 

@@ -32,7 +32,7 @@ Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/prunin
 | P2 | `trajectory.trajectory_tv`, `trajectory.return_gap` | `trajectory.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_trajectory.py`, `test_vocab.py` |
 | P3 | `vocab.truncation_log_ratio`, `vocab.truncation_bias`, `sampler.dvp_keep` | - | `claims._p3` | - | `test_vocab.py`, `test_sampler.py` |
 | P5 | `training.bias_bound`, `training.p5_run_numbers` | `trajectory.trajectory_bias_bound` | `claims._p5` | `training.plot_p5` | `tests/lopti/test_training.py` |
-| P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee`, `trained.measure_p4_trained`, `trained.mass_shares` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff`, `trained.plot_trained_sweep`, `trained.plot_mass_shares` | `test_sweep.py`, `test_trained.py` |
+| P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee`, `trained_tails.measure_p4_trained`, `trained_tails.mass_shares` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff`, `figures.plot_trained_sweep`, `figures.plot_mass_shares` | `test_sweep.py`, `test_trained_tails.py`, `test_figures.py` |
 
 Pruning in training (P5) runs through the GRPO engine's `dvp` method, with the kept set of
 `sampler.dvp_keep` on both sides (`training.p5_plan`: GRPO with bf16 rollouts against DVP at

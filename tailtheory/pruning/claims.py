@@ -141,20 +141,21 @@ def _p3(profile: str) -> Evidence:
 def _p4(profile: str) -> Evidence:
     """The knee (our formalisation of DVP's trade): at mean pruned mass <= MASS_NEGLIGIBLE, at
     least MOST of the unpruned sequence KL is removed. Measured on M7's random model (live) and
-    on the trained models of ``tailtheory.pruning.trained`` (stored measurement); the claim's
+    on the trained models of ``tailtheory.pruning.trained_tails`` (stored measurement); the claim's
     verdict is TOY-SCALE only when every trained setting shows the knee, whatever the random
     model shows (each model's own answer is in the numbers)."""
-    from tailtheory.pruning import trained
+    from tailtheory.pruning import trained_tails
 
     numbers, random_knee = _p4_random(profile)
-    data = trained.p4_trained_data(profile)
-    knees = trained.trained_knees(data, MASS_NEGLIGIBLE)
+    data = trained_tails.p4_trained_data(profile)
+    knees = trained_tails.trained_knees(data, MASS_NEGLIGIBLE)
     found = {name: k["seq_kl_left"] <= 1 - MOST for name, k in knees.items()}
     numbers["random/knee"] = "yes" if random_knee["seq_kl_left"] <= 1 - MOST else "no"
     for name, knee in knees.items():
         numbers[f"{name}/knee"] = "yes" if found[name] else "no"
         numbers.update(_p4_trained_numbers(name, knee, data["settings"][name]))
-    spread = {name: numbers[f"{name}/share_tv"] <= trained.PROPORTIONAL_TV for name in knees}
+    spread = {name: numbers[f"{name}/share_tv"] <= trained_tails.PROPORTIONAL_TV
+              for name in knees}
     note = (f"knee = >= {MOST:.0%} of the sequence KL removed at mean pruned mass <= "
             f"{MASS_NEGLIGIBLE:g} (our formalisation of DVP's trade, fixed in advance); real "
             "bf16 mismatch, S from the sampler's logits on both sides. Knee on: "
@@ -162,7 +163,7 @@ def _p4(profile: str) -> Evidence:
                         f"KL left at rho = {numbers[f'{n}/rho_cheap']:g})" for n in knees)
             + f"; random model (head x40) {numbers['random/knee']}. E|Delta| spread over tokens "
             "in proportion to sampler mass (TV of the per-p-bin shares <= "
-            f"{trained.PROPORTIONAL_TV:g}): "
+            f"{trained_tails.PROPORTIONAL_TV:g}): "
             + ", ".join(f"{n} {'yes' if spread[n] else 'no'} (TV {numbers[f'{n}/share_tv']:.2f})"
                         for n in knees))
     verdict = Verdict.TOY_SCALE if all(found.values()) else Verdict.NOT_REPRODUCED
@@ -199,7 +200,7 @@ def _p4_trained_numbers(name: str, knee: dict, setting: dict) -> dict:
     settings) and where ``E|Delta|`` sits against sampler mass."""
     import pandas as pd
 
-    from tailtheory.pruning.trained import share_summary
+    from tailtheory.pruning.trained_tails import share_summary
 
     sweep = pd.DataFrame(setting["sweep"])
     ref, last = sweep.iloc[0], sweep.iloc[-1]

@@ -70,24 +70,14 @@ def test_remaining_mismatch_bad_shapes_and_masks():
         remaining_mismatch(z[None], z[None, :, :8], keep[None])
 
 
-# --- figure ----------------------------------------------------------------------------------
+# --- the knee ------------------------------------------------------------------------------
 
-def test_plot_pruning_tradeoff_returns_figure_and_data():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from tailtheory.pruning.figures import plot_pruning_tradeoff
-
+def test_pruning_knee_is_the_largest_rho_under_the_mass():
     z, z_prime = _pair(2)
     sweep = pruning_sweep(z, z_prime)
-    fig, df = plot_pruning_tradeoff(sweep)
-    assert len(fig.axes) == 2 and (df.seq_kl_left.iloc[0] == 1.0)
-    assert set(df.columns) >= {"rho", "mass_mean", "seq_kl_left", "abs_delta_max_left"}
     knee = pruning_knee(sweep, 1e-3)
     cheap = sweep[(sweep.rho > 0) & (sweep.mass_mean <= 1e-3)]
     assert knee["rho"] == cheap.rho.max()
     assert knee["seq_kl_left"] == pytest.approx(float(cheap.seq_kl.min() / sweep.seq_kl.iloc[0]))
-    with pytest.raises(ValueError, match="rho = 0"):
-        plot_pruning_tradeoff(sweep.iloc[1:])
     with pytest.raises(ValueError, match="rho = 0"):
         pruning_knee(sweep.iloc[1:])

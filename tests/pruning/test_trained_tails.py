@@ -1,4 +1,4 @@
-"""Tests of ``tailtheory.pruning.trained``: DVP's P4 measured on trained models (claim P4).
+"""Tests of ``tailtheory.pruning.trained_tails``: DVP's P4 measured on trained models (claim P4).
 
 The real measurement (minutes) is stored in ``results/p4_trained.json``; here the formulas run on
 small random inputs against their definitions, and the pipeline on a tiny random model.
@@ -13,10 +13,10 @@ import torch
 
 from tailtheory.core.measurements import RESULTS_ENV, StaleMeasurement
 from tailtheory.core.models import tiny_lm
-from tailtheory.pruning import trained as tr
-from tailtheory.pruning.trained import (P_BIN_EDGES, TrainedP4Config, mass_shares,
-                                        rollout_setting, sampled_mismatch, sampled_shares,
-                                        share_summary)
+from tailtheory.pruning import trained_tails as tr
+from tailtheory.pruning.trained_tails import (P_BIN_EDGES, TrainedP4Config, mass_shares,
+                                              rollout_setting, sampled_mismatch, sampled_shares,
+                                              share_summary)
 
 
 def _pair(seed=0, B=3, T=5, V=40, scale=4.0, sigma=0.05):
@@ -135,9 +135,9 @@ def test_rollout_setting_tables(model):
     assert pd.DataFrame(s["sampled_shares"]).token_share.sum() == pytest.approx(1)
 
 
-# --- the stored measurement, the knees and the figures ----------------------------------------
+# --- the stored measurement and the knees ----------------------------------------------------
 
-def _fake_data(kl_left=(1.0, 0.3), mass=(0.0, 1e-4)):
+def fake_trained_data(kl_left=(1.0, 0.3), mass=(0.0, 1e-4)):
     sweep = [{"rho": r, "mass_mean": m, "seq_kl": 0.01 * k, "abs_delta_mean": 0.01 * k,
               "abs_delta_max": 0.1 * k} for r, m, k in zip((0.0, 1e-4), mass, kl_left)]
     sampled = [{"rho": r, "tok_abs_mean": 0.01 * k, "tok_outlier_0.01": 0.1 * k,
@@ -152,13 +152,13 @@ def _fake_data(kl_left=(1.0, 0.3), mass=(0.0, 1e-4)):
 
 
 def test_trained_knees_read_the_sweep_and_the_sampled_table():
-    k = tr.trained_knees(_fake_data(), 1e-3)
+    k = tr.trained_knees(fake_trained_data(), 1e-3)
     assert set(k) == set(tr.TRAINED_SETTINGS)
     assert k["corpus_text"]["seq_kl_left"] == pytest.approx(0.3)
     assert "tok_abs_mean_left" not in k["corpus_text"]
     assert k["policy_rollout"]["tok_abs_mean_left"] == pytest.approx(0.3)
     assert k["policy_rollout"]["tok_outlier_left"] == pytest.approx(0.3)
-    expensive = tr.trained_knees(_fake_data(mass=(0.0, 0.1)), 1e-3)
+    expensive = tr.trained_knees(fake_trained_data(mass=(0.0, 0.1)), 1e-3)
     assert expensive["corpus_rollout"]["seq_kl_left"] == 1.0
     assert expensive["corpus_rollout"]["rho"] == 0
 
@@ -168,12 +168,12 @@ def test_p4_verdict_needs_the_knee_on_every_trained_model(monkeypatch):
     from tailtheory.core.registry import Verdict
     from tailtheory.pruning import claims
 
-    monkeypatch.setattr(tr, "p4_trained_data", lambda profile: _fake_data())
+    monkeypatch.setattr(tr, "p4_trained_data", lambda profile: fake_trained_data())
     ev = claims._p4("quick")
     assert ev.verdict == Verdict.TOY_SCALE and ev.numbers["policy_rollout/knee"] == "yes"
     assert ev.numbers["random/knee"] == "no"
-    data = _fake_data()
-    data["settings"]["corpus_text"] = _fake_data(kl_left=(1.0, 0.9))["settings"]["corpus_text"]
+    data = fake_trained_data()
+    data["settings"]["corpus_text"] = fake_trained_data(kl_left=(1.0, 0.9))["settings"]["corpus_text"]
     monkeypatch.setattr(tr, "p4_trained_data", lambda profile: data)
     ev = claims._p4("quick")
     assert ev.verdict == Verdict.NOT_REPRODUCED and ev.numbers["corpus_text/knee"] == "no"
@@ -205,17 +205,3 @@ def test_identity_is_json_and_sensitive():
     a = tr.p4_trained_identity()
     assert json.loads(json.dumps(a)) == a
     assert a != tr.p4_trained_identity(TrainedP4Config(path="fp16"))
-
-
-def test_plots_return_figure_and_table():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    data = _fake_data()
-    random = [{"rho": 0.0, "mass_mean": 0.0, "seq_kl": 1.0}, {"rho": 1e-4, "mass_mean": 1e-4,
-                                                               "seq_kl": 0.9}]
-    fig, df = tr.plot_trained_sweep(data, random_sweep=random)
-    assert len(fig.axes) == 4 and set(df.setting) == {"random", *tr.TRAINED_SETTINGS}
-    assert {"seq_kl_left", "mass_mean", "tok_abs_mean_left", "tok_outlier_0.01"} <= set(df)
-    fig, df = tr.plot_mass_shares(data)
-    assert len(fig.axes) == 3 and {"mass_share", "abs_share", "sampled_abs_share"} <= set(df)

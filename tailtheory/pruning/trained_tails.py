@@ -26,8 +26,8 @@ P4's check (``tailtheory.pruning.claims._p4``) reads the knee of every setting h
 (:func:`trained_knees`, the criterion fixed in advance in ``claims.MASS_NEGLIGIBLE`` / ``MOST``)
 next to the random model's; the claim is TOY-SCALE only when every trained setting shows it. The
 measurement takes minutes, so it is stored (``results/p4_trained.json``, :func:`p4_trained_data`:
-``quick`` reads it, ``thorough`` re-measures). Figures: :func:`plot_trained_sweep`,
-:func:`plot_mass_shares`.
+``quick`` reads it, ``thorough`` re-measures). Figures: ``plot_trained_sweep`` and
+``plot_mass_shares`` of :mod:`tailtheory.pruning.figures`.
 
 Shapes: logits (B, T, V), per-token (B, T), per-sequence (B,).
 """
@@ -354,108 +354,3 @@ def trained_knees(data: dict, mass_negligible: float) -> dict:
                 knee[key] = float(at[c].iloc[0] / ref[c]) if ok else 1.0
         out[name] = knee
     return out
-
-
-SETTING_LABELS = {"random": "random model, head x40 (M7)",
-                  "corpus_text": "corpus LM, held-out text",
-                  "corpus_rollout": "corpus LM, own samples",
-                  "policy_rollout": "K&K policy, own samples"}
-"""Legend labels of the settings in the figures."""
-
-
-def sweep_table(data: dict, random_sweep=None):
-    """Long table of every setting's sweep: ``setting, rho, mass_mean, seq_kl_left`` (exact, fixed
-    contexts) and, for rollout settings, ``tok_abs_mean_left`` and ``tok_outlier_<tau>`` (sampled
-    tokens of the rollout pruned at ``rho``). ``random_sweep``: P4's random-model table, added as
-    setting ``random``."""
-    import pandas as pd
-
-    parts = {name: s for name, s in data["settings"].items()}
-    if random_sweep is not None:
-        parts = {"random": {"sweep": pd.DataFrame(random_sweep).to_dict("records")}, **parts}
-    rows = []
-    for name, s in parts.items():
-        df = pd.DataFrame(s["sweep"])
-        df = df.assign(setting=name, seq_kl_left=df.seq_kl / df.seq_kl.iloc[0])
-        if "sampled" in s:
-            sm = pd.DataFrame(s["sampled"])
-            cols = ["rho", "tok_abs_mean", *[c for c in sm if c.startswith("tok_outlier_")]]
-            sm = sm[cols].assign(tok_abs_mean_left=sm.tok_abs_mean / sm.tok_abs_mean.iloc[0])
-            df = df.merge(sm, on="rho", how="left")
-        rows.append(df)
-    return pd.concat(rows, ignore_index=True)
-
-
-def plot_trained_sweep(data: dict, random_sweep=None, mass_negligible: float = 1e-3):
-    """P4 on trained models against ``rho``: full-distribution sequence KL left, sampled-token
-    mean ``|Delta|`` left, sampled outlier rates, pruned mass. Returns ``(figure, table)``
-    (:func:`sweep_table`)."""
-    import matplotlib.pyplot as plt
-
-    df = sweep_table(data, random_sweep)
-    d = df[df.rho > 0]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
-    taus = [c for c in df if c.startswith("tok_outlier_")]
-    for i, (name, g) in enumerate(d.groupby("setting", sort=False)):
-        kw = dict(color=f"C{i}", ms=3, label=SETTING_LABELS.get(name, name))
-        axes[0].plot(g.rho, g.seq_kl_left, "o-", **kw)
-        axes[3].plot(g.rho, g.mass_mean, "o-", **kw)
-        if "tok_abs_mean_left" in g and g.tok_abs_mean_left.notna().any():
-            axes[1].plot(g.rho, g.tok_abs_mean_left, "o-", **kw)
-            for t, ls in zip(taus, ("-", "--", ":")):
-                axes[2].plot(g.rho, g[t], ls, marker="o", color=f"C{i}", ms=3,
-                             label=f"{kw['label']}, tau = {t.split('_')[-1]}")
-    axes[0].axhline(0.5, color="k", lw=0.5)
-    axes[3].axhline(mass_negligible, color="0.5", ls=":", lw=1, label="negligible mass")
-    titles = ("sequence KL left (exact)", "sampled mean |Delta| left", "sampled P(|Delta| > tau)",
-              "mean pruned mass per token")
-    for ax, title in zip(axes, titles):
-        ax.set(xscale="log", xlabel="rho (min-p)", title=title)
-        ax.legend(fontsize=6)
-    axes[2].set_yscale("log", nonpositive="mask")     # a rate of 0 is left out
-    axes[3].set_yscale("log")
-    fig.tight_layout()
-    return fig, df
-
-
-def shares_table(data: dict):
-    """Long table of every setting's :func:`mass_shares` (exact) and, for rollout settings, the
-    sampled-token shares: ``setting, p_lo, p_hi, mass_share, abs_share, kl_share,
-    sampled_token_share, sampled_abs_share``."""
-    import pandas as pd
-
-    rows = []
-    for name, s in data["settings"].items():
-        df = pd.DataFrame(s["shares"]).assign(setting=name)
-        if "sampled_shares" in s:
-            sm = pd.DataFrame(s["sampled_shares"]).rename(
-                columns={"token_share": "sampled_token_share", "abs_share": "sampled_abs_share"})
-            df = df.merge(sm, on=["p_lo", "p_hi"], how="left")
-        rows.append(df)
-    return pd.concat(rows, ignore_index=True)
-
-
-def plot_mass_shares(data: dict):
-    """Is the mismatch spread over tokens in proportion to sampled mass? Per setting and bin of the
-    trainer's ``p``: shares of sampler mass, of ``E|Delta|`` and of the KL (bars), and of sampled
-    tokens' summed ``|Delta|`` (dots). Returns ``(figure, table)`` (:func:`shares_table`)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    df = shares_table(data)
-    names = list(dict.fromkeys(df.setting))
-    fig, axes = plt.subplots(1, len(names), figsize=(5 * len(names), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        g = df[df.setting == name].reset_index(drop=True)
-        x = np.arange(len(g))
-        for j, (c, lab) in enumerate((("mass_share", "sampler mass"), ("abs_share", "E|Delta|"),
-                                      ("kl_share", "KL"))):
-            ax.bar(x + (j - 1) * 0.27, g[c], width=0.27, label=lab)
-        if "sampled_abs_share" in g:
-            ax.plot(x, g.sampled_abs_share, "k.", label="sampled tokens' |Delta|")
-        ax.set_xticks(x, [f"<{h:g}" for h in g.p_hi], rotation=45, fontsize=7)
-        ax.set(xlabel="trainer p of the token", ylabel="share", ylim=(0, 1),
-               title=SETTING_LABELS.get(name, name))
-        ax.legend(fontsize=6)
-    fig.tight_layout()
-    return fig, df
