@@ -1,4 +1,4 @@
-"""Tests of ``tailtheory.engine.tasks`` and ``tailtheory.engine.tokenizer``.
+"""Tests of ``tailtheory.engine.tasks``.
 
 The renderings are checked against the generators themselves: a Knights-and-Knaves prompt is
 parsed back and solved by brute force (its unique solution must be the rendered answer), and the
@@ -15,11 +15,9 @@ from hypothesis import strategies as st
 
 from tailtheory.engine.lengths import length_stats, target_lengths
 from tailtheory.engine.tasks import (CORRECT_REWARD, FORMAT_REWARD, KK_TRACE_MAX_PEOPLE, TASKS,
-                                     Problem, Reward, get_task, kk_assignments, kk_truth,
-                                     kk_value_len, parse_kk_trace, render_kk_trace,
-                                     render_statement)
-from tailtheory.engine.tokenizer import (ARITH_WORDS, KK_WORDS, SPECIALS, TRACE_WORDS, WORDS,
-                                         build_tokenizer, n_used)
+                                     Problem, Reward, get_task)
+from tailtheory.engine.tokenizer import WORDS
+from tests.engine.test_knights_knaves import MALFORMED, TRACE
 
 
 @pytest.fixture(scope="module")
@@ -30,57 +28,6 @@ def kk3():
 @pytest.fixture(scope="module")
 def cs():
     return get_task("chain_sum", seed=0)
-
-
-# --- tokenizer ---------------------------------------------------------------------------------
-
-@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=40))
-def test_tokenizer_round_trip(words):
-    tok = _TOK
-    ids = tok.encode(" ".join(words), add_special_tokens=False)
-    assert len(ids) == len(words) and max(ids) < n_used(tok)
-    assert tok.decode(ids) == " ".join(words)
-
-
-_TOK = build_tokenizer()
-
-
-def test_tokenizer_vocabulary_has_an_unused_tail():
-    """Specials first, then task words, then ``<unused_i>`` up to the model's vocabulary."""
-    tok = build_tokenizer(vocab_size=512)
-    assert len(tok) == 512 and n_used(tok) == len(SPECIALS) + len(WORDS)
-    assert [tok.convert_tokens_to_ids(s) for s in SPECIALS] == [0, 1, 2, 3]
-    assert tok.convert_ids_to_tokens(511) == f"<unused_{511 - n_used(tok)}>"
-    assert tok.encode("P0 banana", add_special_tokens=False)[1] == tok.unk_token_id
-
-
-def test_tokenizer_new_words_come_last():
-    """Older words keep their ids (``P0`` is 4, ``-`` is 33), the trace words follow them."""
-    tok = build_tokenizer()
-    old = list(dict.fromkeys(KK_WORDS + ARITH_WORDS))
-    assert [tok.convert_tokens_to_ids(w) for w in old] == list(range(4, 4 + len(old)))
-    assert tok.convert_tokens_to_ids(["P0", "-"]) == [4, 33]
-    assert tok.convert_tokens_to_ids(list(TRACE_WORDS)) == list(range(34, 34 + len(TRACE_WORDS)))
-
-
-def test_tokenizer_save_load(tmp_path):
-    from transformers import AutoTokenizer
-
-    tok = build_tokenizer(vocab_size=300)
-    tok.save_pretrained(tmp_path)
-    back = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
-    text = "P0 : ( P1 T > P0 F ) ; ? T F"
-    assert back.encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
-    assert (back.eos_token_id, back.pad_token_id, len(back)) == (tok.eos_token_id,
-                                                                 tok.pad_token_id, 300)
-
-
-@pytest.mark.parametrize("kw, match", [
-    (dict(vocab_size=10), "vocab_size"), (dict(vocab_size=0), "vocab_size"),
-    (dict(words=("a", "a")), "distinct"), (dict(words=("a b",)), "whitespace")])
-def test_tokenizer_bad_input(kw, match):
-    with pytest.raises(ValueError, match=match):
-        build_tokenizer(**kw)
 
 
 # --- registry and problems ---------------------------------------------------------------------
@@ -192,14 +139,6 @@ def test_chain_sum_answer_agrees_with_generator_score(cs):
         assert words[-1] == "=" and all(len(w) == 1 for w in words)
 
 
-def test_render_statement_examples():
-    assert render_statement(("->", ("lying", 1), ("telling-truth", 0))) == "( P1 F > P0 T )"
-    assert render_statement(("not", ("and", ("lying", 2), ("telling-truth", 0),
-                                     ("lying", 1)))) == "~ ( P2 F & P0 T & P1 F )"
-    with pytest.raises(ValueError, match="operator"):
-        render_statement(("xor", ("lying", 1), ("lying", 0)))
-
-
 # --- rewards on hand-checked responses ---------------------------------------------------------
 
 def _ids(task, text):
@@ -281,34 +220,17 @@ def test_unknown_task_argument():
 
 # --- kk_trace: worked search before the answer ------------------------------------------------
 
-# P0 : ~ P1 F ; P1 : ( P2 T & P2 F ) ; P2 : ( P0 T | P1 F ) ;   (unique solution F F T)
-_STATEMENTS = (("not", ("lying", 1)), ("and", ("telling-truth", 2), ("lying", 2)),
-               ("or", ("telling-truth", 0), ("lying", 1)))
-_TRACE = ("try T T T : P0 ~ F is T ok P1 ( T & F ) is F no "
-          "try T T F : P0 ~ F is T ok P1 ( F & T ) is F no "
-          "try T F T : P0 ~ T is F no "
-          "try T F F : P0 ~ T is F no "
-          "try F T T : P0 ~ F is T no "
-          "try F T F : P0 ~ F is T no "
-          "try F F T : P0 ~ T is F ok P1 ( T & F ) is F ok P2 ( F | T ) is T ok so F F T")
-"""Worked by hand: under T T T, P1 F is false so P0's ``~ P1 F`` is T = P0's T (ok); P1's
-``( P2 T & P2 F )`` is ( T & F ) = F, but P1 is T (no); ... F F T passes every check."""
-
-
 @pytest.fixture(scope="module")
 def kkt():
     return get_task("kk_trace", seed=0)
 
 
-def test_kk_trace_rendering_by_hand(kkt):
-    assert render_kk_trace(_STATEMENTS) == (_TRACE, (False, False, True))
-    assert render_statement(_STATEMENTS[2], (False, False, True)) == "( F | T )"
-    assert [" ".join("T" if v else "F" for v in h) for h in kk_assignments(2)] == [
-        "T T", "T F", "F T", "F F"]
+def test_kk_trace_problem_by_hand(kkt):
+    """The hand-worked puzzle of ``test_knights_knaves`` is the generator's first of seed 1."""
     p = kkt.problems(1, seed=1)[0]   # the generator's first problem of seed 1 is this puzzle
     assert kkt.decode(p.prompt_ids) == ("<bos> P0 : ~ P1 F ; P1 : ( P2 T & P2 F ) ; "
                                         "P2 : ( P0 T | P1 F ) ; ?")
-    assert kkt.decode(kkt.target_ids(p)) == _TRACE + " <eos>" and p.answer == "F F T"
+    assert kkt.decode(kkt.target_ids(p)) == TRACE + " <eos>" and p.answer == "F F T"
 
 
 def test_kk_trace_prompts_are_those_of_kk(kkt):
@@ -321,55 +243,20 @@ _WRONG = "try T T T : P0 ~ F is T ok P1 ( T & T ) is T ok P2 ( T | F ) is T ok s
 """Well-formed but wrong: misreads P1's statement as ( T & T ) under T T T and stops there."""
 
 
-_MALFORMED = {
-    "value": _TRACE.replace("P1 ( T & F ) is F no", "P1 ( T & F ) is T no", 1),
-    "verdict": _TRACE.replace("P0 ~ T is F no", "P0 ~ T is F ok", 1),
-    "skipped assignment": _TRACE.replace("try T F F : P0 ~ T is F no ", ""),
-    "goes on after no": _TRACE.replace("P0 ~ T is F no", "P0 ~ T is F no P1 F is F ok", 1),
-    "answer differs": _TRACE[: -len("F F T")] + "F T T",
-    "no answer": _TRACE[: -len(" so F F T")],
-    "words after answer": _TRACE + " T",
-    "person order": _TRACE.replace("P0 ~ T is F ok P1", "P1 ~ T is F ok P0"),
-    "mixed connectives": _TRACE.replace("( T & F ) is F no", "( T & F | F ) is F no", 1),
-    "binary with three": _TRACE.replace("( F | T ) is T", "( F > T > T ) is T"),
-    "too deep": _TRACE.replace("P0 ~ T is F no", "P0 ~ ~ ~ F is T no", 1),
-    "open group": _TRACE.replace("( F | T ) is T", "( F | T is T"),
-    "tail token": _TRACE.replace("try T F T", "try T <unused_3> T"),
-    "empty": "",
-}
-
-
 @pytest.mark.parametrize("text, expected", [
-    (_TRACE + " <eos>", Reward(CORRECT_REWARD, True, True)),
-    (_TRACE + " <eos> <pad> T", Reward(CORRECT_REWARD, True, True)),     # after EOS: ignored
+    (TRACE + " <eos>", Reward(CORRECT_REWARD, True, True)),
+    (TRACE + " <eos> <pad> T", Reward(CORRECT_REWARD, True, True)),     # after EOS: ignored
     (_WRONG + " <eos>", Reward(FORMAT_REWARD, False, True)),
-    (_TRACE, Reward(0.0, False, False)),                                 # truncated: no EOS
-    (" ".join(_TRACE.split()[:40]), Reward(0.0, False, False)),          # cut mid-trace
-    (" ".join(_TRACE.split()[:40]) + " <eos>", Reward(0.0, False, False)),
+    (TRACE, Reward(0.0, False, False)),                                 # truncated: no EOS
+    (" ".join(TRACE.split()[:40]), Reward(0.0, False, False)),          # cut mid-trace
+    (" ".join(TRACE.split()[:40]) + " <eos>", Reward(0.0, False, False)),
     ("F F T <eos>", Reward(0.0, False, False)),                          # the answer alone
-    *[(t + " <eos>", Reward(0.0, False, False)) for t in _MALFORMED.values()]],
+    *[(t + " <eos>", Reward(0.0, False, False)) for t in MALFORMED.values()]],
     ids=["correct", "padding", "wrong", "no_eos", "cut", "cut_eos", "bare_answer",
-         *[k.replace(" ", "_") for k in _MALFORMED]])
+         *[k.replace(" ", "_") for k in MALFORMED]])
 def test_kk_trace_reward_hand_checked(kkt, text, expected):
-    p = Problem(prompt_ids=[1], answer="F F T", meta={"trace": _TRACE})
+    p = Problem(prompt_ids=[1], answer="F F T", meta={"trace": TRACE})
     assert kkt.reward(p, kkt.encode(text)) == expected
-
-
-def test_kk_trace_derives_the_generators_answer():
-    """On many seeds the search's answer is reasoning-gym's solution, every statement value in
-    the trace agrees with the generator's own evaluator, and parsing the trace gives it back."""
-    from reasoning_gym.logic.knights_knaves import KnightsKnavesDataset as KKD
-
-    for n in range(2, KK_TRACE_MAX_PEOPLE + 1):
-        task = get_task("kk_trace", n_people=n)
-        for p in task.problems(60 if n < 4 else 20, seed=11):
-            words = task.target(p).split()
-            assert parse_kk_trace(words, n, 2) == p.answer
-            assert p.answer.split() == ["T" if v else "F" for v in p.meta["solution"]]
-            for h in kk_assignments(n):
-                for s in p.meta["statements"]:
-                    assert kk_truth(s, h) == bool(KKD.test_satisfiability(s, h))
-            assert words.count("try") == 1 + list(kk_assignments(n)).index(p.meta["solution"])
 
 
 def test_kk_trace_answer_scores_with_the_generator(kkt):
@@ -389,13 +276,6 @@ def test_kk_trace_target_lengths(kkt):
     assert min(lengths) >= 25   # the shortest: T T T passes at once, 3 checks of >= 5 words
 
 
-@pytest.mark.parametrize("depth, width, longest", [
-    (1, 2, 1), (2, 2, 5), (2, 3, 7), (3, 2, 13)])
-def test_kk_value_len(depth, width, longest):
-    """``( ( T & T ) & ( T & T ) )`` is the longest depth-3 width-2 expression: 13 words."""
-    assert kk_value_len(depth, width) == longest
-
-
 @pytest.mark.parametrize("kw", [dict(n_people=2), dict(n_people=3, width_constraint=3),
                                 dict(n_people=3, depth_constraint=3)])
 def test_kk_trace_other_sizes_round_trip(kw):
@@ -410,7 +290,7 @@ def test_kk_trace_other_sizes_round_trip(kw):
 def test_kk_trace_one_changed_word(data):
     """Changing one word of a target earns a documented value; a changed ``is`` value or first
     hypothesis value is always malformed (the grammar leaves only the value expressions free)."""
-    words = _TRACE.split()
+    words = TRACE.split()
     i = data.draw(st.integers(0, len(words) - 1))
     new = data.draw(st.sampled_from([w for w in WORDS if w != words[i]]))
     ids = _KKT.encode(" ".join(words[:i] + [new] + words[i + 1:]) + " <eos>")
@@ -422,4 +302,4 @@ def test_kk_trace_one_changed_word(data):
 
 
 _KKT = get_task("kk_trace")
-_KKT_PROBLEM = Problem([1], "F F T", {"trace": _TRACE})
+_KKT_PROBLEM = Problem([1], "F F T", {"trace": TRACE})
