@@ -227,7 +227,8 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     ``(folder, params, matmul params, its task kwargs)``."""
     from tailtheory.core.models import load_lm, num_params
     from tailtheory.engine.recipes import RECIPES
-    from tailtheory.engine.sft import SFTConfig, warm_start
+    from tailtheory.engine.sft import SFTConfig
+    from tailtheory.engine.warm_cache import warm_start
 
     r = RECIPES[RECIPE]
     if (r["prompts_per_step"], r["group_size"], r["method"]) != (PROMPTS, G, "grpo"):

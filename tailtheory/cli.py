@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "its sampled accuracy enters a window (cached under cache/sft; "
                                    "exit status 1 when it misses the window).",
                        formatter_class=_HelpFormatter)
-    from tailtheory.engine.sft import add_sft_arguments, sft_main
+    from tailtheory.engine.warm_cache import add_sft_arguments, sft_main
     add_sft_arguments(s)
     s.set_defaults(func=sft_main)
     pl = sub.add_parser("plot", help="draw training runs against step (seeds as a band)",

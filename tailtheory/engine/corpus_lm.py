@@ -38,8 +38,8 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.io import REPO_ROOT, atomic_write_json
 from tailtheory.core.models import TinyLMConfig, load_lm, num_params, tiny_lm
-from tailtheory.engine.sft import CACHE_ENV
 from tailtheory.engine.threads import resolve_threads, torch_threads
+from tailtheory.engine.warm_cache import CACHE_ENV
 
 CORPUS_VOCAB = 4096
 """BPE vocabulary of the corpus LM: a subword vocabulary 8x the task models' 512, big enough for

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tailtheory.engine.sft import SFTConfig, warm_start
+from tailtheory.engine.sft import SFTConfig
+from tailtheory.engine.warm_cache import warm_start
 
 PRESETS = ("quick", "full")
 """The notebooks' presets."""

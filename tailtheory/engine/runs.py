@@ -35,7 +35,7 @@ NOT_IN_KEY = ("steps", "out", "checkpoint_every", "threads")
 
 def runs_root() -> Path:
     """``cache/runs`` beside the warm starts' ``cache/sft`` (``$TAILTHEORY_CACHE`` moves both)."""
-    from tailtheory.engine.sft import cache_root
+    from tailtheory.engine.warm_cache import cache_root
 
     return cache_root().parent / "runs"
 

@@ -121,7 +121,7 @@ def load_model(cfg: TrainConfig, task):
         model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
                         seed=cfg.seed)
     elif cfg.model == "warm":
-        from tailtheory.engine.sft import warm_start
+        from tailtheory.engine.warm_cache import warm_start
 
         model = load_lm(warm_start(warm_config(cfg)), device="cpu")
     else:
@@ -446,8 +446,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
 
     The directory is checked, locked and marked first (rules in :mod:`tailtheory.engine.rundir`);
     then the warm start of a ``warm`` model is found or trained (one outside its accuracy window
-    raises :class:`~tailtheory.engine.sft.WarmStartMissed`). torch's thread count is restored on
-    return. ``task`` replaces the task named by ``cfg.task`` (tests pass one with a denser reward).
+    raises :class:`~tailtheory.engine.warm_cache.WarmStartMissed`). torch's thread count is
+    restored on return. ``task`` replaces the task named by ``cfg.task`` (tests pass one with a denser reward).
     """
     from tailtheory.engine.rundir import open_run
     from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -458,7 +458,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     resolve_device(cfg.device)
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         if cfg.model == "warm" and task is None:
-            from tailtheory.engine.sft import warm_start
+            from tailtheory.engine.warm_cache import warm_start
 
             warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
         return _train(cfg, resume, progress, task)

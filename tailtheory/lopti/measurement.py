@@ -122,7 +122,7 @@ def measure_probes(preset: str, seeds=None, batches: int | None = None,
     """Measure ``preset`` (its warm start and sizes; ``seeds`` / ``batches`` override
     :data:`PROBE_SIZES`). Nothing is stored: see :func:`probe_data`."""
     from tailtheory.engine.presets import check_preset, train_config, warm_model
-    from tailtheory.engine.sft import load_warm_start
+    from tailtheory.engine.warm_cache import load_warm_start
 
     sizes = PROBE_SIZES[check_preset(preset)]
     seeds, batches, _ = _check_sizes(sizes["seeds"] if seeds is None else seeds,

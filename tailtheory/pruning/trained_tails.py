@@ -274,7 +274,7 @@ def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
 def measure_policy(cfg: TrainedP4Config) -> dict:
     """``policy_rollout`` of the cached warm-started task policy."""
     from tailtheory.engine.presets import warm_model
-    from tailtheory.engine.sft import load_warm_start, read_record
+    from tailtheory.engine.warm_cache import load_warm_start, read_record
 
     path = warm_model(cfg.policy_preset, progress=False)
     model, task = load_warm_start(path, device="cpu")
