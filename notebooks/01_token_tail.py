@@ -48,7 +48,7 @@ CLAIMS = ["S4", "S5", "M3", "M4", "M5", "M6", "M7", "P4"]
 
 # %%
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.mismatch.figures import (explore_m3, plot_accumulation, plot_mismatch_vs_p,
                                          plot_selection_bias)
 from tailtheory.pruning.figures import plot_pruning_tradeoff

@@ -47,7 +47,7 @@ CLAIMS = [f"T{i}" for i in range(1, 14)]
 
 # %%
 from tailtheory.trm import experiments as tx
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.trm.figures import (explore_trm, plot_acceptance, plot_bounds_vs_T,
                                     plot_error_vs_bounds)
 

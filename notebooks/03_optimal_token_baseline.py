@@ -48,7 +48,7 @@ CLAIMS = ["O1", "O2", "O3", "O4", "O5", "O6"]
 import pandas as pd
 
 from tailtheory.otb.variance import matching_group_size
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.otb.figures import (explore_otb, plot_baseline_variance, plot_group_study,
                                     plot_proxy_vs_true)

@@ -67,7 +67,7 @@ PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile o
 CLAIMS = ["L1", "L2", "L3", "L4", "L5", "L6"]
 
 # %%
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti import figures, measurement, training
 

@@ -64,7 +64,7 @@ PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile o
 CLAIMS = ["P4", "P5"]
 
 # %%
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.pruning import figures, trained_tails, training
 from tailtheory.pruning.sweep import p4_measurement

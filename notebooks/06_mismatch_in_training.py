@@ -68,7 +68,7 @@ PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile o
 CLAIMS = ["V3", "V4", "V5", "T14", "O6"]
 
 # %%
-from tailtheory.core.registry import verdict_report
+from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_curves, plot_runs
 from tailtheory.tim import figures, training
 from tailtheory.otb import training as otb_training

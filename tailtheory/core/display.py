@@ -1,13 +1,17 @@
 """Notebook output: inside a Jupyter kernel, figures inline and verdicts as a table; elsewhere
 (a notebook run as a script, ``make repro``, the tests) files and plain text, as before.
 
-- :func:`in_kernel`: whether the code runs in a Jupyter kernel (not a terminal IPython).
 - :func:`setup_notebook`: the notebooks' set-up: the ``Agg`` backend outside a kernel (the
   kernel's inline backend is left alone), transformers' weight-loading bars silenced.
 - :func:`show_figure`: save a figure and its data (:func:`~tailtheory.core.io.save_figure`), show
   it inline with a caption in a kernel, close it.
 - :func:`provenance`: the caption's first words: stored evidence, evidence measured by this run,
   or a quick pipeline check.
+- :func:`verdict_report`: the notebooks' closing cell: the registered checks of their claims,
+  each statement next to its measurement, a verdict other than the ledger's an error.
+
+Whether the code runs in a Jupyter kernel (not a terminal IPython) is
+:func:`tailtheory.core.io.in_kernel`.
 """
 
 from __future__ import annotations
@@ -17,15 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-
-def in_kernel() -> bool:
-    """True inside a Jupyter kernel (JupyterLab, nbclient, papermill, nbmake); False in a plain
-    interpreter or a terminal IPython."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:  # never imported: no shell can be running
-        return False
-    shell = ipython.get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+from tailtheory.core.io import in_kernel
 
 
 def quiet_transformers() -> None:
@@ -41,7 +37,8 @@ def quiet_transformers() -> None:
 def setup_notebook() -> bool:
     """The notebooks' set-up cell. Outside a kernel: the ``Agg`` backend, no window (as
     ``python notebooks/NN.py`` and ``make repro`` always ran). Inside one: the kernel's backend is
-    left as it is and :func:`show_figure` shows each figure inline. Returns :func:`in_kernel`."""
+    left as it is and :func:`show_figure` shows each figure inline. Returns whether it runs in a
+    kernel (:func:`~tailtheory.core.io.in_kernel`)."""
     kernel = in_kernel()
     if not kernel:
         import matplotlib
@@ -106,4 +103,28 @@ def show_figure(fig, name: str, data=None, caption: str = "",
             display(HTML(_caption_html(caption, png)))
 
 
-__all__ = ["in_kernel", "quiet_transformers", "setup_notebook", "provenance", "show_figure"]
+def verdict_report(ids: list[str], profile: str = "quick"):
+    """Run the registered checks of ``ids``, show each statement next to its measurement, and
+    raise ``AssertionError`` when a verdict is not the one the ledger records (the notebooks'
+    closing cell: one verdict path for every claim).
+
+    Returns a :class:`~tailtheory.core.report.VerdictReport` (a list of
+    :class:`~tailtheory.core.registry.ClaimResult`). Inside a Jupyter kernel it is displayed as an
+    HTML table (coloured verdicts, key numbers, the command that regenerates each, all numbers
+    folded away); elsewhere its text is printed."""
+    from tailtheory.core.registry import run_claim, select
+    from tailtheory.core.report import VerdictReport
+
+    results = VerdictReport([run_claim(c, profile) for c in select(list(ids))], profile)
+    if in_kernel():
+        from IPython.display import display
+
+        display(results)
+    else:
+        print(results)
+    wrong = [(r.claim.id, r.verdict) for r in results if r.verdict != r.claim.expected.value]
+    assert not wrong, f"verdicts differ from the ledger: {wrong}"
+    return results
+
+
+__all__ = ["quiet_transformers", "setup_notebook", "provenance", "show_figure", "verdict_report"]

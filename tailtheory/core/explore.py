@@ -88,7 +88,7 @@ def _figure(drawn):
 
 def widgets_available() -> bool:
     """True in a Jupyter kernel with ipywidgets importable, unless ``$TAILTHEORY_WIDGETS=0``."""
-    from tailtheory.core.display import in_kernel
+    from tailtheory.core.io import in_kernel
 
     if os.environ.get(WIDGETS_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return False
@@ -146,7 +146,7 @@ def explorer(draw: Callable[..., Any], caption: str = "", **controls: Control):
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.core.display import in_kernel
+    from tailtheory.core.io import in_kernel
 
     if not controls:
         raise ValueError("an explorer needs at least one Control")

@@ -2,13 +2,15 @@
 
 Nothing a user produced is lost to a crash: every file is written to a temporary file in the
 same directory and moved into place with ``os.replace``. Figures are saved with the data behind
-them (CSV) so a reader can re-plot without rerunning.
+them (CSV) so a reader can re-plot without rerunning; where they go depends on whether the code
+runs in a Jupyter kernel (:func:`in_kernel`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,16 @@ SCRATCH_FIGURES = "scratch"
 """Sub-folder of the checkout's ``figures/`` (ignored by git) that a Jupyter kernel writes to."""
 
 
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, nbclient, papermill, nbmake); False in a plain
+    interpreter or a terminal IPython."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:  # never imported: no shell can be running
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def figures_dir() -> Path:
     """Where figures go: ``$TAILTHEORY_FIGURES``, else ``figures/`` of the checkout (or of the
     working directory when the package is installed outside one). Inside a Jupyter kernel the
@@ -36,11 +48,8 @@ def figures_dir() -> Path:
     ``$TAILTHEORY_FIGURES``)."""
     if (REPO_ROOT / "pyproject.toml").exists():
         default = REPO_ROOT / "figures"
-        if FIGURES_ENV not in os.environ:
-            from tailtheory.core.display import in_kernel
-
-            if in_kernel():
-                default = default / SCRATCH_FIGURES
+        if FIGURES_ENV not in os.environ and in_kernel():
+            default = default / SCRATCH_FIGURES
     else:
         default = Path("figures")
     d = Path(os.environ.get(FIGURES_ENV, default))

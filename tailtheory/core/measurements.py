@@ -21,6 +21,9 @@ from typing import Callable, Iterator
 
 from tailtheory.core.io import REPO_ROOT, atomic_write_json
 
+PROFILES = ("quick", "thorough")
+"""``quick`` reads a stored measurement; ``thorough`` measures again and stores the numbers."""
+
 RESULTS_ENV = "TAILTHEORY_RESULTS"
 """Environment variable that moves the stored measurements (tests use a temporary folder)."""
 
@@ -95,8 +98,6 @@ def load_measurement(name: str, config: dict) -> dict:
 def measured(name: str, config: dict, measure: Callable[[], dict], profile: str,
              command: str) -> dict:
     """``quick``: the stored measurement of ``config``; ``thorough``: ``measure()``, stored."""
-    from tailtheory.core.registry import PROFILES
-
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     if profile == "quick":

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-PROFILES = ("quick", "thorough")
+from tailtheory.core.measurements import PROFILES, recording
 
 
 class Verdict(str, Enum):
@@ -167,8 +167,6 @@ def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
     """Run one check, timing it and catching its exception into the result."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-    from tailtheory.core.measurements import recording
-
     t0 = time.perf_counter()
     with recording() as sources:
         try:
@@ -180,29 +178,6 @@ def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
             return ClaimResult(claim, None, time.perf_counter() - t0,
                                error=f"{type(exc).__name__}: {exc}",
                                traceback=traceback.format_exc(), sources=tuple(sources))
-
-
-def verdict_report(ids: list[str], profile: str = "quick"):
-    """Run the registered checks of ``ids``, show each statement next to its measurement, and
-    raise ``AssertionError`` when a verdict is not the one the ledger records (the notebooks'
-    closing cell: one verdict path for every claim).
-
-    Returns a :class:`~tailtheory.core.report.VerdictReport` (a list of :class:`ClaimResult`).
-    Inside a Jupyter kernel it is displayed as an HTML table (coloured verdicts, key numbers, the
-    command that regenerates each, all numbers folded away); elsewhere its text is printed."""
-    from tailtheory.core.display import in_kernel
-    from tailtheory.core.report import VerdictReport
-
-    results = VerdictReport([run_claim(c, profile) for c in select(list(ids))], profile)
-    if in_kernel():
-        from IPython.display import display
-
-        display(results)
-    else:
-        print(results)
-    wrong = [(r.claim.id, r.verdict) for r in results if r.verdict != r.claim.expected.value]
-    assert not wrong, f"verdicts differ from the ledger: {wrong}"
-    return results
 
 
 def pick(profile: str, quick, thorough):

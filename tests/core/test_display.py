@@ -8,13 +8,13 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from tailtheory.core import display  # noqa: E402
+from tailtheory.core import display, io  # noqa: E402
 from tailtheory.core.registry import Claim, ClaimResult, Evidence, Verdict  # noqa: E402
 from tailtheory.core.report import VerdictReport, commands  # noqa: E402
 
 
 def test_outside_a_kernel_show_figure_saves_and_closes(tmp_path, capsys):
-    assert not display.in_kernel()
+    assert not io.in_kernel()
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])
     assert display.show_figure(fig, "demo", pd.DataFrame({"x": [0, 1]}), "Evidence: x.",
@@ -80,3 +80,19 @@ def test_run_claim_keeps_the_stored_measurements_a_check_read(tmp_path, monkeypa
     res = run_claim(Claim("X2", "X", "x", check, Verdict.HOLDS))
     assert res.sources == (("demo", "make demo"),)
     assert commands(res, "quick")[-1] == ("re-measure", "make demo")
+
+
+def test_verdict_report_prints_and_asserts_the_ledger_verdict(monkeypatch, capsys):
+    """The notebooks' closing cell: prints theory next to measurement, fails on a verdict that
+    differs from the ledger's."""
+    from tailtheory.core import registry
+
+    out = display.verdict_report(["S2"], "quick")
+    assert [r.claim.id for r in out] == ["S2"]
+    assert "S2  theory:" in capsys.readouterr().out
+    claim = registry.all_claims()["S2"]
+    wrong = registry.Claim(claim.id, claim.paper, claim.statement,
+                           lambda profile: Evidence(Verdict.REFUTED, {"x": 1.0}), claim.expected)
+    monkeypatch.setattr(registry, "select", lambda ids: [wrong])
+    with pytest.raises(AssertionError, match="differ from the ledger"):
+        display.verdict_report(["S2"], "quick")

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from tailtheory.core import display as display_mod  # noqa: E402
+from tailtheory.core import io  # noqa: E402
 from tailtheory.core import explore  # noqa: E402
 from tailtheory.core.explore import Control, explorer  # noqa: E402
 
@@ -40,7 +40,7 @@ def figures_dir(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("table", [False, True])
 def test_outside_a_kernel_draws_the_defaults_once_and_saves_nothing(figures_dir, capsys, table):
-    assert not display_mod.in_kernel() and not explore.widgets_available()
+    assert not io.in_kernel() and not explore.widgets_available()
     draw = Draw(table)
     assert explorer(draw, "caption", **CONTROLS) is None
     assert draw.calls == [{"a": 0.5, "b": 0.01, "n": 3, "k": 4}]
@@ -54,7 +54,7 @@ def _shown(monkeypatch):
     import IPython.display
 
     shown = []
-    monkeypatch.setattr(display_mod, "in_kernel", lambda: True)
+    monkeypatch.setattr(io, "in_kernel", lambda: True)
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
     return shown
 

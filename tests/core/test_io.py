@@ -81,11 +81,11 @@ def test_figures_dir_in_a_kernel_is_the_ignored_scratch_folder(monkeypatch):
     """JupyterLab runs leave the tracked figures/ alone; $TAILTHEORY_FIGURES still decides."""
     import subprocess
 
-    from tailtheory.core import display, io
+    from tailtheory.core import io
 
     monkeypatch.delenv(io.FIGURES_ENV, raising=False)
     assert io.figures_dir() == io.REPO_ROOT / "figures"  # a script, `make repro`
-    monkeypatch.setattr(display, "in_kernel", lambda: True)
+    monkeypatch.setattr(io, "in_kernel", lambda: True)
     scratch = io.figures_dir()
     assert scratch == io.REPO_ROOT / "figures" / io.SCRATCH_FIGURES
     if (io.REPO_ROOT / ".git").exists():  # ignored by git

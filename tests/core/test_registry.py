@@ -100,19 +100,3 @@ def test_verify_cli_writes_json(tmp_path, capsys):
 def test_verify_cli_unknown_id_exits_2(capsys):
     assert main(["verify", "--only", "Q42", "--quiet"]) == 2
     assert "unknown claim" in capsys.readouterr().err
-
-
-def test_verdict_report_prints_and_asserts_the_ledger_verdict(monkeypatch, capsys):
-    """The notebooks' closing cell: prints theory next to measurement, fails on a verdict that
-    differs from the ledger's."""
-    from tailtheory.core import registry
-
-    out = registry.verdict_report(["S2"], "quick")
-    assert [r.claim.id for r in out] == ["S2"]
-    assert "S2  theory:" in capsys.readouterr().out
-    claim = registry.all_claims()["S2"]
-    wrong = registry.Claim(claim.id, claim.paper, claim.statement,
-                           lambda profile: Evidence(Verdict.REFUTED, {"x": 1.0}), claim.expected)
-    monkeypatch.setattr(registry, "select", lambda ids: [wrong])
-    with pytest.raises(AssertionError, match="differ from the ledger"):
-        registry.verdict_report(["S2"], "quick")
