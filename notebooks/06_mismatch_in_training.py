@@ -71,8 +71,9 @@ CLAIMS = ["V3", "V4", "V5", "T14", "O6"]
 from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_curves, plot_runs
 from tailtheory.tim import figures, training
+from tailtheory.otb import figures as otb_figures
 from tailtheory.otb import training as otb_training
-from tailtheory.trm import training as trm_training
+from tailtheory.trm import figures as trm_figures
 
 # %% [markdown]
 # ## (1) This preset's runs
@@ -144,7 +145,7 @@ show_figure(fig, "mismatch_training_kl_reward", df_kl, STORED)
 # `(1 − q)^T`, at `k2` thresholds 0.05 (the engine's), 5e-3 and 5e-4.
 
 # %%
-fig, df_acc = trm_training.plot_acceptance(data)
+fig, df_acc = trm_figures.plot_length_acceptance(data)
 show_figure(fig, "trm_training_acceptance", df_acc, STORED)
 df_acc
 
@@ -153,7 +154,7 @@ df_acc
 
 # %%
 o6 = otb_training.training_data(PROFILE)
-fig, df_o6 = otb_training.plot_o6(o6)
+fig, df_o6 = otb_figures.plot_o6(o6)
 show_figure(fig, "otb_training_tokens", df_o6,
             provenance("stored", PRESET, "results/otb_training.json"))
 

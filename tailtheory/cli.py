@@ -79,6 +79,35 @@ def _methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study(args: argparse.Namespace) -> int:
+    from tailtheory.engine.study import get_study, studies
+
+    if args.name == "list":
+        for name, st in sorted(studies().items()):
+            print(f"{name}: {len(st.plan(st.measure_preset))} arms on the {st.measure_preset} "
+                  f"preset, stored in results/{name}.json; regenerate: {st.command}")
+        return 0
+    st = get_study(args.name)
+    preset = args.preset or st.measure_preset
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    missing = st.missing(preset)
+    total = sum(len(a.configs) for a in st.plan(preset))
+    for label, n in missing.items():
+        print(f"{label}: {n} run(s) to train")
+    print(f"{sum(missing.values())} of {total} runs to train on the {preset} preset")
+    if args.dry_run:
+        return 0
+    if preset == st.measure_preset:
+        st.data("thorough", workers=args.workers)
+        print(f"stored results/{st.name}.json")
+    else:
+        st.measure(preset, workers=args.workers)
+        print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
+              f"{st.measure_preset} preset's)")
+    return 0
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in its help, unless the help states it or there is none to show."""
 
@@ -154,6 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     from tailtheory.engine.plot import add_plot_arguments, plot_main
     add_plot_arguments(pl)
     pl.set_defaults(func=plot_main)
+    st = sub.add_parser("study", help="train and measure a registered training study",
+                        description="Train what the run cache lacks of a registered training "
+                                    "study and store its measurement in results/NAME.json "
+                                    "(the numbers its claims' verdicts read); 'list' names them.",
+                        formatter_class=_HelpFormatter)
+    st.add_argument("name", help="a study name, or 'list'")
+    st.add_argument("--preset", help="quick or full (default: the preset the study stores)")
+    st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
+                                                           "thread each")
+    st.add_argument("--dry-run", action="store_true", help="only count the runs to train")
+    st.set_defaults(func=_study)
     dg = sub.add_parser("diagnose", help="token-tail report of a real run's per-token dumps",
                         description="Read per-token dumps of a run (this engine's --dump-tokens "
                                     "or the generic format of docs/diagnose.md) and write "

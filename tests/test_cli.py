@@ -32,7 +32,7 @@ def test_version(capsys):
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"tailtheory {__version__}"
 
 
-@pytest.mark.parametrize("command", [[], ["verify"], ["train"], ["sft"], ["methods"]])
+@pytest.mark.parametrize("command", [[], ["verify"], ["train"], ["sft"], ["methods"], ["study"]])
 def test_help_is_self_contained_and_shows_defaults(command, capsys):
     with pytest.raises(SystemExit):
         main([*command, "--help"])
@@ -124,3 +124,20 @@ def test_train_threads(flag, used, tmp_path, monkeypatch):
     before = torch.get_num_threads()
     assert main([*TINY_TRAIN, "--steps", "1", *flag, "--out", str(tmp_path / "r")]) == 0
     assert seen == [used] and torch.get_num_threads() == before
+
+
+def test_study_list_and_dry_run_count_runs(capsys):
+    assert main(["study", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("lopti_training", "dvp_training", "otb_training", "mismatch_training"):
+        assert f"{name}: " in out and f"results/{name}.json" in out
+    assert main(["study", "dvp_training", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "GRPO: " in out and "runs to train on the full preset" in out
+
+
+def test_study_bad_input_is_one_line(capsys):
+    assert main(["study", "nope"]) == 2
+    assert "unknown study 'nope'; studies:" in capsys.readouterr().err
+    assert main(["study", "dvp_training", "--workers", "0"]) == 2
+    assert "--workers must be >= 1" in capsys.readouterr().err

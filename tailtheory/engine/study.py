@@ -279,6 +279,16 @@ class Study:
                               progress=progress))
         return {label: [next(paths) for _ in cs] for label, cs in plan.items()}
 
+    def missing(self, preset: str) -> dict[str, int]:
+        """Label -> how many of the arm's runs the run cache lacks (or holds shorter)."""
+        from tailtheory.engine.runs import run_key, runs_root
+
+        def done(c) -> bool:
+            f = runs_root() / run_key(c) / "metrics.jsonl"
+            return f.exists() and len(f.read_text().splitlines()) >= c.steps
+
+        return {a.label: sum(not done(c) for c in a.configs) for a in self.plan(preset)}
+
     def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
         """One run's numbers: summary, curves, the study's series and (if it dumped its tokens
         and the arm takes them) its token numbers."""
@@ -314,13 +324,13 @@ class Study:
         return (f"TAILTHEORY_PRESET={self.measure_preset} python notebooks/{self.notebook}"
                 if self.notebook else f"tailtheory study {self.name}")
 
-    def data(self, profile: str) -> Measurement:
+    def data(self, profile: str, workers: int = 2) -> Measurement:
         """``quick``: the stored measurement of :attr:`measure_preset`'s runs (refused when stale);
-        ``thorough``: measured afresh with two workers and stored."""
+        ``thorough``: measured afresh (``workers`` runs at a time) and stored."""
         from tailtheory.core.measurements import measured
 
         data = measured(self.name, self.identity(self.measure_preset),
-                        lambda: self.measure(self.measure_preset, workers=2).data, profile,
+                        lambda: self.measure(self.measure_preset, workers=workers).data, profile,
                         self.command)
         return self.measurement(data)
 

@@ -1,4 +1,4 @@
-"""Figures of the optimal token baseline (OTB; claims O2, O3, O4, O6).
+"""Figures of the optimal token baseline (OTB; claims O2, O3, O4, O6, O6 in training).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
 ``tailtheory.core.io.save_figure(fig, name, data=df)``. :func:`explore_otb` is notebook 03's
@@ -186,6 +186,43 @@ def explore_otb():
                     sharpness=Control(2.0, 0.25, 6.0, 0.25, label="sharpness"))
 
 
-__all__ = ["BASELINE_LABELS", "plot_baseline_variance", "proxy_table", "plot_proxy_vs_true",
+def o6_table(data: dict):
+    """Long table ``label, seed, step, tokens (cumulative), metric, value`` of reward per step
+    and held-out accuracy per evaluation."""
+    import itertools
+
+    import pandas as pd
+
+    rows = []
+    for label, runs in data.items():
+        for r in runs:
+            cum = [0, *itertools.accumulate(r["tokens"])]     # tokens consumed before each step
+            rows += [{"label": label, "seed": r["seed"], "step": t, "tokens": cum[t + 1],
+                      "metric": "reward", "value": v} for t, v in enumerate(r["reward"])]
+            rows += [{"label": label, "seed": r["seed"], "step": t, "tokens": cum[t],
+                      "metric": "held-out accuracy", "value": v}
+                     for t, v in zip(r["eval_steps"], r["eval"])]
+    return pd.DataFrame(rows)
+
+
+def plot_o6(data: dict, smooth: int = 5):
+    """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
+    consumed, per configuration: mean over seeds (x: mean cumulative tokens of the step), band
+    min-max (seaborn on the long table). Returns ``(figure, table)``."""
+    from tailtheory.engine.plot import curve_panels
+
+    df = o6_table(data)
+    # every seed of a step at the step's mean token count, so the band is taken over seeds
+    d = df.assign(**{"mean tokens": df.groupby(["label", "metric", "step"])["tokens"]
+                     .transform("mean")})
+    fig = curve_panels(d, ("reward", "held-out accuracy"), x="mean tokens", smooth=smooth,
+                       lw=1.3, titles={"reward": f"reward (running mean of {smooth})"},
+                       legend_title="mean; band: min-max over seeds")
+    for ax in fig.axes:
+        ax.set_xlabel("response tokens consumed")
+    return fig, df
+
+
+__all__ = ["o6_table", "plot_o6", "BASELINE_LABELS", "plot_baseline_variance", "proxy_table", "plot_proxy_vs_true",
            "plot_group_study", "EXPLORER_NS", "EXPLORER_METHODS", "EXPLORER_POPULATION",
            "plot_otb_explorer", "explore_otb"]

@@ -1,11 +1,17 @@
 """Tables and figures of the mismatch-in-training measurement (V3, V4, V5), from the numbers
-:func:`tailtheory.tim.training.measure_v` stores: each ``plot_*`` returns ``(figure,
+the study ``tailtheory.tim.training.STUDY`` stores: each ``plot_*`` returns ``(figure,
 table)`` with the table the figure is drawn from.
 """
 
 from __future__ import annotations
 
-from tailtheory.tim.training import C_EDGES
+from tailtheory.tim.training import C_EDGES, measurement
+
+
+def _runs(data) -> list[str]:
+    """The main and knob arms (not the remedies, which re-read or add runs)."""
+    m = measurement(data)
+    return m.labels(role="main") + m.labels(role="knob")
 
 
 def contribution_table(data: dict, labels=None):
@@ -13,7 +19,7 @@ def contribution_table(data: dict, labels=None):
     seeds (``labels``: default every run with a token dump)."""
     import pandas as pd
 
-    labels = labels or [lb for lb, rows in data.items() if "v3" in rows[0] and "|" not in lb]
+    labels = labels or [lb for lb in _runs(data) if "v3" in data[lb][0]]
     out = []
     for label in labels:
         for sign in ("pos", "neg"):
@@ -83,7 +89,8 @@ def kl_table(data: dict, labels=None):
     """Long table ``label, seed, step, reward, k1, k3, abs_mean`` of the mismatch runs."""
     import pandas as pd
 
-    labels = labels or [lb for lb in data if not lb.startswith("exact") and "|" not in lb]
+    m = measurement(data)
+    labels = labels or [lb for lb in _runs(m) if m.tags[lb]["path"] != "exact"]
     return pd.DataFrame([{"label": lb, "seed": r["seed"], "step": t,
                           **{k: r[k][t] for k in ("reward", "k1", "k3", "abs_mean")}}
                          for lb in labels for r in data[lb] for t in range(len(r["reward"]))])

@@ -1,4 +1,4 @@
-"""Figures of TRM's trust-region analysis (claims T1-T8, T12, T13).
+"""Figures of TRM's trust-region analysis (claims T1-T8, T12, T13) and of masking in training (T14).
 
 Every helper returns ``(fig, df)``: the figure and the data behind it, ready for
 ``tailtheory.core.io.save_figure(fig, name, data=df)``. :func:`explore_trm` is notebook 02's
@@ -158,5 +158,34 @@ def explore_trm():
                     delta=Control(0.01, 1e-4, 1.0, log=True, label="delta"))
 
 
+def plot_length_acceptance(data, labels=None):
+    """T14: fraction of sequences TRM keeps per response-length bin (dots) against the mean
+    ``(1 - q)^T`` of the bin with the run's rate (solid lines) and with the bin's own rate
+    (dashed), one panel per ``k2`` threshold. Returns ``(figure, table)``."""
+    import matplotlib.pyplot as plt
+
+    from tailtheory.trm.training import length_acceptance_table
+
+    df = length_acceptance_table(data, labels)
+    deltas = sorted(df["delta"].unique(), reverse=True)
+    fig, axes = plt.subplots(1, len(deltas), figsize=(4 * len(deltas), 3.4), squeeze=False)
+    for ax, delta in zip(axes[0], deltas):
+        for k, (label, g) in enumerate(df[df["delta"] == delta].groupby("label", sort=False)):
+            mid = (g["lo"] + g["hi"].clip(upper=g["lo"].max() + 50)) / 2
+            ax.plot(mid, g["predicted"], color=f"C{k}", lw=1)
+            ax.plot(mid, g["predicted_bin_q"], color=f"C{k}", lw=1, ls="--")
+            ax.scatter(mid, g["kept"], color=f"C{k}", s=8 + g["n"] / 20,
+                       label=f"{label} (q = {g['q'].iloc[0]:.2g})")
+        ax.set_title(f"k2 > {delta:g}: kept (dots), (1-q)^T (solid; dashed: bin's own q)",
+                     fontsize=8)
+        ax.set_xlabel("response length (bin centre)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("fraction of sequences kept")
+    fig.tight_layout()
+    return fig, df
+
+
 __all__ = ["BOUND_STYLE", "PAPER_REGIMES", "plot_bounds_vs_T", "plot_error_vs_bounds",
-           "plot_acceptance", "EXPLORER_T_MAX", "plot_trm_explorer", "explore_trm"]
+           "plot_acceptance", "plot_length_acceptance", "EXPLORER_T_MAX", "plot_trm_explorer",
+           "explore_trm"]

@@ -97,7 +97,7 @@ def _mismatch_labels(m: Measurement) -> list[str]:
             if m.tags[lb]["path"] != "exact"]
 
 
-def acceptance_table(data, labels=None):
+def length_acceptance_table(data, labels=None):
     """Long table ``label, delta, q, bin, lo, hi, n, kept, predicted, q_bin, predicted_bin_q``
     pooled over seeds, from the runs of ``labels`` (default: every run with a token dump and a
     mismatch); ``predicted`` uses the run's rate ``q``, ``predicted_bin_q`` the bin's own."""
@@ -126,7 +126,7 @@ def acceptance_table(data, labels=None):
 def t14_evidence(data) -> Evidence:
     """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
     m = measurement(data)
-    df = acceptance_table(m)
+    df = length_acceptance_table(m)
     live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]
     dev = (live["kept"] - live["predicted"]).abs()
     law_ok = bool(len(live)) and float(dev.max()) <= ACCEPT_TOL
@@ -160,29 +160,3 @@ def t14_evidence(data) -> Evidence:
                     f"sequences) within {ACCEPT_TOL} of mean (1-q)^T at k2 thresholds "
                     f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {base}, if harmed, "
                     f"TRM's final reward above GRPO's by > 2 se")
-
-
-def plot_acceptance(data, labels=None):
-    """T14: fraction of sequences TRM keeps per response-length bin (dots) against the mean
-    ``(1 - q)^T`` of the bin with the run's rate (solid lines) and with the bin's own rate
-    (dashed), one panel per ``k2`` threshold. Returns ``(figure, table)``."""
-    import matplotlib.pyplot as plt
-
-    df = acceptance_table(data, labels)
-    deltas = sorted(df["delta"].unique(), reverse=True)
-    fig, axes = plt.subplots(1, len(deltas), figsize=(4 * len(deltas), 3.4), squeeze=False)
-    for ax, delta in zip(axes[0], deltas):
-        for k, (label, g) in enumerate(df[df["delta"] == delta].groupby("label", sort=False)):
-            mid = (g["lo"] + g["hi"].clip(upper=g["lo"].max() + 50)) / 2
-            ax.plot(mid, g["predicted"], color=f"C{k}", lw=1)
-            ax.plot(mid, g["predicted_bin_q"], color=f"C{k}", lw=1, ls="--")
-            ax.scatter(mid, g["kept"], color=f"C{k}", s=8 + g["n"] / 20,
-                       label=f"{label} (q = {g['q'].iloc[0]:.2g})")
-        ax.set_title(f"k2 > {delta:g}: kept (dots), (1-q)^T (solid; dashed: bin's own q)",
-                     fontsize=8)
-        ax.set_xlabel("response length (bin centre)")
-        ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("fraction of sequences kept")
-    fig.tight_layout()
-    return fig, df

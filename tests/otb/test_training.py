@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tailtheory.core.registry import Verdict
+from tailtheory.otb import figures as otb_figures
 from tailtheory.otb import training as ot
 
 
@@ -48,7 +49,7 @@ def test_o6_arms(monkeypatch, tmp_path):
 
 
 def test_o6_table_counts_tokens_before_each_evaluation():
-    df = ot.o6_table(_data(0.4, 0.2, 0.4))
+    df = otb_figures.o6_table(_data(0.4, 0.2, 0.4))
     ev = df[(df["metric"] == "held-out accuracy") & (df["label"] == f"OTB N={ot.OTB_N}")]
     assert (ev["tokens"] == 0).all()                 # the step-0 evaluation precedes any rollout
     rw = df[(df["metric"] == "reward") & (df["label"] == f"GRPO N={ot.LARGE_N}")]
@@ -79,7 +80,7 @@ def test_plot_o6_bands_over_seeds_at_the_mean_tokens_of_each_step():
     from plotting import lines_and_bands
 
     data = _data(0.4, 0.2, 0.4)
-    fig, df = ot.plot_o6(data, smooth=1)
+    fig, df = otb_figures.plot_o6(data, smooth=1)
     assert list(df.columns) == ["label", "seed", "step", "tokens", "metric", "value"]
     reward, acc = fig.axes
     drawn = lines_and_bands(reward)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from tailtheory.core.registry import Verdict
+from tailtheory.trm import figures as trm_figures
 from tailtheory.trm import training as tt
 
 
@@ -45,7 +46,7 @@ def test_iid_violations_follow_the_length_law():
     lengths = [20] * 400 + [80] * 400 + [170] * 400
     df = _dump(lengths, lambda g: g.normal(0, 0.05))
     row = {"t14": tt.t14_token_numbers(df)}
-    table = tt.acceptance_table({"bf16 bypass": [row]})
+    table = tt.length_acceptance_table({"bf16 bypass": [row]})
     live = table[(table["q"] > 0) & (table["n"] >= tt.MIN_SEQS)]
     assert len(live) and (live["kept"] - live["predicted"]).abs().max() < 0.06
     # the law says longer responses are kept less
@@ -54,7 +55,7 @@ def test_iid_violations_follow_the_length_law():
 
 
 def _data(trm_shift: float, base_gap: float, law_ok: bool = True):
-    """Numbers of measure_v's shape: exact and fp8 bypass (and TRM / GRPO on it), 3 seeds."""
+    """Numbers of the mismatch study's shape: exact and fp8 bypass (and TRM / GRPO on it), 3 seeds."""
     from tailtheory.tim.training import REMEDY_BASE
 
     t14 = {f"{d:g}": {"tokens": 1000, "violations": 10, "n": [100, 0, 0, 0, 0],
@@ -88,5 +89,5 @@ def test_plot_acceptance_draws_its_table():
     import matplotlib
 
     matplotlib.use("Agg")
-    fig, df = tt.plot_acceptance(_data(0.0, 0.0))
+    fig, df = trm_figures.plot_length_acceptance(_data(0.0, 0.0))
     assert len(df) == len(tt.T14_DELTAS) and fig.axes
