@@ -128,3 +128,18 @@ def masked_logits(draw, min_v: int = 2, max_v: int = 64, batch: tuple[int, ...] 
     keep_one = torch.randint(z.shape[-1], (*batch, 1), generator=g)
     alive.scatter_(-1, keep_one, True)
     return z.masked_fill(~alive, float("-inf")), alive
+
+
+UNIT = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1e-12, 1e-8, 1e-4, 1.0]),
+                 st.integers(1, 300).map(lambda k: 10.0 ** -k))
+"""Where a DVP threshold sits inside its valid range, edges and tiny values included."""
+
+
+def safe_threshold(rule: str, u: float, z: torch.Tensor) -> float:
+    """A threshold of DVP's ``rule`` valid for every row of ``z`` (so ``S`` is never empty), from
+    ``u`` in [0, 1]."""
+    if rule == "top_p":
+        return min(u, 1 - 1e-9)
+    if rule == "absolute":  # tau up to the smallest row maximum
+        return u * float(torch.log_softmax(z, -1).exp().amax(-1).min())
+    return u

@@ -17,8 +17,8 @@ by ``e^(m_old - m_new)`` when the max grows):
     pruned_mass = sum_{v not in S} softmax(z)_v       (full-vocabulary softmax)
 
 ``S`` is every token, an explicit ``keep`` mask, or DVP's rule (``min_p``, ``top_p``,
-``absolute`` of ``tailtheory.pruning.vocab``) on the rollout side's logits when given, else on
-this side's (as ``tailtheory.pruning.sampler.dvp_keep``: the sampled token is always kept).
+``absolute`` of ``tailtheory.core.safeset``) on the rollout side's logits when given, else on
+this side's (as ``tailtheory.core.safeset.dvp_keep``: the sampled token is always kept).
 ``min_p`` and ``absolute`` cost one more pass over the rule side's tiles (its max, its LSE);
 ``top_p`` sorts whole rows, one token tile of at most :data:`TOP_P_ELEMENTS` logits at a time.
 ``logp`` is differentiable in ``h``, ``W`` and ``b``; its backward recomputes the tiles
@@ -42,24 +42,13 @@ from typing import Any
 
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_positive_int)
-from tailtheory.core.fused_grad import (BIG, EXP_FLOOR, Head, SafeSet, compute_dtype,
-                                        logp_backward, tiles)
+from tailtheory.core.checks import as_tensor, check_finite, check_mask
+from tailtheory.core.fused_grad import (BIG, EXP_FLOOR, TOKEN_TILE, VOCAB_TILE,
+                                        VOCAB_TILE_THREADED, Head, SafeSet, check_tiles,
+                                        compute_dtype, logp_backward, tiles)
+from tailtheory.core.safeset import RHO_DEFAULT, check_rule, dvp_keep, safe_vocab_mask
 from tailtheory.core.stats import naive_token_stats
-from tailtheory.pruning.vocab import RHO_DEFAULT, RULES, safe_vocab_mask
 
-TOKEN_TILE = 256
-"""Positions per tile when ``token_tile`` is None."""
-VOCAB_TILE = 2048
-"""Vocabulary entries per tile when ``vocab_tile`` is None and torch runs one CPU thread (capped
-at V). With :data:`TOKEN_TILE` a tile is 512K logits, 2 MiB in float32: one core's L2 on the
-benchmark's CPU, so the elementwise passes after the product read it from cache (8192 columns
-were 1.25x slower there; ``benchmarks/bench_fused.py``)."""
-VOCAB_TILE_THREADED = 32_768
-"""The same with several torch threads, or off the CPU. Every elementwise pass over a tile is one
-parallel region that ends in a barrier, and on a busy machine a barrier waits for a thread that
-was descheduled: larger tiles mean fewer of them. With 2 threads on a busy 2-core machine
-(V = 152k, N = 128) 2048 columns were 4-5x TRL's time, 16,384 1.1-1.4x, 32,768 0.84-0.95x."""
 TOP_P_ELEMENTS = 2**22
 """``top_p`` sorts whole rows of the rule side, one token tile at a time, so its token tile is
 capped at ``max(1, TOP_P_ELEMENTS // V)`` rows (16 MiB of float32 logits; V = 152k: 27 rows),
@@ -69,8 +58,6 @@ product of other shape may round differently)."""
 FUSED_STATS = ("logp", "entropy", "sum_p2", "log_sum_p2", "kl", "pruned_mass")
 """Keys :func:`fused_token_stats` may return (``kl`` with a rollout side, ``pruned_mass`` with a
 safe set)."""
-_THRESHOLDS = {"min_p": (0.0, 1.0, True), "top_p": (0.0, 1.0, False), "absolute": (0.0, 1.0, True)}
-"""(low, high, high included) of each rule's threshold, as ``tailtheory.pruning.vocab``."""
 
 
 class _Online:
@@ -256,36 +243,6 @@ def _check_head(h: Any, W: Any, b: Any, names: tuple[str, str, str]):
     return h, W, b
 
 
-def _check_rule(rule: Any, threshold: Any, keep: Any) -> float:
-    if rule is None:
-        return 0.0
-    if keep is not None:
-        raise ValueError("give either keep (an explicit safe set) or rule, not both")
-    if rule not in RULES:
-        raise ValueError(f"rule must be None or one of {RULES}, got {rule!r}")
-    lo, hi, closed = _THRESHOLDS[rule]
-    x = float(threshold) if isinstance(threshold, (int, float)) else math.nan
-    if not (lo <= x <= hi if closed else lo <= x < hi):
-        raise ValueError(f"threshold for rule {rule!r} must be a number in [{lo:g}, {hi:g}"
-                         f"{']' if closed else ')'}, got {threshold!r}")
-    return x
-
-
-def _default_vocab_tile(device: torch.device) -> int:
-    one = device.type == "cpu" and torch.get_num_threads() == 1
-    return VOCAB_TILE if one else VOCAB_TILE_THREADED
-
-
-def _check_tiles(token_tile: Any, vocab_tile: Any, V: int,
-                 device: torch.device) -> tuple[int, int]:
-    tt = TOKEN_TILE if token_tile is None else check_positive_int(token_tile, "token_tile")
-    vt = (min(_default_vocab_tile(device), V) if vocab_tile is None
-          else check_positive_int(vocab_tile, "vocab_tile"))
-    if vt > V:
-        raise ValueError(f"vocab_tile={vt} is larger than the vocabulary V={V}; use at most V")
-    return tt, vt
-
-
 def _check_roll(h, W, bias, h_roll, W_roll, bias_roll):
     """The rollout side ``(h_roll, W_roll, bias_roll)`` or None: its hidden states, its head, or
     both; the side not given is this one's (a head given alone brings its own bias)."""
@@ -325,7 +282,9 @@ def _validate(h, W, tokens, bias, mask, h_roll, W_roll, bias_roll, keep, rule, t
         if roll[0].shape[:2] != h.shape[:2] or roll[1].shape[0] != V:
             raise ValueError(f"h_roll {tuple(roll[0].shape)} and W_roll {tuple(roll[1].shape)} "
                              f"must have (B, T) = {(B, T)} and V = {V} like h and W")
-    thr = _check_rule(rule, threshold, keep)
+    if rule is not None and keep is not None:
+        raise ValueError("give either keep (an explicit safe set) or rule, not both")
+    thr = check_rule(rule, threshold)
     if keep is not None:
         keep = check_mask(keep, torch.empty(B, T, V, device="meta"), "keep",
                           allow_empty=True).reshape(B * T, V)
@@ -362,7 +321,7 @@ def fused_token_stats(h: Any, W: Any, tokens: Any, bias: Any = None, *, mask: An
     """
     h, W, bias, pos, k, roll, keep, thr, tau = _validate(
         h, W, tokens, bias, mask, h_roll, W_roll, bias_roll, keep, rule, threshold, temperature)
-    tt, vt = _check_tiles(token_tile, vocab_tile, W.shape[0], h.device)
+    tt, vt = check_tiles(token_tile, vocab_tile, W.shape[0], h.device)
     if rule == "top_p":
         tt = min(tt, max(1, TOP_P_ELEMENTS // W.shape[0]))
     B, T, H = h.shape
@@ -400,8 +359,6 @@ def naive_fused_token_stats(h: Any, W: Any, tokens: Any, bias: Any = None, *, ma
 
     Shapes: as :func:`fused_token_stats`.
     """
-    from tailtheory.pruning.sampler import dvp_keep
-
     h, W, bias, pos, k, roll, keep, thr, tau = _validate(
         h, W, tokens, bias, mask, h_roll, W_roll, bias_roll, keep, rule, threshold, temperature)
     B, T, H = h.shape

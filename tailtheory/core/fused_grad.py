@@ -4,9 +4,10 @@ Source: DVP (Li et al., arXiv 2512.23087) for the safe set ``S`` and the pruned 
 P3); LOPTI (Yang et al., arXiv 2505.12929) for ``d log pi(k) / dz = e_k - pi`` (S1).
 
 The forward passes live in :mod:`tailtheory.core.fused`; this module holds what both directions
-need: one tile of logits ``z = (h W^T + b) / tau`` (:class:`Head`), the safe set on that tile
-(:class:`SafeSet`), and :func:`logp_backward`, which recomputes every tile once more and turns
-it into ``g (e_k - pi_S) / tau`` before two matrix products fold it into ``dh`` and ``dW``.
+need: the tile sizes (:func:`check_tiles`), one tile of logits ``z = (h W^T + b) / tau``
+(:class:`Head`), the safe set on that tile (:class:`SafeSet`), and :func:`logp_backward`, which
+recomputes every tile once more and turns it into ``g (e_k - pi_S) / tau`` before two matrix
+products fold it into ``dh`` and ``dW``.
 
 Shapes: ``N`` valid positions (the ``B * T`` positions a mask keeps), ``H`` hidden, ``V``
 vocabulary; a tile is ``(n, v)`` with ``n <= token_tile``, ``v <= vocab_tile``.
@@ -16,8 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from tailtheory.core.checks import check_positive_int
 
 
 EXP_FLOOR = {torch.float32: -43.0, torch.float64: -354.0}
@@ -29,6 +33,18 @@ them. The change to any sum of ``V`` terms is at most ``V e^floor`` against a la
 BIG = 2.0**100
 """Added with a minus sign to the logits outside ``S`` so that a row's max is taken over ``S``
 without a bool mask (bool tensors are 5-10x slower than arithmetic here)."""
+TOKEN_TILE = 256
+"""Positions per tile when ``token_tile`` is None."""
+VOCAB_TILE = 2048
+"""Vocabulary entries per tile when ``vocab_tile`` is None and torch runs one CPU thread (capped
+at V). With :data:`TOKEN_TILE` a tile is 512K logits, 2 MiB in float32: one core's L2 on the
+benchmark's CPU, so the elementwise passes after the product read it from cache (8192 columns
+were 1.25x slower there; ``benchmarks/bench_fused.py``)."""
+VOCAB_TILE_THREADED = 32_768
+"""The same with several torch threads, or off the CPU. Every elementwise pass over a tile is one
+parallel region that ends in a barrier, and on a busy machine a barrier waits for a thread that
+was descheduled: larger tiles mean fewer of them. With 2 threads on a busy 2-core machine
+(V = 152k, N = 128) 2048 columns were 4-5x TRL's time, 16,384 1.1-1.4x, 32,768 0.84-0.95x."""
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -43,6 +59,24 @@ def at_least(d: torch.Tensor, thr: float) -> torch.Tensor:
     t = torch.tensor(thr, dtype=d.dtype)
     below = float(torch.nextafter(t, torch.tensor(-math.inf, dtype=d.dtype)))
     return d.sub_(below).sign_().clamp_(min=0.0)
+
+
+def default_vocab_tile(device: torch.device) -> int:
+    """:data:`VOCAB_TILE` on a CPU with one torch thread, else :data:`VOCAB_TILE_THREADED`."""
+    one = device.type == "cpu" and torch.get_num_threads() == 1
+    return VOCAB_TILE if one else VOCAB_TILE_THREADED
+
+
+def check_tiles(token_tile: Any, vocab_tile: Any, V: int,
+                device: torch.device) -> tuple[int, int]:
+    """``(token_tile, vocab_tile)``: the ones given (positive ints, ``vocab_tile <= V``), or the
+    defaults (:data:`TOKEN_TILE`; :func:`default_vocab_tile` capped at ``V``)."""
+    tt = TOKEN_TILE if token_tile is None else check_positive_int(token_tile, "token_tile")
+    vt = (min(default_vocab_tile(device), V) if vocab_tile is None
+          else check_positive_int(vocab_tile, "vocab_tile"))
+    if vt > V:
+        raise ValueError(f"vocab_tile={vt} is larger than the vocabulary V={V}; use at most V")
+    return tt, vt
 
 
 def tiles(n: int, step: int):
@@ -87,7 +121,7 @@ class SafeSet:
     ``z`` are the rule side's logits (``side``: ``"roll"`` or ``"train"``). ``r1``/``r2`` hold
     the rule's per-row scalars (max, LSE, or ``c`` and ``i_c``), filled by the forward's first
     pass. The threshold is compared in log space (``log 0 = -inf`` keeps every token).
-    The sampled token is always in ``S``, as in ``tailtheory.pruning.sampler.dvp_keep``.
+    The sampled token is always in ``S``, as in ``tailtheory.core.safeset.dvp_keep``.
     """
 
     kind: str | None = None

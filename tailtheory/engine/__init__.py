@@ -1,9 +1,11 @@
 """A small GRPO engine on Hugging Face causal LMs with a real training-inference mismatch.
 
 Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems, rewards, warm start), ``rollout`` (the
-inference copy and its sampler), ``types`` / ``registry`` / ``methods`` (the batch and parameter
-types, the method registry, the registered methods), ``config`` / ``trainer`` / ``checkpoint``
-(the loop). The formulas the methods call live with their papers (``mismatch``, ``lopti``,
-``pruning``, ``trm``, ``otb``). ``tailtheory methods`` lists the registered methods;
-``tailtheory train`` runs the loop.
+inference copy and its sampler), ``types`` / ``registry`` / ``methods`` / ``advantages`` (the
+batch and parameter types, the method registry, the engine's own losses, the group advantages),
+``config`` / ``trainer`` / ``checkpoint`` (the loop). The engine imports no paper section: each
+section registers its own methods in ``tailtheory/<section>/methods.py`` (``lopti``, ``tim``,
+``trm``, ``pruning``, ``otb``), which the registry finds by name; what the engine shares with
+the papers (DVP's safe set, the k1/k2/k3 estimators and TRM's filter) lives in ``core``.
+``tailtheory methods`` lists the registered methods; ``tailtheory train`` runs the loop.
 """

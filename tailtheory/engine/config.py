@@ -14,18 +14,29 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.engine.registry import MethodSpec, parse_methods
+from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
 """How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
 
-RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "eval_every",
-               "eval_n")
-"""Fields a resumed run may change (everything else must match the checkpoint's config)."""
+IDENTITY = {
+    "length": "how many steps it makes (a run's first n lines are those of a run of n steps)",
+    "place": "where and how often it is written to disk (its directory, checkpoint spacing)",
+    "speed": "how fast it runs (torch CPU threads); the numbers are the same",
+    "output": "what it writes beside its metric lines (per-token dumps); the lines are the same",
+    "monitor": "what it measures beside the training (held-out evaluation); the training is the "
+               "same",
+    "replicate": "which draw of its experiment it is (the seed)",
+    "machine": "what it computes on (the device): other rounding, the same experiment",
+}
+"""Why a :class:`TrainConfig` field is outside some part of a run's identity: the field's
+``metadata["identity"]`` (a field without one is part of what a run computes). Each use of the
+identity names the kinds it leaves out: :data:`RESUME_FREE`, ``runs.NOT_IN_KEY`` (the run
+cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
                                       "rollout_backend": "hf"}
@@ -63,9 +74,9 @@ class TrainConfig(MethodParams):
     Hugging Face model's own KV-cache forward; runs cached before the field existed used it)."""
     pi_old: str = "recompute"
     """``recompute`` or ``bypass`` (TIM, V3)."""
-    steps: int = 200
+    steps: int = field(default=200, metadata={"identity": "length"})
     """Optimiser steps (a Lopti step makes two updates)."""
-    seed: int = 0
+    seed: int = field(default=0, metadata={"identity": "replicate"})
     """Seeds the model (``tiny``), the sampler's generator and the problem stream."""
     prompts_per_step: int = 8
     """Prompts per step; LOPTI uses 64 (TRAIN_BS), 8 keeps a toy step near a second."""
@@ -79,22 +90,22 @@ class TrainConfig(MethodParams):
     """AdamW decoupled weight decay; 0 keeps the update the loss's alone."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip; verl's actor default (grad_clip = 1.0)."""
-    checkpoint_every: int = 50
+    checkpoint_every: int = field(default=50, metadata={"identity": "place"})
     """Steps between checkpoints (the last step always writes one); verl's save_freq is 20."""
-    dump_tokens: bool = False
+    dump_tokens: bool = field(default=False, metadata={"identity": "output"})
     """Write per-token probabilities, advantages and log-ratios to ``RUN/tokens/*.parquet``."""
-    out: str = "runs/default"
+    out: str = field(default="runs/default", metadata={"identity": "place"})
     """Run directory: ``metrics.jsonl``, ``checkpoint.pt``, ``config.json``."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata={"identity": "machine"})
     """``auto`` (a CUDA GPU when one is visible, else the CPU), ``cpu`` or ``cuda`` (an error
     without a GPU)."""
-    eval_every: int = 10
+    eval_every: int = field(default=10, metadata={"identity": "monitor"})
     """Steps between held-out accuracy evaluations (``eval/accuracy``, at steps 0, k, 2k, ...);
     0 turns them off."""
-    eval_n: int = 64
+    eval_n: int = field(default=64, metadata={"identity": "monitor"})
     """Held-out problems per evaluation (the warm start's, never trained on); standard error
     at most 0.063."""
-    threads: int = 0
+    threads: int = field(default=0, metadata={"identity": "speed"})
     """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
     torch's default when the cores are busy). Changes speed only, so a resume may change it."""
     filter_zero_var: bool = False
@@ -126,9 +137,18 @@ class TrainConfig(MethodParams):
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _in_open_unit(x: float, name: str) -> None:
-    if not 0.0 < x < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1), got {x}")
+def identity_fields(*kinds: str) -> tuple[str, ...]:
+    """The :class:`TrainConfig` fields marked with one of ``kinds`` (:data:`IDENTITY`), in
+    field order."""
+    unknown = sorted(set(kinds) - set(IDENTITY))
+    if unknown:
+        raise ValueError(f"unknown identity kind(s) {unknown}; kinds: {', '.join(IDENTITY)}")
+    return tuple(f.name for f in fields(TrainConfig) if f.metadata.get("identity") in kinds)
+
+
+RESUME_FREE = identity_fields("length", "place", "speed", "output", "monitor")
+"""Fields a resumed run may change (everything else must match the checkpoint's config): how
+long it runs, where it is written, how fast, what it writes and measures beside its lines."""
 
 
 def _positive(c: TrainConfig, *names: str) -> None:
@@ -161,6 +181,8 @@ def _validate(c: TrainConfig) -> MethodSpec:
     check_positive_int(c.eval_every, "eval_every", minimum=0)
     check_positive_int(c.eval_n, "eval_n")
     check_positive_int(c.micro_batch, "micro_batch", minimum=0)
+    from tailtheory.engine.threads import check_threads
+    check_threads(c.threads)  # resolved once the model's size is known (trainer.train)
     from tailtheory.engine.devices import DEVICES
     if c.device not in DEVICES:
         raise ValueError(f"unknown device {c.device!r}; valid devices: {', '.join(DEVICES)}")
@@ -180,58 +202,10 @@ def _validate(c: TrainConfig) -> MethodSpec:
 
 
 def _validate_method_params(c: MethodParams) -> None:
-    """The method hyperparameters: names, ranges, bands (low < high) and caps (> 0)."""
-    from tailtheory.trm.mask import CRITERIA
-
-    _in_open_unit(c.eta, "eta")
-    _validate_dvp(c)
-    if c.trm_mode not in CRITERIA:
-        raise ValueError(f"trm_mode must be one of {CRITERIA}, got {c.trm_mode!r}")
-    if c.trm_estimator not in ("exact", "k2k3"):
-        raise ValueError(f"trm_estimator must be 'exact' or 'k2k3', got {c.trm_estimator!r}")
-    _positive(c, "trm_delta_max", "trm_delta_avg")
-    if not 0.0 <= c.alpha <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {c.alpha}")
-    if not (c.eps_low > 0 and c.eps_high > 0 and c.eps_low < 1):
-        raise ValueError(f"need 0 < eps_low < 1 and eps_high > 0, got {c.eps_low}, {c.eps_high}")
-    _validate_corrections(c)
-    _validate_loss(c)
-
-
-def _validate_corrections(c: MethodParams) -> None:
-    """TIM's remedies: caps > 0 (inf: plain IS) and non-empty bands (low < high)."""
-    for name in ("tis_cap", "seq_tis_cap"):
-        if not getattr(c, name) > 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(c, name)}")
-    for low, high in (("mis_low", "mis_high"), ("geo_low", "geo_high")):
-        lo, hi = getattr(c, low), getattr(c, high)
-        if not 0 <= lo < hi:  # an upper bound of inf masks on one side only
-            raise ValueError(f"need 0 <= {low} < {high} (a non-empty band), got {lo}, {hi}")
-    if not 0 < c.icepop_low < 1 < c.icepop_high:
-        raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {c.icepop_low}, "
-                         f"{c.icepop_high}")
-
-
-def _validate_loss(c: MethodParams) -> None:
-    """The aggregation's name and constant, and the dual clip's ``c > 1`` (or None: off)."""
-    from tailtheory.engine.methods import LOSS_AGGS
-
-    if c.loss_agg not in LOSS_AGGS:
-        raise ValueError(f"unknown loss_agg {c.loss_agg!r}; valid: {', '.join(LOSS_AGGS)}")
-    check_positive_int(c.loss_norm_len, "loss_norm_len", minimum=0)
-    if c.clip_ratio_c is not None and not (c.clip_ratio_c > 1 and math.isfinite(c.clip_ratio_c)):
-        raise ValueError(f"clip_ratio_c must be a finite number > 1 (or none: off), got "
-                         f"{c.clip_ratio_c}")
-
-
-def _validate_dvp(c: MethodParams) -> None:
-    from tailtheory.pruning.vocab import RULES
-
-    if c.dvp_rule not in RULES:
-        raise ValueError(f"dvp_rule must be one of {RULES}, got {c.dvp_rule!r}")
-    if not 0.0 < c.dvp_rho < 1.0:
-        raise ValueError(f"dvp_rho must lie in (0, 1), got {c.dvp_rho}: rule {c.dvp_rule!r} at a "
-                         f"threshold >= 1 keeps at most the most likely token, or none")
+    """The method hyperparameters: names, ranges, bands (low < high) and caps (> 0), each checked
+    by the method that reads it (its ``validate`` at registration); every registered method's
+    check runs, whatever method ``c`` names."""
+    validate_params(c)
 
 
 def field_docs(cls) -> dict[str, str]:

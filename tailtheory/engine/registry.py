@@ -16,8 +16,20 @@ registered under its name with the stage it acts at and the metric keys it repor
 
 A method spec such as ``"ar+lopti"`` or ``["tis", "mis"]`` is parsed once by
 :func:`parse_methods`; the loss defaults to ``grpo``, whose group advantages are used unless
-``otb`` is named. This module never imports the methods: ``engine/methods.py`` imports it and
-registers them, and the lookups below import that module on first use.
+``otb`` is named.
+
+Where the methods live: the engine's own (the ``grpo`` and ``dr_grpo`` losses) in
+``engine/methods.py``; each paper's in its section, ``tailtheory/<section>/methods.py``
+(``lopti``: ar, lopti, lopti_reversed; ``pruning``: dvp; ``trm``: trm; ``otb``: otb; ``tim``:
+the mismatch corrections). This module never imports them by name: on first use, the lookups
+below import ``engine/methods.py``, then the ``methods`` module of every section of
+``tailtheory.core.registry.SECTIONS`` that has one (as that registry finds the sections'
+``claims.py``).
+
+A method may declare at registration how its hyperparameters are checked (``validate``, a
+function of :class:`~tailtheory.engine.types.MethodParams` that raises ``ValueError``);
+:func:`validate_params` runs the checks of every registered method, so a config's
+hyperparameters are checked whatever method it names.
 Sources: LOPTI (L2, L3), DVP (P3), TRM (T12), OTB, TIM (V3, V4).
 Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
 """
@@ -25,19 +37,24 @@ Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 
+from tailtheory.core.registry import SECTIONS
 from tailtheory.engine.types import MethodFn, MethodParams, Metrics, PolicyBatch
 
 STAGES = ("vocab", "advantage", "reweight", "correction", "schedule", "loss")
 """The order in which the trainer applies the stages of a method spec."""
 
 _METHODS_MODULE = "tailtheory.engine.methods"
-"""The module whose import registers every method."""
+"""The module whose import registers the engine's own methods (the losses)."""
+
+Validator = Callable[[MethodParams], None]
+"""``fn(hp)``: raises ``ValueError`` when a hyperparameter the method reads is out of range."""
 
 
 @dataclass(frozen=True)
@@ -53,16 +70,20 @@ class Method:
     """The metric keys the method adds to a step's line (exactly those it returns)."""
     advantage: MethodFn | None = None
     """For a loss: the group advantage it uses unless an advantage-stage method is named."""
+    validate: Validator | None = None
+    """The check of the hyperparameters the method reads (``None``: it reads none of its own)."""
 
 
 _METHODS: dict[str, Method] = {}
 
 
 def register(name: str, stage: str, source: str, metrics: tuple[str, ...] = (),
-             advantage: MethodFn | None = None):
+             advantage: MethodFn | None = None, validate: Validator | None = None):
     """Decorator: register ``fn`` as ``name``; its docstring's first line is the summary.
 
-    A name that is already registered raises (two methods never share a name).
+    ``validate(hp)`` checks the hyperparameters the method reads and raises ``ValueError``
+    (several methods may share one). A name that is already registered raises (two methods
+    never share a name).
     """
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
@@ -74,15 +95,44 @@ def register(name: str, stage: str, source: str, metrics: tuple[str, ...] = (),
 
     def deco(fn: MethodFn) -> MethodFn:
         summary = (fn.__doc__ or "").strip().splitlines()[0]
-        _METHODS[name] = Method(name, stage, fn, source, summary, tuple(metrics), advantage)
+        _METHODS[name] = Method(name, stage, fn, source, summary, tuple(metrics), advantage,
+                                validate)
         return fn
     return deco
 
 
-def registered() -> Mapping[str, Method]:
-    """Every registered method by name (read-only), the methods module imported first."""
+_loaded = False
+"""Whether :func:`_load_all` has imported every methods module."""
+
+
+def _load_all() -> None:
+    """Import the engine's methods, then the ``methods`` module of every section that has one
+    (each registers its own methods on import); once."""
+    global _loaded
+    if _loaded:
+        return
     importlib.import_module(_METHODS_MODULE)
+    for section in SECTIONS:
+        name = f"tailtheory.{section}.methods"
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    _loaded = True
+
+
+def registered() -> Mapping[str, Method]:
+    """Every registered method by name (read-only), every methods module imported first."""
+    _load_all()
     return MappingProxyType(_METHODS)
+
+
+def validate_params(hp: MethodParams) -> None:
+    """Run the hyperparameter check of every registered method on ``hp`` (each distinct check
+    once, in registration order); the first out-of-range value raises ``ValueError``."""
+    seen: list[Validator] = []
+    for m in registered().values():
+        if m.validate is not None and m.validate not in seen:
+            seen.append(m.validate)
+            m.validate(hp)
 
 
 def get_method(name: str) -> Method:
@@ -182,5 +232,5 @@ def passes(spec: MethodSpec, b: PolicyBatch, hp: MethodParams):
     return spec.schedule.fn(b, hp)
 
 
-__all__ = ["STAGES", "Method", "MethodSpec", "register", "registered", "get_method",
-           "parse_methods", "advantages", "correction_weight", "passes"]
+__all__ = ["STAGES", "Method", "MethodSpec", "Validator", "register", "registered", "get_method",
+           "validate_params", "parse_methods", "advantages", "correction_weight", "passes"]

@@ -75,7 +75,7 @@ class RolloutConfig:
     max_new_tokens: int = 16
     """Response length cap ``T``."""
     prune_rule: str | None = None
-    """``None`` (full vocabulary) or a rule of ``tailtheory.pruning.vocab.RULES`` (DVP: ``min_p``)."""
+    """``None`` (full vocabulary) or a rule of ``tailtheory.core.safeset.RULES`` (DVP: ``min_p``)."""
     rho: float = 1e-6
     """Threshold of ``prune_rule`` (DVP's ``rho`` for min-p: keep ``pi >= rho max pi``; DVP,
     arXiv 2512.23087, uses 1e-4 ... 1e-8)."""
@@ -100,7 +100,7 @@ class RolloutConfig:
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         check_positive_int(self.max_new_tokens, "max_new_tokens")
         if self.prune_rule is not None:
-            from tailtheory.pruning.vocab import RULES
+            from tailtheory.core.safeset import RULES
             if self.prune_rule not in RULES:
                 raise ValueError(f"prune_rule must be None or one of {RULES}, "
                                  f"got {self.prune_rule!r}")
@@ -241,7 +241,7 @@ class RolloutEngine:
     def _keep(self, zt: torch.Tensor) -> torch.Tensor | None:
         if self.config.prune_rule is None:
             return None
-        from tailtheory.pruning.vocab import safe_vocab_mask
+        from tailtheory.core.safeset import safe_vocab_mask
         return safe_vocab_mask(zt, rule=self.config.prune_rule, threshold=self.config.rho)
 
     def _step(self, z: torch.Tensor, generator) -> tuple[torch.Tensor, ...]:

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
+from tailtheory.core.estimators import k1, k3
 from tailtheory.core.io import atomic_write_bytes, atomic_write_json
-from tailtheory.mismatch.logprob import k1, k3
 from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.methods import LOSS_METRICS, trm_sampled_keep

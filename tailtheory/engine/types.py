@@ -118,14 +118,14 @@ class MethodParams:
     """Dual-clip constant ``c > 1`` (dual-clip PPO, arXiv 1912.09729): for ``A < 0`` the token
     loss is ``min(PPO loss, -c A)``; verl's default is 3.0; None (off) keeps plain PPO clipping."""
     trm_mode: str = "max"
-    """TRM criterion (``tailtheory.trm.mask.CRITERIA``): ``max``, ``avg`` or ``both``."""
+    """TRM criterion (``tailtheory.core.estimators.CRITERIA``): ``max``, ``avg`` or ``both``."""
     trm_estimator: str = "exact"
     """``exact`` (full-vocabulary KL, needs the rollout logits) or ``k2k3`` (sampled token)."""
     trm_delta_max: float = 0.05
     trm_delta_avg: float = 0.01
     """TRM thresholds on the max / average token KL; our choice at toy scale."""
     dvp_rule: str = "min_p"
-    """DVP pruning rule (``tailtheory.pruning.vocab.RULES``); min-p is DVP's default."""
+    """DVP pruning rule (``tailtheory.core.safeset.RULES``); min-p is DVP's default."""
     dvp_rho: float = 1e-6
     """DVP threshold: inside the 1e-4 .. 1e-8 range given for DVP."""
     temperature: float = 1.0

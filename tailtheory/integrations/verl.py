@@ -38,10 +38,10 @@ function (``tailtheory.engine.registry``):
 
 Not registered (``UNSUPPORTED``, with the reason): the TIM corrections and TRM need ``log pi_roll``,
 and a verl 0.9.1 policy loss receives only verl's own correction weights (``rollout_is_weights``),
-never the rollout log-probs: use verl's ``algorithm.rollout_correction`` (``rollout_is`` token /
-sequence, ``rollout_rs`` token / sequence / geometric), whose weights the registered losses apply;
-Lopti's two passes are two optimiser steps per batch, not a loss; DVP needs the sampler's kept
-set and the actor's full logits, which a loss never sees.
+never the rollout log-probs: use verl's own rollout correction (``algorithm.rollout_correction``:
+token- or sequence-level importance weights and rejection), whose weights the registered losses
+apply; Lopti's two passes are two optimiser steps per batch, not a loss; DVP needs the sampler's
+kept set and the actor's full logits, which a loss never sees.
 
 Knobs verl lacks (``alpha`` for ``tail_ar``, ...): the engine's ``MethodParams``
 defaults, overridden by the JSON object in the environment variable :data:`PARAMS_ENV` (read when

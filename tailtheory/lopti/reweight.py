@@ -1,6 +1,6 @@
 """LOPTI's two changes to the policy update: Advantage Reweighting and the two-pass schedule.
 
-Source: LOPTI (L2, L3). ``tailtheory/engine/methods.py`` registers them as the ``ar`` and
+Source: LOPTI (L2, L3). ``tailtheory/lopti/methods.py`` registers them as the ``ar`` and
 ``lopti`` / ``lopti_reversed`` methods.
 
 - L2 Advantage Reweighting ``A <- (alpha * pi_old + 1 - alpha) * A``.

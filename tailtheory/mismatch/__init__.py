@@ -46,6 +46,7 @@ Where each claim lives (modules of `tailtheory/mismatch/`, tests in `tests/misma
 | M7 | `real.paired_logits`, `real.mismatch_envelope`, `tailtheory.engine.copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `tests/engine/test_copies.py` |
 
 The per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3` (TIM's, used by TRM's T12
-and the engine's mismatch metrics) are here too; what the mismatch does to GRPO training, and
+and the engine's mismatch metrics) are importable from here too (they live in
+`tailtheory.core.estimators`); what the mismatch does to GRPO training, and
 TIM's corrections of it, are the `tim` section's (`tailtheory/tim/`, claims V1-V6).
 """

@@ -29,16 +29,18 @@ Claims:
   of sampled tail tokens, not like ``sqrt(T)`` (simulated sequences:
   :mod:`tailtheory.mismatch.accumulation`).
 
-Per-token KL estimators of a log-ratio (TIM; used by TRM's T12): ``k1``, ``k2``, ``k3``.
+Per-token KL estimators of a log-ratio (TIM; used by TRM's T12): ``k1``, ``k2``, ``k3``, which
+live in :mod:`tailtheory.core.estimators` (the engine's monitors read them too) and stay
+importable from here.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_broadcastable, check_finite, check_logits,
-                                     check_nonneg, check_probs, check_same_shape,
-                                     check_unit_interval)
+from tailtheory.core.checks import (check_broadcastable, check_logits, check_nonneg, check_probs,
+                                    check_same_shape, check_unit_interval)
+from tailtheory.core.estimators import k1, k2, k3  # noqa: F401 (re-exported: TIM's estimators)
 from tailtheory.core.stats import map_row_blocks
 
 BOUND_ORDERS = ("exact", "first", "linear")
@@ -200,42 +202,6 @@ def _kl_rows(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
         raise ValueError("q puts mass on tokens where p is 0: KL(q || p) is infinite")
     terms = torch.where(q > 0, q * (torch.log(q) - torch.log(p)), torch.zeros_like(q))
     return terms.sum(-1)
-
-
-# --- per-token KL estimators of a log-ratio (TIM, TRM T12) ------------------------------------
-
-def _log_ratio(log_ratio) -> torch.Tensor:
-    return check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
-
-
-def k1(log_ratio) -> torch.Tensor:
-    """``k1 = -log rho`` with ``rho = pi_theta / pi_roll`` of the sampled token.
-
-    Source: TIM / TRM (T12). Unbiased for ``KL(pi_roll || pi_theta)`` when tokens come from
-    ``pi_roll``; can be negative. With trainer ``pi_theta`` and engine ``pi_roll``,
-    ``log rho = -Delta`` so ``k1 = Delta``.
-
-    Shapes: log_ratio (...) -> (...).
-    """
-    return -_log_ratio(log_ratio)
-
-
-def k2(log_ratio) -> torch.Tensor:
-    """``k2 = (log rho)^2 / 2``: biased, ``>= 0``; TRM's max filter. Source: TRM (T12).
-
-    Shapes: log_ratio (...) -> (...).
-    """
-    return 0.5 * _log_ratio(log_ratio) ** 2
-
-
-def k3(log_ratio) -> torch.Tensor:
-    """``k3 = rho - 1 - log rho``: unbiased for ``KL(pi_roll || pi_theta)`` under ``pi_roll`` and
-    ``>= 0``. Source: TIM / TRM (T12). ``expm1`` keeps it accurate for small ``log rho``.
-
-    Shapes: log_ratio (...) -> (...).
-    """
-    r = _log_ratio(log_ratio)
-    return torch.expm1(r) - r
 
 
 def m3_witness(p_k: float, eps: float, V: int = 2, k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -45,5 +45,6 @@ Where each claim lives (modules of `tailtheory/otb/`, tests in `tests/otb/`):
 | O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table`, `training.o6_plan`, `training.o6_training_evidence` | - | `claims.check_o6` | `figures.plot_group_study`, `training.plot_o6` | `test_variance.py`, `test_experiments.py`, `test_training.py` |
 
 The group advantages of the GRPO engine (`grpo`, `dr_grpo`, `rloo`, `otb`) are looked up by
-name in `baselines.ADVANTAGES`.
+name in `tailtheory.engine.advantages.ADVANTAGES`: GRPO, Dr. GRPO and RLOO are the engine's,
+`otb` is registered there by `baselines`; the engine's `otb` method is `methods.otb`.
 """

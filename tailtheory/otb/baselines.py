@@ -1,9 +1,12 @@
-"""Token-level advantages: GRPO, Dr. GRPO, RLOO and the optimal token baseline.
+"""Token-level advantages: the optimal token baseline, and the group baselines it is compared with.
 
 Paper card
     OTB: Li et al., *The Optimal Token Baseline: Variance Reduction for Long-Horizon LLM-RL*,
     arXiv 2602.07078. GRPO (group mean and std), Dr. GRPO (group mean, no std) and RLOO
-    (leave-one-out mean) are the group baselines it is compared with.
+    (leave-one-out mean) are the group baselines it is compared with; the GRPO engine's losses
+    use them too, so they and the registry of advantage estimators (``ADVANTAGES``) live in
+    :mod:`tailtheory.engine.advantages` and stay importable from here. This module registers
+    ``otb`` there.
 
 Notation: a batch of ``B`` responses in groups (one group per prompt, ids ``group_ids``), ``T``
 positions, alive mask ``m`` (False after EOS and in padding), outcome reward ``R`` (B,) or
@@ -22,22 +25,20 @@ OTB gives ``A = G`` (OTB's definition, O-claims of docs/claims.md).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check_mask, check_nonneg,
-                      check_same_shape)
+from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check_nonneg,
+                                    check_same_shape)
+from tailtheory.engine.advantages import (ADVANTAGES, GRPO_EPS, advantage_fn, alive_mask,
+                                          dr_grpo_advantages, group_index, grpo_advantages,
+                                          register_advantage, rloo_advantages)
 from tailtheory.softmax.scores import sum_p_squared
 
 OTB_EPS = 1e-8
 """Denominator guard of ``B*_t``: OTB's formula (arXiv 2602.07078), also the ``epsilon``
 default of verl's ``compute_optimal_token_baseline_advantage``."""
-
-GRPO_EPS = 1e-6
-"""Added to the group std by GRPO: the ``epsilon`` default of verl's
-``compute_grpo_outcome_advantage``."""
 
 SUM_P2_TOL = 1e-6
 """Slack on ``pi_t^2 <= sum_v pi_t(v)^2 <= 1`` when :func:`token_energy` checks its input:
@@ -45,32 +46,7 @@ float32 rounding of ``sum_p2`` (relative error ~ V * 2^-24 for a sum over V term
 below it, and any larger excess is an impossible input (``w_t`` would leave ``[0, 2]``)."""
 
 
-# --- input checks shared by the advantage functions --------------------------------------------
-
-def _alive_mask(mask: Any, B: int | None = None, by: str = "rewards") -> torch.Tensor:
-    """A non-empty ``(B, T)`` mask (the package's mask rule), ``B`` as set by ``by``."""
-    m = torch.as_tensor(np.asarray(mask)) if not isinstance(mask, torch.Tensor) else mask
-    if m.ndim != 2 or (B is not None and m.shape[0] != B):
-        from_ = f" = {B}, the length of {by}" if B is not None else ""
-        raise ValueError(f"mask must have shape (B, T) with B{from_}; got {tuple(m.shape)}")
-    return check_mask(m, m)
-
-
-def group_index(group_ids: Any, B: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(inv, counts)``: the group of each response (0..n_groups-1) and each group's size.
-
-    ``group_ids`` may be any labels (ints, strings) of shape ``(B,)``.
-    Shapes: group_ids (B,) -> inv (B,) long, counts (n_groups,) long.
-    """
-    ids = group_ids.detach().cpu().numpy() if isinstance(group_ids, torch.Tensor) else group_ids
-    ids = np.asarray(ids)
-    if ids.ndim != 1 or ids.shape[0] != B:
-        raise ValueError(f"group_ids must have shape ({B},) to match the batch, got {ids.shape}")
-    _, inv = np.unique(ids, return_inverse=True)
-    dev = group_ids.device if isinstance(group_ids, torch.Tensor) else None
-    inv = torch.as_tensor(inv.reshape(-1), dtype=torch.long, device=dev)   # on the batch's device
-    return inv, torch.bincount(inv)
-
+# --- rewards-to-go -----------------------------------------------------------------------------
 
 def broadcast_returns(returns: Any, mask: torch.Tensor, name: str = "returns") -> torch.Tensor:
     """``G (B, T)``: outcome reward ``(B,)`` copied to every position, or rewards-to-go
@@ -83,14 +59,6 @@ def broadcast_returns(returns: Any, mask: torch.Tensor, name: str = "returns") -
                          f"{tuple(mask.shape)} to match mask, got "
                          f"{tuple(as_tensor(returns, name).shape)}")
     return g * mask
-
-
-def _outcome_rewards(rewards: Any, mask: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    r = check_finite(as_tensor(rewards, "rewards"), "rewards")
-    if r.ndim != 1:
-        raise ValueError(f"rewards must be one outcome reward per response (B,), got "
-                         f"{tuple(r.shape)}")
-    return r, _alive_mask(mask, r.shape[0])
 
 
 # --- O1: the per-token energy and the realised energy ------------------------------------------
@@ -119,7 +87,7 @@ def token_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.Ten
     if sp2.shape != lp.shape:
         raise ValueError(f"logits_or_sum_p2 gives {tuple(sp2.shape)} positions but token_logp "
                          f"has shape {tuple(lp.shape)}")
-    m = _alive_mask(mask)
+    m = alive_mask(mask)
     check_same_shape(m, lp, ("mask", "token_logp"))
     if (lp[m] > 0).any():
         raise ValueError("token_logp must be <= 0 at alive positions (a log-probability)")
@@ -152,67 +120,11 @@ def realized_energy(logits_or_sum_p2: Any, token_logp: Any, mask: Any) -> torch.
     return token_energy(logits_or_sum_p2, token_logp, mask).cumsum(-1)
 
 
-# --- group baselines ---------------------------------------------------------------------------
-
-def _group_mean(r: torch.Tensor, inv: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    sums = torch.zeros(counts.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, r)
-    return (sums / counts)[inv]                                          # (B,)
-
-
-def grpo_advantages(rewards: Any, group_ids: Any, mask: Any, std: bool = True,
-                    eps: float = GRPO_EPS) -> torch.Tensor:
-    """GRPO: the outcome reward minus its group mean, divided by the group std.
-
-    Source: GRPO as compared in OTB. Formula: ``A^i = (R^i - mean_g R) / (std_g R + eps)``
-    (unbiased std, as ``torch.std``), broadcast to alive positions. ``std=False`` is Dr. GRPO.
-    A group of one has no std: with ``std=True`` it raises; so does an ``eps`` that is negative
-    (``std + eps`` could vanish) or not finite.
-    Shapes: rewards (B,), group_ids (B,), mask (B, T) -> (B, T).
-    """
-    if not (isinstance(eps, (int, float)) and 0 <= float(eps) < float("inf")):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    r, m = _outcome_rewards(rewards, mask)
-    inv, counts = group_index(group_ids, r.shape[0])
-    adv = r - _group_mean(r, inv, counts)                                # (B,)
-    if std:
-        if (counts < 2).any():
-            raise ValueError(f"group_ids has {int((counts < 2).sum())} group(s) of a single "
-                             f"response: its std is undefined (use std=False or larger groups)")
-        sq = torch.zeros(counts.numel(), dtype=r.dtype, device=r.device).index_add_(0, inv, adv**2)
-        sd = (sq / (counts - 1)).sqrt()[inv]                             # (B,)
-        adv = adv / (sd + eps)
-    return adv[:, None] * m
-
-
-def dr_grpo_advantages(rewards: Any, group_ids: Any, mask: Any) -> torch.Tensor:
-    """Dr. GRPO: the outcome reward minus its group mean, no std (a group of one gets 0).
-
-    Source: Dr. GRPO as compared in OTB. Formula: ``A^i = R^i - mean_g R``.
-    Shapes: rewards (B,), group_ids (B,), mask (B, T) -> (B, T).
-    """
-    return grpo_advantages(rewards, group_ids, mask, std=False)
-
-
-def rloo_advantages(rewards: Any, group_ids: Any, mask: Any) -> torch.Tensor:
-    """RLOO: the outcome reward minus the mean of the other responses of its group.
-
-    Source: RLOO as compared in OTB (O5). Formula: ``A^i = R^i - mean_{j != i} R^j
-    = N/(N-1) (R^i - mean_g R)``. A group of one has no other response: it raises.
-    Shapes: rewards (B,), group_ids (B,), mask (B, T) -> (B, T).
-    """
-    r, m = _outcome_rewards(rewards, mask)
-    inv, counts = group_index(group_ids, r.shape[0])
-    if (counts < 2).any():
-        raise ValueError(f"group_ids has {int((counts < 2).sum())} group(s) of a single "
-                         f"response: RLOO needs at least two per group")
-    n = counts[inv].to(r.dtype)
-    adv = n / (n - 1) * (r - _group_mean(r, inv, counts))
-    return adv[:, None] * m
-
+# --- the optimal token baseline ----------------------------------------------------------------
 
 def _otb_inputs(returns, energy, mask, group_ids):
     e = check_nonneg(as_tensor(energy, "energy"), "energy")
-    m = _alive_mask(mask)
+    m = alive_mask(mask)
     check_same_shape(e, m, ("energy", "mask"))
     G = broadcast_returns(returns, m)
     inv, counts = group_index(group_ids, m.shape[0])
@@ -269,7 +181,7 @@ def self_inclusion_residual(returns: Any, energy: Any, mask: Any,
     """
     lhs = optimal_token_baseline(returns, energy, mask, group_ids, eps=0.0)
     shrink, B_loo = otb_leave_one_out(returns, energy, mask, group_ids)
-    m = _alive_mask(mask, lhs.shape[0])
+    m = alive_mask(mask, lhs.shape[0])
     defined = torch.isfinite(B_loo) & m
     G = broadcast_returns(returns, m)
     rhs = shrink * (G - torch.nan_to_num(B_loo))
@@ -278,53 +190,11 @@ def self_inclusion_residual(returns: Any, energy: Any, mask: Any,
 
 # --- the registry ------------------------------------------------------------------------------
 
-AdvantageFn = Callable[..., torch.Tensor]
-"""``fn(rewards (B,), group_ids (B,), mask (B, T), energy (B, T) | None) -> adv (B, T)``.
-
-``energy`` is ``W`` from :func:`realized_energy`; only ``otb`` reads it (the others ignore it)."""
-
-ADVANTAGES: dict[str, AdvantageFn] = {}
-"""The advantage estimators by name, with one signature (see :data:`AdvantageFn`); the one
-registry of the package (the training engine looks its group advantages up here)."""
-
-
-def register_advantage(name: str):
-    """Decorator: add an :data:`AdvantageFn` to :data:`ADVANTAGES`; an existing name raises."""
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
-    return deco
-
-
-@register_advantage("grpo")
-def _grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return grpo_advantages(rewards, group_ids, mask)
-
-
-@register_advantage("dr_grpo")
-def _dr_grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return dr_grpo_advantages(rewards, group_ids, mask)
-
-
-@register_advantage("rloo")
-def _rloo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return rloo_advantages(rewards, group_ids, mask)
-
-
 @register_advantage("otb")
 def _otb(rewards, group_ids, mask, energy=None) -> torch.Tensor:
     if energy is None:
         raise ValueError("energy is required by 'otb': pass W from realized_energy(...)")
     return optimal_token_baseline(rewards, energy, mask, group_ids)
-
-
-def advantage_fn(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; an unknown name lists the valid ones."""
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGES)}")
-    return ADVANTAGES[name]
 
 
 __all__ = ["OTB_EPS", "GRPO_EPS", "token_energy", "realized_energy", "group_index",

@@ -8,7 +8,8 @@ Notation. Logits ``z`` of a state ``s`` (one row ``(V,)``), ``pi = softmax(z)``,
 ``S(s)`` of kept tokens, the pruned policy ``pi~(a|s) = pi(a|s) 1[a in S] / pi(S|s)`` (in logits:
 ``-inf`` outside ``S`` before the log-softmax) and the pruned mass ``m(s) = 1 - pi(S|s)``.
 
-Rules for ``S`` (the paper's exact rule could not be read, so the rule is a parameter):
+Rules for ``S`` (the paper's exact rule could not be read, so the rule is a parameter; the rules
+and :func:`safe_vocab_mask` live in :mod:`tailtheory.core.safeset`, shared with the engine):
 
 - ``min_p``    keep ``pi(a) >= rho * max_b pi(b)``; valid ``rho`` in ``[0, 1]`` (the argmax is
   always kept; ``rho > 1`` would remove every token and raises). The default, ``rho = 1e-4``.
@@ -31,100 +32,19 @@ Shapes: logits (..., V), masks (..., V) bool, per-state quantities (...).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
 
 import torch
 
 from tailtheory.core.checks import (check_logits, check_mask, check_same_shape, check_tokens,
                                     has_minus_inf)
+from tailtheory.core.safeset import RHO_DEFAULT, RULES, check_threshold, safe_vocab_mask
 from tailtheory.core.stats import map_row_blocks
 
-RULES = ("min_p", "top_p", "absolute")
-"""The pruning rules :func:`safe_vocab_mask` knows."""
-
-RHO_DEFAULT = 1e-4
-"""Default min-p ratio: inside DVP's ``1e-4 .. 1e-8`` range (arXiv 2512.23087)."""
+# RULES, RHO_DEFAULT and safe_vocab_mask (the safe set S) come from tailtheory.core.safeset, which
+# the sampler, the trainer and the fused LM head share; they stay importable from here.
 
 
-# --- the safe set ------------------------------------------------------------------------------
-
-def _min_p(logp: torch.Tensor, rho: float) -> torch.Tensor:
-    if rho == 0:
-        return torch.ones_like(logp, dtype=torch.bool)
-    # log pi(a) - log max pi >= log rho, in log space so no probability underflows
-    return logp - logp.amax(-1, keepdim=True) >= math.log(rho)
-
-
-def _top_p(logp: torch.Tensor, eta: float) -> torch.Tensor:
-    if eta == 0:  # every token has pi > 0, so only the whole vocabulary has mass 1
-        return torch.ones_like(logp, dtype=torch.bool)
-    order = torch.sort(logp, dim=-1, descending=True, stable=True).indices          # (..., V)
-    sorted_lp = logp.gather(-1, order)
-    # mass of a token and every token after it in the order; keep while it exceeds eta.
-    # Summed from the small end in log space, so tail masses near eta are accurate.
-    tail = torch.logcumsumexp(sorted_lp.flip(-1), -1).flip(-1)                  # (..., V)
-    keep_sorted = tail > math.log(eta)
-    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-
-
-def _absolute(logp: torch.Tensor, tau: float) -> torch.Tensor:
-    if tau == 0:
-        return torch.ones_like(logp, dtype=torch.bool)
-    return logp.exp() >= tau
-
-
-def _check_absolute(z: torch.Tensor, tau: float) -> None:
-    """Every row must have ``max_a pi(a) >= tau``, or the absolute rule would empty ``S``."""
-    top = map_row_blocks(lambda zc: torch.log_softmax(zc.to(torch.float64), -1).exp().amax(-1), z)
-    if (top < tau).any():
-        raise ValueError(f"threshold tau={tau:g} exceeds max_a pi(a) = {float(top.min()):.4g} in "
-                         f"{int((top < tau).sum())} row(s): the absolute rule would remove every "
-                         f"token there")
-
-
-_RULE_FNS: dict[str, Callable[[torch.Tensor, float], torch.Tensor]] = {
-    "min_p": _min_p, "top_p": _top_p, "absolute": _absolute}
-_VALID = {"min_p": (0.0, 1.0, True), "top_p": (0.0, 1.0, False), "absolute": (0.0, 1.0, True)}
-# (low, high, high included): thresholds outside would empty S in every state
-
-
-def _check_threshold(rule: str, threshold: Any) -> float:
-    if rule not in _RULE_FNS:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    try:
-        x = float(threshold)
-    except (TypeError, ValueError):
-        raise ValueError(f"threshold must be a number, got {threshold!r}") from None
-    lo, hi, closed = _VALID[rule]
-    if not (lo <= x <= hi if closed else lo <= x < hi):
-        interval = f"[{lo:g}, {hi:g}{']' if closed else ')'}"
-        raise ValueError(f"threshold for rule {rule!r} must lie in {interval}, got {threshold!r}: "
-                         f"outside it the safe set would be empty")
-    return x
-
-
-def safe_vocab_mask(logits, rule: str = "min_p", threshold: float = RHO_DEFAULT) -> torch.Tensor:
-    """The safe set ``S(s)`` of each state as a keep-mask; never empty.
-
-    Source: DVP (P1-P4). ``min_p``: ``pi(a) >= rho max_b pi(b)``, ``rho`` in [0, 1];
-    ``top_p``: smallest set (ties broken by token id) with mass ``>= 1 - eta``, ``eta`` in [0, 1);
-    ``absolute``: ``pi(a) >= tau``, ``tau <= max_a pi(a)`` in every row (``pi`` as
-    ``exp(log_softmax(z))``). A threshold that would
-    empty ``S`` raises ``ValueError``. A vocabulary of one keeps its only token (``pi = 1``).
-    A ``-inf`` logit (``pi = 0``) is pruned by every threshold above 0. Computed in float64
-    blocks of rows (``tailtheory.core.stats.map_row_blocks``).
-
-    Shapes: logits (..., V) -> mask (..., V) bool.
-    """
-    x = _check_threshold(rule, threshold)
-    z = check_logits(logits, dtype=None)
-    if z.shape[-1] == 1:  # the only token has pi = 1: every valid threshold keeps it
-        return torch.ones(z.shape, dtype=torch.bool, device=z.device)
-    if rule == "absolute" and x > 0:
-        _check_absolute(z, x)
-    fn = _RULE_FNS[rule]
-    return map_row_blocks(lambda zc: fn(torch.log_softmax(zc.to(torch.float64), -1), x), z)
-
+# --- the pruned policy's pieces ----------------------------------------------------------------
 
 def _check_pruning(logits, mask, name: str = "mask",
                    logits_name: str = "logits") -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,7 +155,7 @@ def min_p_mass_bound(logits, mask, rho: float) -> torch.Tensor:
     Source: DVP (P2). Every pruned token has ``pi(a) < rho max_b pi(b)``.
     Shapes: logits (..., V), mask (..., V) bool (a min-p mask at ``rho``) -> (...).
     """
-    rho = _check_threshold("min_p", rho)
+    rho = check_threshold("min_p", rho)
     z, keep = _check_pruning(logits, mask)
     n_pruned = (~keep).sum(-1).to(torch.float64)
     top = map_row_blocks(lambda zc: torch.softmax(_f64(zc), -1).amax(-1), z)

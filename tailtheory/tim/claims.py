@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.mismatch.logprob import k3
+from tailtheory.core.estimators import k3
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 V2_MEAN_SMALL = 0.05

@@ -1,8 +1,8 @@
 """TIM's corrections of the training-inference mismatch: importance weights and rejections.
 
 Source: TIM (V4), arXiv 2605.14220. Pure formulas on the mismatch log-ratio ``log_rho =
-log pi_train(y_t) - log pi_roll(y_t)``, ``rho_t = exp(log_rho)``; ``tailtheory/engine/methods.py``
-registers them as methods. Each remedy keeps the semantics of its source:
+log pi_train(y_t) - log pi_roll(y_t)``, ``rho_t = exp(log_rho)``; ``tailtheory/tim/methods.py``
+registers them as methods of the GRPO engine. Each remedy keeps the semantics of its source:
 
 - token truncated IS, TIS: weight ``min(rho_t, C)`` (:func:`tis_weight`);
 - sequence truncated IS: weight ``min(prod_t rho_t, C)`` on every token (:func:`seq_tis_weight`);
@@ -19,7 +19,8 @@ in verl's ``compute_rollout_correction_weights`` and TRL's ``vllm_importance_sam
 Bands are compared in log space, so ``prod_t rho_t`` never overflows before the comparison.
 
 LOPTI's reweighting and passes live in ``tailtheory/lopti/reweight.py``, DVP's shared kept set
-in ``tailtheory/pruning/sampler.py``, TRM's sequence mask in ``tailtheory/trm/mask.py``.
+in ``tailtheory/core/safeset.py``, TRM's sequence mask in ``tailtheory/core/estimators.py``
+(``tailtheory.trm.mask.trm_mask``).
 
 Shapes: per-token tensors ``(B, T)`` with a bool ``mask (B, T)``; per-sequence ``(B,)``.
 Inputs must be finite (masked positions may hold 0, never NaN) and share their shapes; a bad one
@@ -56,8 +57,8 @@ def _in_band(log_x: torch.Tensor, low: float, high: float) -> torch.Tensor:
 def tis_weight(log_rho: torch.Tensor, cap: float) -> torch.Tensor:
     """Token-level truncated importance sampling weight ``min(rho_t, C)``, detached.
 
-    Source: TIM (V4); verl's token IS (``rollout_is="token"``), TRL's ``token_truncate`` (with no
-    lower clip). ``rho_t = pi_train(y_t) / pi_roll(y_t) = exp(log_rho)``.
+    Source: TIM (V4); TRL's ``token_truncate`` (with no lower clip): one truncated ratio per
+    token. ``rho_t = pi_train(y_t) / pi_roll(y_t) = exp(log_rho)``.
     Shapes: log_rho (B, T) -> (B, T).
     """
     _check_cap(cap, "tis_cap")
@@ -79,8 +80,8 @@ def seq_log_ratio(log_rho: torch.Tensor, mask: torch.Tensor, geometric: bool) ->
 def seq_tis_weight(log_rho: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
     """Sequence-level truncated importance sampling weight ``min(prod_t rho_t, C)``, detached.
 
-    Source: TIM (V4); verl's sequence IS (``rollout_is="sequence"``), TRL's
-    ``sequence_truncate`` (with no lower clip). Computed as ``exp(min(sum_t log rho_t, log C))``.
+    Source: TIM (V4); TRL's ``sequence_truncate`` (with no lower clip): one truncated ratio per
+    sequence. Computed as ``exp(min(sum_t log rho_t, log C))``.
     Shapes: log_rho (B, T), mask (B, T) -> (B,).
     """
     _check_cap(cap, "seq_tis_cap")
@@ -91,8 +92,8 @@ def mis_keep(log_rho: torch.Tensor, mask: torch.Tensor, low: float, high: float,
              geometric: bool = False) -> torch.Tensor:
     """Sequence rejection: keep a response iff its sequence ratio lies in ``[low, high]``.
 
-    Source: TIM (V4); verl's ``rollout_rs="sequence"`` (``"geometric"`` with ``geometric``).
-    ``R = prod_t rho_t`` (or ``exp(mean_t log rho_t)`` with ``geometric``).
+    Source: TIM (V4): a band on the sequence's ratio ``R = prod_t rho_t`` (or, with
+    ``geometric``, on its per-token geometric mean ``exp(mean_t log rho_t)``).
     Shapes: log_rho (B, T), mask (B, T) -> (B,) bool.
     """
     _check_band(low, high, ("mis_low", "mis_high"))
@@ -102,7 +103,7 @@ def mis_keep(log_rho: torch.Tensor, mask: torch.Tensor, low: float, high: float,
 def geo_keep(log_rho: torch.Tensor, mask: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """Geometric rejection: keep a response iff ``exp(mean_t log rho_t)`` lies in ``[low, high]``.
 
-    Source: TIM (V4); verl's ``rollout_rs="geometric"`` (a length-normalised sequence band).
+    Source: TIM (V4): a length-normalised sequence band, :func:`mis_keep` with ``geometric``.
     Shapes: log_rho (B, T), mask (B, T) -> (B,) bool.
     """
     _check_band(low, high, ("geo_low", "geo_high"))
@@ -126,7 +127,7 @@ def mis_weight(log_rho: torch.Tensor, mask: torch.Tensor, low: float,
 def icepop_keep(log_rho: torch.Tensor, low: float, high: float) -> torch.Tensor:
     """Token rejection: keep a token iff ``low <= rho_t <= high``.
 
-    Source: TIM (V4); verl's ``rollout_rs="token"``. Shapes: log_rho (B, T) -> (B, T) bool.
+    Source: TIM (V4): a band on each token's own ratio. Shapes: log_rho (B, T) -> (B, T) bool.
     """
     if not 0 < low < 1 < high:
         raise ValueError(f"need 0 < icepop_low < 1 < icepop_high, got {low}, {high}")

@@ -55,6 +55,7 @@ Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 | T13 | `experiments.error_vs_T`, `experiments.growth_exponent` | `bounds.trust_region_bounds` | `claims._t13` | `figures.plot_error_vs_bounds` | `test_bounds.py` |
 | T14 | `training.t14_token_numbers`, `training.acceptance_table`, `training.t14_evidence` | `mask.acceptance_prob` | `claims._t14` | `training.plot_acceptance` | `test_training.py` |
 
-Masking in training (T14) runs through the GRPO engine's `trm` method (`mask.trm_mask`) on the
+Masking in training (T14) runs through the GRPO engine's `trm` method (`methods.trm`, with the
+filter `mask.trm_mask`, which lives in `tailtheory.core.estimators` with k2 and k3) on the
 runs of `tailtheory.tim.training` (notebook 06; stored measurement).
 """

@@ -12,6 +12,8 @@ Learning*, arXiv 2512.23075.
 ``D_KL(c_t) = KL(pi_roll(.|c_t) || pi_theta(.|c_t))`` needs both full logit sets. With only the
 sampled token's log-ratio ``log rho_t`` the max filter uses ``k2 = (log rho)^2 / 2`` and the
 average uses ``k3 = rho - 1 - log rho`` (unbiased for the KL under ``pi_roll``, ``>= 0``).
+The filter, :func:`trm_mask`, and the estimators live in :mod:`tailtheory.core.estimators`
+(the GRPO engine's acceptance monitor reads them too); this module keeps their names.
 Rejected sequences contribute zero and the loss divides by the **total** number of sequences.
 Length bias: with i.i.d. per-token violation rate ``q``, ``P(accept) = (1 - q)^T``.
 
@@ -22,67 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_nonneg, check_positive_int,
-                      check_unit_interval)
-from tailtheory.mismatch.logprob import k2, k3
+from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_positive_int,
+                                    check_unit_interval)
+from tailtheory.core.estimators import CRITERIA, seq_avg_kl, seq_max_kl, trust_region_keep
 
-CRITERIA = ("max", "avg", "both")
-"""The masking criteria of T12."""
-
-
-def _token_divergences(mask, kl, log_ratio) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(mask, d_max, d_avg)``: per-token divergences the max and avg filters read."""
-    if (kl is None) == (log_ratio is None):
-        raise ValueError("give exactly one of kl (exact per-token KL) and log_ratio "
-                         "(sampled-token log rho)")
-    if kl is not None:
-        d = check_nonneg(as_tensor(kl, "kl"), "kl")
-        d_max, d_avg, name = d, d, "kl"
-    else:
-        lr = check_finite(as_tensor(log_ratio, "log_ratio"), "log_ratio")
-        d_max, d_avg, name = k2(lr), k3(lr), "log_ratio"
-    if d_max.ndim != 2:
-        raise ValueError(f"per-token divergences must be (B, T), got shape {tuple(d_max.shape)}")
-    m = check_mask(mask, d_max, "mask", allow_empty=True, like_name=name)
-    return m, d_max, d_avg
-
-
-def seq_max_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` ``max_t d_t`` over alive tokens (0 for an empty sequence)."""
-    return torch.where(mask, d, torch.zeros((), dtype=d.dtype, device=d.device)).amax(-1)
-
-
-def seq_avg_kl(d: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` ``(1/T_b) sum_t d_t`` over the ``T_b`` alive tokens (0 for an empty sequence)."""
-    n = mask.sum(-1).clamp_min(1)
-    return torch.where(mask, d, torch.zeros((), dtype=d.dtype, device=d.device)).sum(-1) / n
-
-
-def trm_mask(mask, criterion: str = "max", *, kl=None, log_ratio=None, delta_max=None,
-             delta_avg=None) -> torch.Tensor:
-    """T12: ``(B,)`` bool, True for the sequences TRM keeps. Source: TRM (T12).
-
-    From exact per-token ``kl`` (B, T): keep iff ``max_t kl <= delta_max`` (``"max"``),
-    ``mean_t kl <= delta_avg`` (``"avg"``) or both (``"both"``). From ``log_ratio`` (B, T) the max
-    filter reads ``k2`` and the average ``k3``. Dead tokens (``mask`` False) are ignored.
-
-    Shapes: mask, kl / log_ratio (B, T) -> (B,).
-    """
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
-    m, d_max, d_avg = _token_divergences(mask, kl, log_ratio)
-    keep = torch.ones(m.shape[0], dtype=torch.bool, device=m.device)
-    if criterion in ("max", "both"):
-        if delta_max is None:
-            raise ValueError(f"criterion {criterion!r} needs delta_max")
-        keep &= seq_max_kl(d_max, m) <= float(check_nonneg(as_tensor(delta_max, "delta_max"),
-                                                           "delta_max"))
-    if criterion in ("avg", "both"):
-        if delta_avg is None:
-            raise ValueError(f"criterion {criterion!r} needs delta_avg")
-        keep &= seq_avg_kl(d_avg, m) <= float(check_nonneg(as_tensor(delta_avg, "delta_avg"),
-                                                           "delta_avg"))
-    return keep
+trm_mask = trust_region_keep
+"""T12: ``(B,)`` bool, True for the sequences TRM keeps (the filter of
+:func:`tailtheory.core.estimators.trust_region_keep`, which the engine's acceptance monitor
+reads too). Shapes: mask, kl / log_ratio (B, T) -> (B,)."""
 
 
 def trm_masked_loss(tok_loss, mask, keep) -> tuple[torch.Tensor, dict[str, float]]:

@@ -1,7 +1,10 @@
-"""The method registry (``tailtheory/engine/types.py``, ``registry.py``, ``methods.py``).
+"""The engine's own methods (``tailtheory/engine/methods.py``) and what every method shares.
 
-One test per method on a batch small enough to check by hand; the expected numbers are worked
-out in each test's comments. Claims: LOPTI L2 (AR), L3 (Lopti), TRM T12, DVP P3, TIM V4, OTB.
+The losses on batches small enough to check by hand (the expected numbers are worked out in
+each test's comments), the check of their hyperparameters, every registered method's metrics,
+the batch type's cached ``log_rho``, the config and the CLI. The registry itself is
+``tests/engine/test_registry.py``; each section's methods are tested in
+``tests/<section>/test_methods.py`` (LOPTI L2, L3; TIM V4; TRM T12; DVP P3; OTB).
 """
 
 from __future__ import annotations
@@ -12,25 +15,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tailtheory.engine import registry
-from tailtheory.engine.methods import aggregate_loss, clipped_surrogate, trm_sampled_keep
-from tailtheory.engine.registry import (advantages, correction_weight, get_method, parse_methods,
-                                        passes, register, registered)
+from policy_batches import ATOL, HP, batch
+from tailtheory.engine.advantages import GRPO_EPS
+from tailtheory.engine.methods import aggregate_loss, check_loss_params, clipped_surrogate
+from tailtheory.engine.registry import advantages, get_method, parse_methods, registered
 from tailtheory.engine.types import MethodParams, PolicyBatch
-from tailtheory.otb.baselines import GRPO_EPS
-
-HP = MethodParams()
-ATOL = 1e-12
-
-
-def batch(old_p, logp_p=None, adv=None, mask=None, roll_p=None, **kw) -> PolicyBatch:
-    """A PolicyBatch from probabilities (easier to check by hand than log-probs)."""
-    old = torch.tensor(old_p, dtype=torch.float64).log()
-    logp = old.clone() if logp_p is None else torch.tensor(logp_p, dtype=torch.float64).log()
-    roll = old.clone() if roll_p is None else torch.tensor(roll_p, dtype=torch.float64).log()
-    m = torch.ones_like(old, dtype=torch.bool) if mask is None else torch.tensor(mask).bool()
-    a = None if adv is None else torch.tensor(adv, dtype=torch.float64)
-    return PolicyBatch(logp=logp, old_logp=old, roll_logp=roll, mask=m, adv=a, **kw)
 
 
 # ---- losses -----------------------------------------------------------------------------------
@@ -137,6 +126,22 @@ def test_bad_loss_options_raise():
                        "seq-mean-token-sum-norm", -1)
 
 
+@pytest.mark.parametrize("kw, message", [
+    (dict(eps_low=1.0), r"need 0 < eps_low < 1 and eps_high > 0, got 1.0, 0.24"),
+    (dict(eps_high=0.0), "need 0 < eps_low < 1 and eps_high > 0"),
+    (dict(loss_agg="x"), "unknown loss_agg 'x'; valid: token-mean"),
+    (dict(loss_norm_len=-1), "loss_norm_len must be >= 0"),
+    (dict(loss_norm_len=1.5), "loss_norm_len must be an integer"),
+    (dict(clip_ratio_c=float("inf")), "clip_ratio_c must be a finite number > 1"),
+])
+def test_check_loss_params(kw, message):
+    """The losses' own check (clip range, aggregation, dual clip), declared with grpo and
+    dr_grpo; the defaults pass."""
+    check_loss_params(HP)
+    with pytest.raises(ValueError, match=message):
+        check_loss_params(replace(HP, **kw))
+
+
 def _random_batch(g: torch.Generator, B: int, T: int) -> PolicyBatch:
     """Random log-probs, advantages of both signs, ragged masks (each row >= 1 token)."""
     old = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3
@@ -208,240 +213,7 @@ def test_group_advantages_grpo_and_dr_grpo():
                                                        dtype=adv.dtype), atol=1e-12, rtol=0)
 
 
-def test_otb_advantage_by_hand():
-    """OTB: w = 1 - 2 pi + sum p^2: (1 - 1 + 0.5) = 0.5 and (1 - 0.5 + 0.375) = 0.875;
-    B* = (1 * 0.5 + 0 * 0.875) / 1.375 = 4/11; A = (1 - 4/11, -4/11)."""
-    b = batch(old_p=[[0.5], [0.25]], rewards=torch.tensor([1.0, 0.0]),
-              group_ids=torch.tensor([0, 0]), sum_p2=torch.tensor([[0.5], [0.375]]))
-    adv, _ = advantages(parse_methods("otb"), b, HP)
-    torch.testing.assert_close(adv, torch.tensor([[7 / 11], [-4 / 11]], dtype=adv.dtype),
-                               atol=1e-6, rtol=0)
-
-
-def test_otb_under_bypass_pairs_sum_p2_with_the_trainer_logp():
-    """Under bypass old_logp is the rollout's; the energy must use the trainer's log-probs, whose
-    distribution sum_p2 describes: same advantages as recompute, no range error from pi_roll."""
-    kw = dict(rewards=torch.tensor([1.0, 0.0]), group_ids=torch.tensor([0, 0]),
-              sum_p2=torch.tensor([[0.5], [0.375]]))
-    train = torch.tensor([[0.5], [0.25]], dtype=torch.float64).log()
-    recompute = batch(old_p=[[0.5], [0.25]], **kw)
-    # rollout put 0.9 on the first token: 0.81 > the trainer's sum p^2 of 0.5
-    bypass = batch(old_p=[[0.9], [0.25]], roll_p=[[0.9], [0.25]], train_logp=train, **kw)
-    a_re, _ = advantages(parse_methods("otb"), recompute, HP)
-    a_by, _ = advantages(parse_methods("otb"), bypass, HP)
-    torch.testing.assert_close(a_by, a_re, atol=ATOL, rtol=0)
-
-
-# ---- advantage reweighting and Lopti ----------------------------------------------------------
-
-def test_ar_reweights_both_signs_detached():
-    """L2: alpha = 0.3, pi_old = (0.5, 0.1): scales 0.85 and 0.73; A = (2, -2) -> (1.7, -1.46)."""
-    b = batch(old_p=[[0.5, 0.1]], adv=[[2.0, -2.0]])
-    b = replace(b, old_logp=b.old_logp.clone().requires_grad_(True))
-    adv, m = get_method("ar").fn(b, HP)
-    torch.testing.assert_close(adv, torch.tensor([[1.7, -1.46]], dtype=adv.dtype), atol=1e-12,
-                               rtol=0)
-    assert not adv.requires_grad  # pi_old is detached
-    adv0, _ = get_method("ar").fn(b, replace(HP, alpha=0.0))
-    torch.testing.assert_close(adv0, b.adv)  # alpha = 0 is plain GRPO
-
-
-def test_lopti_groups_and_order():
-    """L3: pi_old = (0.2, 0.7 | 0.5, 0.4), eta = 0.5: low = {0.2, 0.4} (0.5 is not < 0.5)."""
-    b = batch(old_p=[[0.2, 0.7], [0.5, 0.4]])
-    groups, m = get_method("lopti").fn(b, HP)
-    assert [g[0] for g in groups] == ["low", "high"]
-    assert groups[0][1].tolist() == [[True, False], [False, True]]
-    assert groups[1][1].tolist() == [[False, True], [True, False]]
-    assert m["lopti/low_frac"] == 0.5
-    rev, _ = get_method("lopti_reversed").fn(b, HP)
-    assert [g[0] for g in rev] == ["high", "low"]
-
-
-def _run_schedule(method: str) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Lopti on a bandit: one shared logit vector z (V = 3) for every token, SGD, the grpo loss.
-
-    Shared parameters make the second pass see the first pass's update (as in a real network).
-    Returns the active mask of each pass and the final logits.
-    """
-    z = torch.tensor([2.0, 0.0, -1.0], dtype=torch.float64, requires_grad=True)
-    tokens = torch.tensor([[0, 1, 2, 0]])                               # (B=1, T=4)
-    mask = torch.ones(1, 4, dtype=torch.bool)
-    old = torch.log_softmax(z.detach(), -1)[tokens]                     # pi_old fixed
-    b = PolicyBatch(logp=old, old_logp=old, roll_logp=old, mask=mask,
-                    adv=torch.tensor([[1.0, 1.0, -1.0, 1.0]], dtype=torch.float64))
-    spec, hp = parse_methods(method), replace(HP, eta=0.5)
-    groups, _ = passes(spec, b, hp)
-    opt = torch.optim.SGD([z], lr=1.0)
-    seen = []
-    for _, active in groups:
-        opt.zero_grad()
-        logp = torch.log_softmax(z, -1)[tokens]                        # recomputed per pass
-        loss, m = spec.loss.fn(replace(b, logp=logp, active=active), hp)
-        if seen:  # the second pass sees the moved policy against the SAME pi_old
-            assert m["loss/approx_kl"] > 0
-        else:     # first pass: ratio 1, loss = -sum(A over active) / 4 (all response tokens)
-            assert loss.item() == pytest.approx(-float((b.adv * active).sum()) / 4, abs=ATOL)
-        loss.backward()
-        opt.step()
-        seen.append(active)
-    return seen, z.detach()
-
-
-def test_lopti_updates_low_group_first_and_order_matters():
-    """L3: pi_old = softmax(2, 0, -1) = (.84, .11, .04): tokens 1, 2 (low) go first under lopti,
-    last under lopti_reversed; the final policies differ."""
-    low_first, z_low = _run_schedule("lopti")
-    high_first, z_high = _run_schedule("lopti_reversed")
-    assert low_first[0].tolist() == [[False, True, True, False]]
-    assert high_first[0].tolist() == [[True, False, False, True]]
-    assert (z_low - z_high).abs().max() > 1e-3
-
-
-# ---- mismatch corrections ----------------------------------------------------------------------
-
-def test_tis_truncates_at_cap():
-    """V4 token TIS: r = pi_old / pi_roll = (0.5, 3.0), C = 2 -> weights (0.5, 2.0)."""
-    b = batch(old_p=[[0.1, 0.6]], roll_p=[[0.2, 0.2]])
-    w, m = get_method("tis").fn(b, HP)
-    torch.testing.assert_close(w, torch.tensor([[0.5, 2.0]], dtype=w.dtype), atol=1e-12, rtol=0)
-    assert m["tis/trunc_frac"] == 0.5
-
-
-def seq_batch():
-    # seq 0: rho = (2, 2), product 4, geometric mean 2; seq 1: rho = (0.9, 1.1), product 0.99,
-    # geometric mean sqrt(0.99) = 0.99499
-    return batch(old_p=[[0.4, 0.4], [0.18, 0.22]], roll_p=[[0.2, 0.2], [0.2, 0.2]])
-
-
-def test_mis_weighs_by_the_sequence_ratio_inside_the_band():
-    """V4 masked IS, band [0.5, 2]: seq 0 (product 4) -> weight 0; seq 1 (product 0.99) ->
-    weight 0.99 on both tokens (the ratio, not 1). Metrics: 1 of 2 rejected; mean (0 + 0.99) / 2."""
-    w, m = get_method("mis").fn(seq_batch(), HP)
-    torch.testing.assert_close(w, torch.tensor([[0.0, 0.0], [0.99, 0.99]], dtype=w.dtype),
-                               atol=ATOL, rtol=0)
-    assert m["mis/reject_rate"] == 0.5
-    assert m["mis/weight_mean"] == pytest.approx(0.495, abs=ATOL)
-
-
-def test_seq_reject_and_geo_reject_keep_with_weight_one():
-    """V4 rejections, weight 1 when kept. seq_reject, band [0.5, 2] on the product: (4 -> 0,
-    0.99 -> 1). geo_reject on the geometric mean (2, 0.99499): band [0.5, 2] keeps both (2 is
-    on the edge); band [0.999, 1.001] (the default) drops both; band [0.99, 1.01] keeps seq 1."""
-    b = seq_batch()
-    w, m = get_method("seq_reject").fn(b, HP)
-    assert w.tolist() == [[0.0, 0.0], [1.0, 1.0]] and m["seq_reject/reject_rate"] == 0.5
-    w, m = get_method("geo_reject").fn(b, replace(HP, geo_low=0.5, geo_high=2.0))
-    assert w.tolist() == [[1.0, 1.0], [1.0, 1.0]] and m["geo_reject/reject_rate"] == 0.0
-    w, m = get_method("geo_reject").fn(b, HP)
-    assert w.tolist() == [[0.0, 0.0], [0.0, 0.0]] and m["geo_reject/reject_rate"] == 1.0
-    w, _ = get_method("geo_reject").fn(b, replace(HP, geo_low=0.99, geo_high=1.01))
-    assert w.tolist() == [[0.0, 0.0], [1.0, 1.0]]
-
-
-def test_seq_tis_truncates_the_sequence_ratio():
-    """V4 sequence TIS, C = 2: products (4, 0.99) -> weights (2, 0.99) on every token; 1 of 2
-    truncated; mean weight (2 + 0.99) / 2 = 1.495. With C = 5: (4, 0.99)."""
-    w, m = get_method("seq_tis").fn(seq_batch(), HP)
-    torch.testing.assert_close(w, torch.tensor([[2.0, 2.0], [0.99, 0.99]], dtype=w.dtype),
-                               atol=ATOL, rtol=0)
-    assert m["seq_tis/trunc_frac"] == 0.5
-    assert m["seq_tis/weight_mean"] == pytest.approx(1.495, abs=ATOL)
-    w, _ = get_method("seq_tis").fn(seq_batch(), replace(HP, seq_tis_cap=5.0))
-    torch.testing.assert_close(w[:, 0], torch.tensor([4.0, 0.99], dtype=w.dtype), atol=ATOL,
-                               rtol=0)
-
-
-def test_icepop_keeps_the_ratio_inside_the_band():
-    """V4 IcePop, band [0.5, 2]: rho = (0.4, 1.25, 2.5) -> weights (0, 1.25, 0): the middle
-    token keeps its ratio 1.25 (not 1). 2 of 3 tokens masked; mean weight 1.25 / 3."""
-    b = batch(old_p=[[0.08, 0.25, 0.5]], roll_p=[[0.2, 0.2, 0.2]])
-    w, m = get_method("icepop").fn(b, HP)
-    torch.testing.assert_close(w, torch.tensor([[0.0, 1.25, 0.0]], dtype=w.dtype), atol=ATOL,
-                               rtol=0)
-    assert m["icepop/mask_frac"] == pytest.approx(2 / 3)
-    assert m["icepop/weight_mean"] == pytest.approx(1.25 / 3, abs=ATOL)
-
-
-def test_token_reject_masks_tokens_outside_band():
-    """V4 token rejection, band [0.5, 2]: rho = (0.4, 1.25, 2.5) -> keep only the middle token,
-    weight 1."""
-    b = batch(old_p=[[0.08, 0.25, 0.5]], roll_p=[[0.2, 0.2, 0.2]])
-    w, m = get_method("token_reject").fn(b, HP)
-    assert w.tolist() == [[0.0, 1.0, 0.0]]
-    assert m["token_reject/mask_frac"] == pytest.approx(2 / 3)
-
-
-@pytest.mark.parametrize("name", ["tis", "seq_tis", "mis", "icepop"])
-def test_importance_weights_are_detached(name):
-    """The IS weights are constants on the surrogate (verl and TRL detach them): no graph even
-    when the log-probs they come from require grad."""
-    b = batch(old_p=[[0.3, 0.6]], roll_p=[[0.3, 0.5]])
-    b = replace(b, old_logp=b.old_logp.clone().requires_grad_(True))
-    w, _ = get_method(name).fn(b, HP)
-    assert not w.requires_grad and w.grad_fn is None
-
-
-def test_trm_exact_and_sample_estimators():
-    """T12: exact KL rows (0.01, 0.02) and (0.1, 0): max filter 0.05 keeps seq 0 only; avg filter
-    0.02 (means 0.015, 0.05) too. k2k3: log r = (0.1, 0) and (0.5, 0): k2 = 0.005 and 0.125."""
-    kl = torch.tensor([[0.01, 0.02], [0.1, 0.0]], dtype=torch.float64)
-    b = batch(old_p=[[0.5, 0.5], [0.5, 0.5]], tok_kl=kl)
-    for mode, hp in (("max", HP), ("avg", replace(HP, trm_mode="avg", trm_delta_avg=0.02)),
-                     ("both", replace(HP, trm_mode="both", trm_delta_avg=0.02))):
-        w, m = get_method("trm").fn(b, hp)
-        assert w.tolist() == [[1.0, 1.0], [0.0, 0.0]], mode
-        assert m["trm/kept_frac"] == 0.5
-    b = batch(old_p=[[0.5 * math.exp(0.1), 0.5], [0.5 * math.exp(0.5), 0.5]],
-              roll_p=[[0.5, 0.5], [0.5, 0.5]])
-    w, _ = get_method("trm").fn(b, replace(HP, trm_estimator="k2k3"))
-    assert w.tolist() == [[1.0, 1.0], [0.0, 0.0]]
-    with pytest.raises(ValueError, match="tok_kl"):
-        get_method("trm").fn(b, HP)
-
-
-def test_corrections_multiply():
-    """rho = (0.5, 3.0): tis (0.5, 2.0) times icepop (0.5, 0) -> (0.25, 0); tis times
-    token_reject (1, 0) -> (0.5, 0)."""
-    b = batch(old_p=[[0.1, 0.6]], roll_p=[[0.2, 0.2]])
-    w, m = correction_weight(parse_methods("tis+icepop"), b, HP)
-    torch.testing.assert_close(w, torch.tensor([[0.25, 0.0]], dtype=w.dtype), atol=1e-12, rtol=0)
-    assert "tis/weight_mean" in m and "icepop/mask_frac" in m
-    w, _ = correction_weight(parse_methods("tis+token_reject"), b, HP)
-    torch.testing.assert_close(w, torch.tensor([[0.5, 0.0]], dtype=w.dtype), atol=1e-12, rtol=0)
-
-
-def test_dvp_keeps_sampler_set_and_renormalises():
-    """P3: logits (0, -1, -20), min-p rho = 1e-6: p3 / p1 = e^-20 ~ 2e-9 < rho, so S = {0, 1};
-    the trainer's log-prob of token 0 is log 1 / (1 + e^-1), its pruned mass e^-20 / Z."""
-    from tailtheory.core.stats import token_stats
-
-    z = torch.tensor([[[0.0, -1.0, -20.0]]], dtype=torch.float64)
-    tok = torch.tensor([[0]])
-    b = batch(old_p=[[0.5]], logits=z, tokens=tok)
-    keep, m = get_method("dvp").fn(b, HP)
-    assert keep.tolist() == [[[True, True, False]]] and m["dvp/kept_vocab"] == 2.0
-    st = token_stats(z, tok, keep=keep)
-    assert st["logp"].item() == pytest.approx(-math.log1p(math.exp(-1)), abs=ATOL)
-    Z = 1 + math.exp(-1) + math.exp(-20)
-    assert st["pruned_mass"].item() == pytest.approx(math.exp(-20) / Z, rel=1e-9)
-
-
-# ---- the registry ------------------------------------------------------------------------------
-
-def test_parse_methods_composes_and_rejects():
-    spec = parse_methods("ar+lopti")
-    assert spec.loss.name == "grpo" and spec.reweight.name == "ar"
-    assert spec.schedule.name == "lopti" and spec.label == "grpo+ar+lopti"
-    assert [m.name for m in parse_methods(["tis", "mis", "trm"]).corrections] == \
-        ["tis", "mis", "trm"]
-    assert parse_methods("dr_grpo+trm").loss.name == "dr_grpo"
-    with pytest.raises(ValueError, match="valid methods: ar, dr_grpo, dvp"):
-        parse_methods("ar+foo")
-    for bad in ("lopti+lopti_reversed", "grpo+dr_grpo", "ar+ar", "ar+", ""):
-        with pytest.raises(ValueError):
-            parse_methods(bad)
-
+# ---- every method ------------------------------------------------------------------------------
 
 def test_every_method_registered_with_namespaced_metrics():
     """Each method returns (value, metrics) with 'namespace/key' metric names."""
@@ -482,62 +254,12 @@ def test_corrections_see_mismatch_under_bypass():
     assert torch.equal(legacy.log_rho, recompute.log_rho)
 
 
-def test_trm_correction_metric_does_not_clash_with_monitor():
-    """The trm correction reports trm/kept_frac; trm/accept_rate belongs to the trainer's
-    monitor, which every metrics line carries."""
-    b = batch(old_p=[[0.5, 0.5]], tok_kl=torch.zeros(1, 2, dtype=torch.float64))
-    _, m = get_method("trm").fn(b, HP)
-    assert set(m) == {"trm/kept_frac"}
-
-
-# ---- the registry's rules ---------------------------------------------------------------------
-
-def test_register_refuses_an_existing_name():
-    """Two methods never share a name: registering ``tis`` again raises, the first one stays."""
-    before = get_method("tis")
-    with pytest.raises(ValueError, match="'tis' is already registered"):
-        register("tis", "correction", "test")(lambda b, hp: (None, {}))
-    assert get_method("tis") is before
-
-
-def test_unknown_method_lists_the_valid_names():
-    with pytest.raises(ValueError, match="unknown method 'nope'; valid methods: ar, dr_grpo, dvp"):
-        get_method("nope")
-
-
-def test_registry_never_imports_the_methods():
-    """No import cycle: the registry module does not import ``engine/methods.py`` at import time
-    (its lookups import it lazily)."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(registry))
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    assert "tailtheory.engine.methods" not in imported
-    assert not any(m and m.startswith("tailtheory.engine.methods") for m in imported)
-
-
 def test_log_rho_is_computed_once_per_batch():
     """``log_rho`` is cached on the batch; ``replace`` makes a new batch with its own."""
     b = batch(old_p=[[0.1, 0.6]], roll_p=[[0.2, 0.2]])
     assert b.log_rho is b.log_rho
     b2 = replace(b, roll_logp=b.old_logp)
     assert torch.equal(b2.log_rho, torch.zeros_like(b2.log_rho))
-
-
-def test_trm_reuses_the_trainers_acceptance():
-    """TRM (T12), k2k3: the trm method keeps what ``trm_accept`` says (the trainer computed it
-    once for its monitor), and without it computes the same mask itself."""
-    b = batch(old_p=[[0.5 * math.exp(0.1), 0.5], [0.5 * math.exp(0.5), 0.5]],
-              roll_p=[[0.5, 0.5], [0.5, 0.5]])
-    hp = replace(HP, trm_estimator="k2k3")
-    own, _ = get_method("trm").fn(b, hp)
-    accept = trm_sampled_keep(b.mask, b.log_rho, hp)
-    shared, _ = get_method("trm").fn(replace(b, trm_accept=accept), hp)
-    assert torch.equal(own, shared) and accept.tolist() == [True, False]
-    forced, _ = get_method("trm").fn(replace(b, trm_accept=torch.tensor([False, True])), hp)
-    assert forced.tolist() == [[0.0, 0.0], [1.0, 1.0]]
 
 
 # ---- the config and the CLI --------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Property tests of tailtheory.mismatch.logprob: claims M1-M4 (DVP, TIM), one group per claim id
-(M5: test_selection.py, M6: test_accumulation.py)."""
+(M5: test_selection.py, M6: test_accumulation.py; the k1/k2/k3 estimators it re-exports:
+tests/core/test_estimators.py)."""
 
 import math
 from unittest.mock import patch
@@ -155,34 +156,6 @@ def test_m4_sampled_bias_is_kl(case):
     assert abs(float(mm.sampled_mismatch_bias(z, z + 3.0))) < ATOL
 
 
-# --- k1, k2, k3 ---------------------------------------------------------------------------------
-
-@given(mismatch_cases(max_v=512))
-def test_k_estimators_unbiased_and_nonnegative(case):
-    """k1 and k3 average to KL(pi_roll || pi_theta) under pi_roll; k2, k3 >= 0; all 0 at rho = 1."""
-    z, delta, _, _ = case
-    log_pi_theta, log_pi_roll = torch.log_softmax(z, -1), torch.log_softmax(z + delta, -1)
-    pi_roll = log_pi_roll.exp()
-    log_rho = log_pi_theta - log_pi_roll
-    kl = mm.kl_divergence(pi_roll, log_pi_theta.exp())
-    for k in (mm.k1, mm.k3):
-        assert abs(float((pi_roll * k(log_rho)).sum() - kl)) < 1e-9
-    assert mm.k2(log_rho).min() >= 0 and mm.k3(log_rho).min() >= 0
-    assert all(float(k(torch.zeros(3)).abs().max()) == 0 for k in (mm.k1, mm.k2, mm.k3))
-
-
-def test_k3_accurate_for_tiny_log_ratio():
-    """k3 = rho - 1 - log rho keeps its ~ (log rho)^2 / 2 value where the naive form cancels."""
-    r = torch.tensor([1e-9], dtype=torch.float64)
-    assert abs(float(mm.k3(r)) / 5e-19 - 1) < 1e-6
-
-
-def test_k1_is_Delta():
-    """Sign convention: with pi_theta the trainer and pi_roll the engine, k1 = Delta."""
-    Delta = torch.tensor([0.3, -0.2])
-    torch.testing.assert_close(mm.k1(-Delta), Delta.double())
-
-
 # --- bad input ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -194,8 +167,6 @@ def test_non_finite_logits_rejected(bad):
         mm.logprob_mismatch(z, zb)
     with pytest.raises(ValueError, match="logits"):
         mm.logprob_mismatch(zb, z)
-    with pytest.raises(ValueError, match="log_ratio"):
-        mm.k3(zb)
 
 
 def test_probabilities_must_sum_to_one():

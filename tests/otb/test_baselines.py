@@ -1,5 +1,6 @@
-"""Token-level advantages (tailtheory.otb.baselines): O1 energy, O5 self-inclusion, the group
-estimators against loops over their definitions, and every bad input."""
+"""Token-level advantages (tailtheory.otb.baselines): O1 energy, O5 self-inclusion, OTB against a
+loop over its definition, and every bad input. The group estimators it is compared with (GRPO,
+Dr. GRPO, RLOO) live in the engine: tests/engine/test_advantages.py."""
 
 import math
 
@@ -10,10 +11,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from strategies import grouped_batches, logits, masked_logits, tabular_policies
-from tailtheory.otb.baselines import (ADVANTAGES, GRPO_EPS, OTB_EPS, SUM_P2_TOL, advantage_fn,
-                                  dr_grpo_advantages, grpo_advantages,
-                                  optimal_token_baseline, otb_leave_one_out, realized_energy,
-                                  rloo_advantages, self_inclusion_residual, token_energy)
+from tailtheory.otb.baselines import (ADVANTAGES, OTB_EPS, SUM_P2_TOL, advantage_fn,
+                                      dr_grpo_advantages, optimal_token_baseline,
+                                      otb_leave_one_out, realized_energy, rloo_advantages,
+                                      self_inclusion_residual, token_energy)
 from tailtheory.core.tabular import TabularPolicy
 from tailtheory.otb.variance import autograd_sq_norms
 
@@ -106,35 +107,12 @@ def _otb_loop(R, gid, mask, W, eps=OTB_EPS):
     return A
 
 
-def _group_loop(R, gid, mask, kind):
-    out = torch.zeros(mask.shape, dtype=torch.float64)
-    for i in range(len(R)):
-        g = [float(R[j]) for j in range(len(R)) if gid[j] == gid[i]]
-        mean = sum(g) / len(g)
-        if kind == "grpo":
-            a = (float(R[i]) - mean) / (np.std(g, ddof=1) + GRPO_EPS)
-        elif kind == "dr_grpo":
-            a = float(R[i]) - mean
-        else:
-            a = float(R[i]) - (sum(g) - float(R[i])) / (len(g) - 1)
-        out[i] = a * mask[i]
-    return out
-
-
 @given(grouped_batches(min_group=1))
 def test_otb_equals_loop_over_definition(batch):
     """B*_t = sum G W / (sum W + eps) over alive peers; A = (G - B*) m; a group of one: A = G."""
     R, gid, mask, W = batch
     assert torch.allclose(optimal_token_baseline(R, W, mask, gid), _otb_loop(R, gid, mask, W),
                           atol=1e-12)
-
-
-@given(grouped_batches())
-def test_group_estimators_equal_loops(batch):
-    R, gid, mask, _ = batch
-    for name, fn in [("grpo", grpo_advantages), ("dr_grpo", dr_grpo_advantages),
-                     ("rloo", rloo_advantages)]:
-        assert torch.allclose(fn(R, gid, mask), _group_loop(R, gid, mask, name), atol=1e-9)
 
 
 @given(grouped_batches(), st.floats(-3, 3))
@@ -199,7 +177,6 @@ M3 = torch.ones(3, 2, dtype=torch.bool)
 W3 = torch.ones(3, 2, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "otb"])
 @pytest.mark.parametrize("kwargs, match", [
     (dict(group_ids=torch.tensor([0, 0])), "group_ids"),
     (dict(mask=torch.ones(2, 2, dtype=torch.bool)), "mask"),
@@ -207,11 +184,13 @@ W3 = torch.ones(3, 2, dtype=torch.float64)
     (dict(rewards=torch.tensor([1.0, float("nan"), 0.0])), "NaN"),
     (dict(mask=torch.ones(3, dtype=torch.bool)), "mask"),
 ])
-def test_advantages_bad_input(name, kwargs, match):
+def test_otb_estimator_bad_input(kwargs, match):
+    """The registered ``otb`` estimator checks its inputs as the group estimators do
+    (``tests/engine/test_advantages.py``)."""
     args = dict(rewards=R3, group_ids=torch.tensor([0, 0, 1]), mask=M3, energy=W3)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        advantage_fn(name)(**args)
+        advantage_fn("otb")(**args)
 
 
 def test_otb_bad_energy():
@@ -226,19 +205,17 @@ def test_otb_bad_energy():
 
 
 def test_group_of_one():
-    """GRPO with std and RLOO raise; Dr. GRPO gives 0; OTB gives A = G (documented)."""
+    """OTB gives A = G to a group of one (documented; the group baselines:
+    tests/engine/test_advantages.py)."""
     gid = torch.tensor([0, 0, 1])
-    with pytest.raises(ValueError, match="single response"):
-        grpo_advantages(R3, gid, M3)
-    with pytest.raises(ValueError, match="single response"):
-        rloo_advantages(R3, gid, M3)
-    assert (dr_grpo_advantages(R3, gid, M3)[2] == 0).all()
     assert (optimal_token_baseline(R3, W3, M3, gid)[2] == 1.0).all()
 
 
-def test_equal_rewards_give_zero_grpo_and_unknown_name_lists_valid():
-    A = grpo_advantages(torch.ones(4), torch.zeros(4), torch.ones(4, 2, dtype=torch.bool))
-    assert (A == 0).all()
+def test_otb_registers_after_the_group_estimators_and_unknown_name_lists_valid():
+    """Importing this module adds ``otb`` to the engine's registry, after GRPO's estimators; the
+    names stay importable from here."""
+    assert list(ADVANTAGES) == ["grpo", "dr_grpo", "rloo", "otb"]
+    assert ADVANTAGES["grpo"] is advantage_fn("grpo")
     with pytest.raises(ValueError, match="grpo, dr_grpo, rloo, otb"):
         advantage_fn("ppo")
 
@@ -257,29 +234,9 @@ def test_O1_energy_with_minus_inf_logits_equals_restricted_rows(args):
                                rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("eps", [-1e-6, -1.0, float("nan"), float("inf")])
-def test_grpo_rejects_bad_eps(eps):
-    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
-        grpo_advantages(torch.tensor([0.0, 1.0]), [0, 0], torch.ones(2, 1, dtype=torch.bool),
-                        eps=eps)
-
-
-def test_masks_select_and_never_weight():
-    R, gid = torch.tensor([0.0, 1.0, 1.0, 0.5]), [0, 0, 1, 1]
-    m = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]])
-    want = grpo_advantages(R, gid, m.bool())
-    assert torch.equal(grpo_advantages(R, gid, m), want)
-    assert torch.equal(grpo_advantages(R, gid, m.double()), want)
-    with pytest.raises(ValueError, match="mask must be a bool tensor, or a numeric one"):
-        grpo_advantages(R, gid, m * 0.5)
-
-
 def test_shape_mismatches_name_both_arguments():
     m = torch.ones(4, 2, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"returns must have shape .* to match mask"):
         otb_leave_one_out(torch.zeros(3), torch.zeros(4, 2), m, [0, 0, 1, 1])
-    with pytest.raises(ValueError, match=r"mask must have shape \(B, T\) with B = 4, the length "
-                                         r"of rewards"):
-        rloo_advantages(torch.zeros(4), [0, 0, 1, 1], torch.ones(3, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"energy \(4, 3\) and mask \(4, 2\)"):
         optimal_token_baseline(torch.zeros(4), torch.zeros(4, 3), m, [0, 0, 1, 1])

@@ -1,5 +1,7 @@
 """Property tests of ``tailtheory.pruning.vocab``: DVP's vocabulary pruning, claims P1-P3 (and
-P2's min-p mass bound; the chunked P4 quantities are checked here against the one-shot code)."""
+P2's min-p mass bound; the chunked P4 quantities are checked here against the one-shot code).
+The safe set's rules on their own (``tailtheory.core.safeset``) are ``tests/core/test_safeset.py``;
+here they meet the pruned mass."""
 
 import math
 from unittest.mock import patch
@@ -9,27 +11,14 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from strategies import logits, masked_logits
+from strategies import UNIT, logits, masked_logits
+from strategies import safe_threshold as _threshold
 from tailtheory.core import stats
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.pruning.sweep import remaining_mismatch
 from tailtheory.pruning.vocab import (RULES, kept_log_mass, min_p_mass_bound, pruned_kl,
                                       pruned_log_softmax, pruned_mass, pruned_tv,
                                       safe_vocab_mask, truncation_bias, truncation_log_ratio)
-
-
-UNIT = st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1e-12, 1e-8, 1e-4, 1.0]),
-                 st.integers(1, 300).map(lambda k: 10.0 ** -k))
-"""Where a threshold sits inside its valid range, edges and tiny values included."""
-
-
-def _threshold(rule: str, u: float, z: torch.Tensor) -> float:
-    """A threshold valid for every row of ``z`` (so ``S`` is never empty) from ``u`` in [0, 1]."""
-    if rule == "top_p":
-        return min(u, 1 - 1e-9)
-    if rule == "absolute":  # tau up to the smallest row maximum
-        return u * float(torch.log_softmax(z, -1).exp().amax(-1).min())
-    return u
 
 
 def _check_p1(z, rule, x):
@@ -43,17 +32,7 @@ def _check_p1(z, rule, x):
     return m
 
 
-# --- the safe set ----------------------------------------------------------------------------
-
-@given(logits(min_v=1, max_v=2048, batch=(3,)), st.sampled_from(RULES), UNIT)
-def test_mask_never_empty_and_keeps_the_argmax_under_min_p(z, rule, u):
-    x = _threshold(rule, u, z)
-    keep = safe_vocab_mask(z, rule, x)
-    assert keep.dtype == torch.bool and keep.shape == z.shape and keep.any(-1).all()
-    if rule in ("min_p", "top_p"):  # both always keep a most probable token (ties after rounding)
-        lp = torch.log_softmax(z, -1)
-        assert (keep & (lp == lp.amax(-1, keepdim=True))).any(-1).all()
-
+# --- the safe set (its rules alone: tests/core/test_safeset.py) ------------------------------
 
 @given(logits(max_v=512, batch=(4,)), st.sampled_from(RULES), UNIT, st.floats(0.0, 1.0))
 def test_mask_monotone_in_threshold(z, rule, u, shrink):
@@ -78,41 +57,6 @@ def test_mask_and_mass_shift_invariant(z, rule, u, c):
     border = (lp - lp.amax(-1, keepdim=True) - math.log(max(x, 1e-300))).abs() < 1e-9
     assert rule == "top_p" or not (moved ^ keep)[~border].any()
     assert torch.allclose(pruned_mass(z + c, keep), pruned_mass(z, keep), rtol=1e-9, atol=1e-15)
-
-
-def _top_p_reference(z: torch.Tensor, eta: float) -> torch.Tensor:
-    """Slow reference: walk the tokens by decreasing probability until the mass reaches 1 - eta."""
-    p = torch.softmax(z, -1).tolist()
-    order = sorted(range(len(p)), key=lambda a: (-p[a], a))
-    keep, mass = torch.zeros(len(p), dtype=torch.bool), 0.0
-    for a in order:
-        if mass >= 1 - eta:
-            break
-        keep[a], mass = True, mass + p[a]
-    return keep
-
-
-@given(logits(max_v=64, max_scale=5.0), st.floats(1e-3, 0.9))
-def test_top_p_matches_loop_reference(z, eta):
-    keep = safe_vocab_mask(z, "top_p", eta)
-    ref = _top_p_reference(z, eta)
-    # the two may differ only where the running mass sits within round-off of 1 - eta, or in
-    # which of several (round-off) tied tokens they keep: then size and mass agree
-    if not torch.equal(keep, ref):
-        p = torch.softmax(z, -1)
-        m_keep, m_ref = float(p[keep].sum()), float(p[ref].sum())
-        tie = int(keep.sum()) == int(ref.sum()) and abs(m_keep - m_ref) < 1e-12
-        border = abs(m_keep - (1 - eta)) < 1e-12 or abs(m_ref - (1 - eta)) < 1e-12
-        assert tie or border, (m_keep, m_ref, int(keep.sum()), int(ref.sum()))
-
-
-def test_min_p_matches_probability_rule_and_rho_one_keeps_the_ties():
-    z = torch.tensor([[2.0, 2.0, 0.0, -5.0], [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
-    p = torch.softmax(z, -1)
-    for rho in (0.3, 0.01):
-        assert torch.equal(safe_vocab_mask(z, "min_p", rho), p >= rho * p.amax(-1, keepdim=True))
-    assert safe_vocab_mask(z, "min_p", 1.0).tolist() == [[True, True, False, False],
-                                                         [True, False, False, False]]
 
 
 # --- P1: exact identities --------------------------------------------------------------------
@@ -199,23 +143,9 @@ def test_p3_one_sided_truncation_is_a_constant_log_mass(z, rule, u, noise, seed)
 
 # --- bad input -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rule, x, match", [
-    ("min_p", 1.5, r"\[0, 1\]"), ("min_p", -1e-3, r"\[0, 1\]"), ("top_p", 1.0, r"\[0, 1\)"),
-    ("absolute", 2.0, r"\[0, 1\]"), ("absolute", 0.9, "exceeds max"), ("min_p", float("nan"), "lie"),
-    ("min_p", "x", "number"), ("nucleus", 0.1, "min_p.*top_p.*absolute")])
-def test_bad_thresholds_and_rules(rule, x, match):
-    z = torch.zeros(2, 4, dtype=torch.float64)
-    with pytest.raises(ValueError, match=match):
-        safe_vocab_mask(z, rule, x)
-
-
 def test_bad_logits_and_masks():
     z = torch.zeros(2, 4, dtype=torch.float64)
     keep = torch.ones(2, 4, dtype=torch.bool)
-    with pytest.raises(ValueError, match="NaN"):
-        safe_vocab_mask(torch.tensor([[0.0, float("nan")]]), "min_p", 0.1)
-    with pytest.raises(ValueError, match="scalar"):
-        safe_vocab_mask(torch.tensor(1.0), "min_p", 0.1)
     for fn in (pruned_log_softmax, pruned_mass, pruned_tv, pruned_kl, kept_log_mass):
         with pytest.raises(ValueError, match="same shape"):
             fn(z, keep[:, :3])
