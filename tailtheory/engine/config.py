@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
@@ -23,9 +23,20 @@ from tailtheory.engine.types import MethodParams
 PI_OLD = ("recompute", "bypass")
 """How ``pi_old`` is obtained (TIM, V3): a trainer forward, or the rollout's own log-probs."""
 
-RESUME_FREE = ("steps", "out", "checkpoint_every", "dump_tokens", "threads", "eval_every",
-               "eval_n")
-"""Fields a resumed run may change (everything else must match the checkpoint's config)."""
+IDENTITY = {
+    "length": "how many steps it makes (a run's first n lines are those of a run of n steps)",
+    "place": "where and how often it is written to disk (its directory, checkpoint spacing)",
+    "speed": "how fast it runs (torch CPU threads); the numbers are the same",
+    "output": "what it writes beside its metric lines (per-token dumps); the lines are the same",
+    "monitor": "what it measures beside the training (held-out evaluation); the training is the "
+               "same",
+    "replicate": "which draw of its experiment it is (the seed)",
+    "machine": "what it computes on (the device): other rounding, the same experiment",
+}
+"""Why a :class:`TrainConfig` field is outside some part of a run's identity: the field's
+``metadata["identity"]`` (a field without one is part of what a run computes). Each use of the
+identity names the kinds it leaves out: :data:`RESUME_FREE`, ``runs.NOT_IN_KEY`` (the run
+cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
                                       "rollout_backend": "hf"}
@@ -63,9 +74,9 @@ class TrainConfig(MethodParams):
     Hugging Face model's own KV-cache forward; runs cached before the field existed used it)."""
     pi_old: str = "recompute"
     """``recompute`` or ``bypass`` (TIM, V3)."""
-    steps: int = 200
+    steps: int = field(default=200, metadata={"identity": "length"})
     """Optimiser steps (a Lopti step makes two updates)."""
-    seed: int = 0
+    seed: int = field(default=0, metadata={"identity": "replicate"})
     """Seeds the model (``tiny``), the sampler's generator and the problem stream."""
     prompts_per_step: int = 8
     """Prompts per step; LOPTI uses 64 (TRAIN_BS), 8 keeps a toy step near a second."""
@@ -79,22 +90,22 @@ class TrainConfig(MethodParams):
     """AdamW decoupled weight decay; 0 keeps the update the loss's alone."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip; verl's actor default (grad_clip = 1.0)."""
-    checkpoint_every: int = 50
+    checkpoint_every: int = field(default=50, metadata={"identity": "place"})
     """Steps between checkpoints (the last step always writes one); verl's save_freq is 20."""
-    dump_tokens: bool = False
+    dump_tokens: bool = field(default=False, metadata={"identity": "output"})
     """Write per-token probabilities, advantages and log-ratios to ``RUN/tokens/*.parquet``."""
-    out: str = "runs/default"
+    out: str = field(default="runs/default", metadata={"identity": "place"})
     """Run directory: ``metrics.jsonl``, ``checkpoint.pt``, ``config.json``."""
-    device: str = "auto"
+    device: str = field(default="auto", metadata={"identity": "machine"})
     """``auto`` (a CUDA GPU when one is visible, else the CPU), ``cpu`` or ``cuda`` (an error
     without a GPU)."""
-    eval_every: int = 10
+    eval_every: int = field(default=10, metadata={"identity": "monitor"})
     """Steps between held-out accuracy evaluations (``eval/accuracy``, at steps 0, k, 2k, ...);
     0 turns them off."""
-    eval_n: int = 64
+    eval_n: int = field(default=64, metadata={"identity": "monitor"})
     """Held-out problems per evaluation (the warm start's, never trained on); standard error
     at most 0.063."""
-    threads: int = 0
+    threads: int = field(default=0, metadata={"identity": "speed"})
     """torch CPU threads; 0 picks one for small models on the CPU (several times faster than
     torch's default when the cores are busy). Changes speed only, so a resume may change it."""
     filter_zero_var: bool = False
@@ -124,6 +135,20 @@ class TrainConfig(MethodParams):
         kept = {k: v for k, v in without_added_defaults(asdict(self)).items()
                 if k not in RESUME_FREE}
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def identity_fields(*kinds: str) -> tuple[str, ...]:
+    """The :class:`TrainConfig` fields marked with one of ``kinds`` (:data:`IDENTITY`), in
+    field order."""
+    unknown = sorted(set(kinds) - set(IDENTITY))
+    if unknown:
+        raise ValueError(f"unknown identity kind(s) {unknown}; kinds: {', '.join(IDENTITY)}")
+    return tuple(f.name for f in fields(TrainConfig) if f.metadata.get("identity") in kinds)
+
+
+RESUME_FREE = identity_fields("length", "place", "speed", "output", "monitor")
+"""Fields a resumed run may change (everything else must match the checkpoint's config): how
+long it runs, where it is written, how fast, what it writes and measures beside its lines."""
 
 
 def _positive(c: TrainConfig, *names: str) -> None:
@@ -156,6 +181,8 @@ def _validate(c: TrainConfig) -> MethodSpec:
     check_positive_int(c.eval_every, "eval_every", minimum=0)
     check_positive_int(c.eval_n, "eval_n")
     check_positive_int(c.micro_batch, "micro_batch", minimum=0)
+    from tailtheory.engine.threads import check_threads
+    check_threads(c.threads)  # resolved once the model's size is known (trainer.train)
     from tailtheory.engine.devices import DEVICES
     if c.device not in DEVICES:
         raise ValueError(f"unknown device {c.device!r}; valid devices: {', '.join(DEVICES)}")

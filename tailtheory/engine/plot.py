@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tailtheory.engine.config import identity_fields
+
 CORE_PANELS = ("reward/mean", "reward/accuracy", "eval/accuracy", "policy/entropy",
                "mismatch/abs_mean", "mismatch/k3", "rollout/len_mean", "grad/norm")
 """Panels every plot has (when the runs logged them)."""
@@ -20,8 +22,9 @@ CORE_PANELS = ("reward/mean", "reward/accuracy", "eval/accuracy", "policy/entrop
 IGNORED = ("step", "time/", "seed", "run", "label", "method")
 """Columns that are not curves."""
 
-NOT_A_DIFFERENCE = ("seed", "out", "steps", "checkpoint_every", "threads", "dump_tokens")
-"""Config fields that never name a group."""
+NOT_A_DIFFERENCE = identity_fields("replicate", "length", "place", "speed", "output")
+"""Config fields that never name a group: seeds are a group's band; the run's length, place,
+speed and extra output change none of its curves."""
 
 
 def _config(run: Path) -> dict:

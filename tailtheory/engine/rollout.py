@@ -22,10 +22,11 @@ distribution it actually sampled from (after temperature and pruning). Paths:
 - ``kv``: the float32 trainer weights, incremental decoding (V2: another reduction order).
 
 Backends: ``hf`` decodes with the Hugging Face model's own KV-cache ``forward`` (the copies
-above); ``fast`` with the separate engine of ``tailtheory.engine.inference`` (float32 on
-``exact`` / ``kv``, that dtype on ``bf16`` / ``fp16`` / ``fp8``, the copies' weight values),
-which prefills each distinct prompt once and drops finished rows; same ``_step``, same
-``RolloutBatch``. A model it cannot run falls back to ``hf`` with a warning.
+above; ``tailtheory.engine.hf_decode``); ``fast`` with the separate engine of
+``tailtheory.engine.inference`` (float32 on ``exact`` / ``kv``, that dtype on ``bf16`` / ``fp16``
+/ ``fp8``, the copies' weight values), which prefills each distinct prompt once and drops
+finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run falls back to
+``hf`` with a warning.
 
 The copies are made by ``tailtheory.engine.copies`` (the same copies as M7's paired logits);
 the trainer's forward is ``tailtheory.core.forward.full_forward``.
@@ -38,7 +39,7 @@ Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ from tailtheory.core.forward import full_forward, left_pad, position_ids  # noqa
 from tailtheory.core.stats import token_stats
 from tailtheory.engine.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
+from tailtheory.engine.hf_decode import HFDecode
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8")
 """Rollout paths :class:`RolloutEngine` knows."""
@@ -106,9 +108,10 @@ class RolloutConfig:
                                  f"got {self.prune_rule!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutBatch:
-    """Sampled responses with their rollout log-probs.
+    """Sampled responses with their rollout log-probs; frozen: built complete where it is made
+    (a changed copy is ``dataclasses.replace``).
 
     Shapes: input_ids (B, P+T) left-padded prompt then response; attention_mask (B, P+T) bool
     (False on prompt padding only); response, mask, logp (B, T); logits, keep (B, T, V) or None.
@@ -288,7 +291,7 @@ class RolloutEngine:
         toks, masks, lps, keeps, logits = [], [], [], [], []
         alive = torch.ones(B, dtype=torch.bool, device=ids.device)
         src = self.fast.start(ids, attn, T) if self.fast is not None else \
-            _HFDecode(self, ids, attn, lens, T)
+            HFDecode(self.infer, ids, attn, lens, T)
         for t in range(T):
             z, rows = src.logits.float(), src.rows                       # (A, V), (A,)
             if rows is not None and not bool(alive[rows].all()):
@@ -311,20 +314,6 @@ class RolloutEngine:
             src.advance(tok, alive)
         return toks, masks, lps, keeps, logits
 
-    def _decode_mask(self, full: torch.Tensor) -> torch.Tensor:
-        """The attention mask of one decode step, built once per rollout.
-
-        With eager attention: the additive ``(B, 1, 1, P+T)`` mask that the model would build from
-        ``full`` at every step (a one-token query sees every cached position but the prompt
-        padding; 0 there, the dtype's minimum on padding), which it takes as is. Otherwise the 2-D
-        mask ``full (B, P+T)`` itself. Sliced to ``P + t + 1`` columns at step ``t``.
-        """
-        if getattr(self.infer.config, "_attn_implementation", None) != "eager":
-            return full
-        dtype = next(self.infer.parameters()).dtype
-        bias = torch.zeros(full.shape[0], 1, 1, full.shape[1], dtype=dtype, device=full.device)
-        return bias.masked_fill_(full[:, None, None, :] == 0, torch.finfo(dtype).min)
-
     def _batch(self, ids, attn, lens, toks, masks, lps, keeps, logits) -> RolloutBatch:
         response = torch.stack(toks, 1)                                    # (B, T)
         attn = torch.cat([attn[:, :ids.shape[1]], torch.ones_like(response, dtype=torch.bool)], 1)
@@ -333,46 +322,19 @@ class RolloutEngine:
                           response=response, mask=torch.stack(masks, 1), logp=torch.stack(lps, 1),
                           logits=torch.stack(logits, 1) if logits else None,
                           attention_mask=attn, prompt_lens=lens, keep=keep)
-        if self.config.path == "exact":
-            rb.logp = self._exact_logp(rb)
-        return rb
+        return replace(rb, **self._exact(rb)) if self.config.path == "exact" else rb
 
-    def _exact_logp(self, rb: RolloutBatch) -> torch.Tensor:
-        """V1: the trainer's own function, same weights, same dtype: bitwise the trainer's."""
+    def _exact(self, rb: RolloutBatch) -> dict:
+        """V1: the trainer's own function, same weights, same dtype: bitwise the trainer's.
+        Returns the batch's new ``logp`` (and ``logits`` when it holds them)."""
         tau = float(self.config.temperature)
         if rb.logits is None:
             lp = response_logprobs(self.model, rb, temperature=tau, keep=rb.keep)
-        else:  # TRM's exact KL wants the logits whole: the trainer's full-logits path too
-            z = response_logits(self.model, rb)                          # (B, T, V)
-            lp = token_stats(z, rb.response, keep=rb.keep, temperature=tau)["logp"]
-            rb.logits = z.float()
-        return lp.masked_fill(~rb.mask, 0.0)
-
-
-class _HFDecode:
-    """The ``hf`` backend's state: the model's own KV-cache forward over all ``B`` rows."""
-
-    rows = None  # every row, every step
-
-    def __init__(self, engine: RolloutEngine, ids, attn, lens, T: int):
-        B, P = ids.shape
-        full = torch.ones(B, P + T, dtype=torch.long, device=ids.device)  # prompt mask, then 1s
-        full[:, :P] = attn
-        self.step_mask = engine._decode_mask(full)             # (B, 1, 1, P+T) or (B, P+T)
-        self.infer, self.lens, self.P, self.t = engine.infer, lens, P, 0
-        self.out = self.infer(input_ids=ids, attention_mask=full[:, :P],
-                              position_ids=position_ids(attn), use_cache=True)
-
-    @property
-    def logits(self) -> torch.Tensor:
-        return self.out.logits[:, -1]                                     # (B, V)
-
-    def advance(self, tok: torch.Tensor, alive: torch.Tensor) -> None:
-        pos = (self.lens + self.t)[:, None]      # = position_ids of the mask grown by one column
-        self.t += 1
-        mask = self.step_mask[..., :self.P + self.t]
-        self.out = self.infer(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
-                              past_key_values=self.out.past_key_values, use_cache=True)
+            return {"logp": lp.masked_fill(~rb.mask, 0.0)}
+        # TRM's exact KL wants the logits whole: the trainer's full-logits path too
+        z = response_logits(self.model, rb)                              # (B, T, V)
+        lp = token_stats(z, rb.response, keep=rb.keep, temperature=tau)["logp"]
+        return {"logp": lp.masked_fill(~rb.mask, 0.0), "logits": z.float()}
 
 
 def _scatter(B: int, rows, *outs):

@@ -24,12 +24,12 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from tailtheory.engine.config import TrainConfig, without_added_defaults
+from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
 
 RUNS_CACHE_VERSION = 1
 """Part of every key: bump it when a change to the engine changes what a run computes."""
 
-NOT_IN_KEY = ("steps", "out", "checkpoint_every", "threads")
+NOT_IN_KEY = identity_fields("length", "place", "speed")
 """Fields that do not change a run's lines (only how many there are, where and how fast)."""
 
 

@@ -31,11 +31,16 @@ def default_threads(n_params: int, device: str | torch.device = "cpu") -> int:
     return TORCH_DEFAULT
 
 
-def resolve_threads(threads: int, n_params: int, device: str | torch.device = "cpu") -> int:
-    """``threads`` when it is positive, else (0) :func:`default_threads`."""
+def check_threads(threads: int) -> int:
+    """``threads`` when it is a count (an integer >= 0; 0: automatic), else a ``ValueError``."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise ValueError(f"threads must be an integer >= 0 (0: automatic), got {threads!r}")
-    return threads or default_threads(n_params, device)
+    return threads
+
+
+def resolve_threads(threads: int, n_params: int, device: str | torch.device = "cpu") -> int:
+    """``threads`` when it is positive, else (0) :func:`default_threads`."""
+    return check_threads(threads) or default_threads(n_params, device)
 
 
 @contextmanager

@@ -207,13 +207,17 @@ def test_left_pad_positions():
     assert lens.tolist() == [3, 1]
 
 
-@pytest.mark.parametrize("path", ["bf16", "fp16", "kv", "fp8"])
-def test_prebuilt_decode_mask_is_bitwise_the_2d_mask(model, path, monkeypatch):
-    """The additive 4-D decode mask built once per rollout gives the samples, log-probs and logits
-    of the 2-D padding mask the model expands itself at every step (padded prompts)."""
-    fast = _gen(model, 7, path=path, max_new_tokens=8, return_logits=True)
-    monkeypatch.setattr(RolloutEngine, "_decode_mask", lambda self, full: full)
-    slow = _gen(model, 7, path=path, max_new_tokens=8, return_logits=True)
-    for name in ("response", "mask", "logp", "logits"):
-        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
-    assert (fast.response.shape[1] == 8) and not fast.attention_mask.all()  # padding present
+def test_batch_is_frozen_and_exact_logits_are_the_trainers(model):
+    """A rollout batch is built complete: no field can be set afterwards. On ``exact`` with the
+    logits asked for (TRM's exact KL) they are the trainer's full forward, bitwise (V1)."""
+    import dataclasses
+
+    from tailtheory.engine.rollout import response_logits
+
+    rb = _gen(model, 3, path="exact", return_logits=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rb.logp = torch.zeros_like(rb.logp)
+    with torch.no_grad():
+        z = response_logits(model, rb)
+    assert torch.equal(rb.logits, z)
+    assert torch.equal(rb.logp, token_stats(z, rb.response)["logp"].masked_fill(~rb.mask, 0.0))

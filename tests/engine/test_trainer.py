@@ -240,15 +240,14 @@ def test_group_size_one_is_fine_with_otb():
     ("ar+lopti+tis", "bf16", "recompute"),
     ("otb+trm+dvp", "kv", "bypass"),
 ])
-def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path, monkeypatch):
+def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path):
     """The pi_old forward serving the first update pass gives the metrics and weights of a
     separate forward per pass, bitwise (single and two-pass schedules, recompute and bypass)."""
     runs = {}
     for share in (True, False):
-        monkeypatch.setattr(trainer, "_SHARE_FORWARD", share)
         cfg = TrainConfig(**SMALL, method=method, rollout=rollout, pi_old=pi_old, steps=2,
                           dvp_rule="top_p", dvp_rho=0.5, out=str(tmp_path / str(share)))
-        train(cfg, progress=False, task=DenseKK())
+        train(cfg, progress=False, task=DenseKK(), share_forward=share)
         runs[share] = (no_time(read_metrics(cfg.out)),
                        torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"])
     assert runs[True][0] == runs[False][0]
@@ -295,11 +294,10 @@ def test_lopti_with_both_groups_runs_two_updates(tmp_path, monkeypatch):
     non-empty groups, so every step makes two updates; the shared forward stays bitwise."""
     runs = {}
     for share in (True, False):
-        monkeypatch.setattr(trainer, "_SHARE_FORWARD", share)
         calls = _count_updates(monkeypatch)
         cfg = TrainConfig(**SMALL, method="ar+lopti+tis", eta=0.002, steps=2,
                           out=str(tmp_path / str(share)))
-        train(cfg, progress=False, task=DenseKK())
+        train(cfg, progress=False, task=DenseKK(), share_forward=share)
         assert calls == [0, 0, 1, 1]
         runs[share] = no_time(read_metrics(cfg.out))
     assert all(0 < m["lopti/low_frac"] < 1 and m["grad/norm"] > 0 for m in runs[True])
@@ -323,17 +321,17 @@ def test_bypass_corrections_see_the_mismatch(tmp_path):
     assert runs["bypass"]["tis/weight_mean"] != 1.0
 
 
-def test_exact_path_reuses_the_trainer_forward(tmp_path, monkeypatch):
+def test_exact_path_reuses_the_trainer_forward(tmp_path):
     """V1: on ``exact`` the rollout log-probs (and TRM's rollout logits) are the trainer's pi_old
     forward, run once; the same run with the engine's own second forward is bitwise the same
     (metrics and weights), with pi_train = pi_roll exactly."""
     runs = {}
     for reuse in (True, False):
-        monkeypatch.setattr(trainer, "_EXACT_FROM_TRAINER", reuse)
         cfg = TrainConfig(**SMALL, method="ar+trm+tis", rollout="exact", trm_mode="both",
                           steps=2, out=str(tmp_path / str(reuse)))
-        assert trainer.rollout_config(cfg, DenseKK()).path == ("kv" if reuse else "exact")
-        train(cfg, progress=False, task=DenseKK())
+        config = trainer.rollout_config(cfg, DenseKK(), exact_from_trainer=reuse)
+        assert config.path == ("kv" if reuse else "exact")
+        train(cfg, progress=False, task=DenseKK(), exact_from_trainer=reuse)
         runs[reuse] = (no_time(read_metrics(cfg.out)),
                        torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"])
     assert runs[True][0] == runs[False][0]
@@ -507,14 +505,6 @@ def test_fused_head_only_from_a_large_vocabulary():
     assert not use_fused_head(tiny_lm(vocab_size=512, hidden=16, layers=1, heads=2, kv_heads=1))
     assert use_fused_head(tiny_lm(vocab_size=FUSED_MIN_VOCAB, hidden=8, layers=1, heads=2,
                                   kv_heads=1))
-
-
-def test_zero_variance_groups_finds_groups_of_equal_rewards():
-    from tailtheory.engine.trainer import zero_variance_groups
-
-    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.1, 0.1], dtype=torch.float64)
-    groups = torch.tensor([0, 0, 1, 1, 2, 2])
-    assert zero_variance_groups(rewards, groups).tolist() == [True, False, True]
 
 
 def test_filter_zero_var_leaves_flat_groups_out_of_the_loss(tmp_path, monkeypatch):

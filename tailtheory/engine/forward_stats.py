@@ -1,0 +1,131 @@
+"""The trainer's forward over a rollout batch: per-token statistics, whole or in micro-batches.
+
+Source: GRPO's ``pi_old`` / ``pi_train`` forward and the update's forward (see
+``engine/trainer.py``). One function, :func:`forward_stats`, is every forward the trainer runs
+over a :class:`~tailtheory.engine.rollout.RolloutBatch`: the fused LM head or the full logits
+(decided by the run, never by the call), and above ``cfg.micro_batch`` rows micro-batches of rows
+of similar length, each trimmed to its own longest prompt and response (:func:`batch_rows`).
+
+A non-finite number stops the run (:class:`TrainingDiverged`, raised by :func:`check_finite`).
+
+Shapes: ``B`` rows, ``P`` prompt columns, ``T`` response tokens, ``V`` vocabulary; per-token
+``(B, T)``, logits ``(B, T, V)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tailtheory.core.stats import token_stats
+from tailtheory.engine.rollout import (RolloutBatch, fused_response_stats, response_logits,
+                                       use_fused_head)
+
+
+class TrainingDiverged(ValueError):
+    """A NaN or inf in the loss, the logits or the weights; the last good checkpoint is kept."""
+
+
+def check_finite(x: torch.Tensor, what: str, step: int) -> None:
+    """Raise :class:`TrainingDiverged` naming ``what`` and ``step`` when ``x`` holds NaN or inf."""
+    if not torch.isfinite(x).all():
+        raise TrainingDiverged(f"non-finite {what} at step {step}; the run stopped and its last "
+                               f"good checkpoint is kept")
+
+
+def wants_exact_kl(cfg) -> bool:
+    """Whether the run's TRM correction uses the exact token KL (whole distributions: logits)."""
+    return any(m.name == "trm" for m in cfg.spec.corrections) and cfg.trm_estimator == "exact"
+
+
+def forward_stats(model, rb: RolloutBatch, keep, cfg, step: int, ref=None,
+                  self_ref: bool = False) -> tuple[dict, torch.Tensor | None]:
+    """The trainer forward's per-token statistics, and its detached logits on the full path.
+
+    Fused LM head (no ``(B, T, V)`` logits) when :func:`use_fused_head` and the step does not
+    need whole distributions (TRM's exact KL: to the sampler's logits ``ref``, or on ``exact`` to
+    this forward's own with ``self_ref``, V1). Decided by the run, not the call: every forward of
+    a step takes one path.
+
+    Batches of more than ``cfg.micro_batch`` rows run in micro-batches (:func:`micro_batched`):
+    the same statistics, the graph kept per micro-batch, so one ``backward`` of the step's loss
+    runs through each micro-batch's graph on its own small tensors.
+    """
+    B = rb.response.shape[0]
+    if not cfg.micro_batch or B <= cfg.micro_batch:
+        return forward_stats_rows(model, rb, keep, cfg, step, ref, self_ref)
+    return micro_batched(model, rb, keep, cfg, step, ref, self_ref)
+
+
+def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
+                  self_ref: bool) -> tuple[dict, torch.Tensor | None]:
+    """:func:`forward_stats_rows` over micro-batches of ``cfg.micro_batch`` rows of similar
+    length (rows sorted by prompt + response length), each trimmed to its own longest prompt and
+    response; results scattered back to the batch's row order and zero-padded to ``T``.
+
+    A full forward over ``B`` rows is slower on a CPU than the same rows in micro-batches of
+    64: its activations leave the caches (256 rows: 1.4x the time at 130 tokens a row,
+    ``benchmarks/bench_step.py``; 4x at 85 tokens). The numbers equal the whole-batch
+    forward's up to float32 rounding (reduction order), and are bitwise the same from one run to
+    the next.
+    """
+    B, T = rb.response.shape
+    lens = rb.mask.sum(-1)                                                    # (B,)
+    order = torch.argsort(rb.prompt_lens + lens, stable=True)
+    parts, logits = [], []
+    for rows in order.split(cfg.micro_batch):
+        sub = batch_rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+        st, z = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step,
+                                   slice_bt(ref, rows, sub), self_ref)
+        parts.append((rows, st))
+        logits.append((rows, z))
+    out = {}
+    for name in parts[0][1]:
+        first = parts[0][1][name]
+        full = first.new_zeros((B, T) + tuple(first.shape[2:]))
+        full = full.index_put((order,), torch.cat([pad_t(st[name], T) for _, st in parts]))
+        out[name] = full
+    z = None
+    if logits[0][1] is not None:
+        z = torch.cat([pad_t(z, T) for _, z in logits])
+        z = z.new_zeros(z.shape).index_put((order,), z)
+    return out, z
+
+
+def pad_t(x: torch.Tensor, T: int) -> torch.Tensor:
+    """``x (b, t, ...)`` zero-padded along dim 1 to ``T`` (differentiable)."""
+    if x.shape[1] == T:
+        return x
+    pad = x.new_zeros((x.shape[0], T - x.shape[1]) + tuple(x.shape[2:]))
+    return torch.cat([x, pad], 1)
+
+
+def slice_bt(x, rows: torch.Tensor, sub: RolloutBatch) -> torch.Tensor | None:
+    """Rows ``rows`` of a ``(B, T, ...)`` tensor, cut to ``sub``'s response length."""
+    return None if x is None else x[rows, :sub.response.shape[1]]
+
+
+def batch_rows(rb: RolloutBatch, rows: torch.Tensor, p: int, t: int) -> RolloutBatch:
+    """Rows ``rows`` of ``rb``: the prompt block cut to its last ``p`` columns (left padding only
+    is dropped), the response to its first ``t`` tokens (past every row's EOS)."""
+    P = rb.prompt_len
+    t = max(t, 1)
+    cols = torch.arange(P - p, P + t, device=rb.input_ids.device)
+    return RolloutBatch(input_ids=rb.input_ids[rows][:, cols], prompt_len=p,
+                        response=rb.response[rows, :t], mask=rb.mask[rows, :t],
+                        logp=rb.logp[rows, :t], logits=None,
+                        attention_mask=rb.attention_mask[rows][:, cols],
+                        prompt_lens=rb.prompt_lens[rows])
+
+
+def forward_stats_rows(model, rb: RolloutBatch, keep, cfg, step: int, ref=None,
+                       self_ref: bool = False) -> tuple[dict, torch.Tensor | None]:
+    """:func:`forward_stats` in one forward over every row of ``rb``."""
+    if use_fused_head(model) and not wants_exact_kl(cfg):
+        st = fused_response_stats(model, rb, cfg.temperature, keep)
+        check_finite(st["logp"].detach(), "log-probs", step)
+        return st, None
+    z = response_logits(model, rb)                                       # (B, T, V)
+    check_finite(z.detach(), "logits", step)
+    st = token_stats(z, rb.response, ref_logits=z.detach() if self_ref else ref, keep=keep,
+                     temperature=cfg.temperature)
+    return st, z.detach()
