@@ -30,8 +30,8 @@ Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
 |---|---|---|---|---|---|
 | V1 | `tailtheory.engine.rollout.sampled_logprobs` | - | `claims._v1` | - | `tests/engine/test_rollout.py` |
 | V2 | `tailtheory.engine.rollout.sampled_logprobs`, `tailtheory.engine.copies.inference_copy` | - | `claims._v2` | - | `tests/engine/test_rollout.py`, `tests/engine/test_copies.py` |
-| V3 | `training.v_plan`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
-| V4 | `training.v_plan`, `training.v4_evidence`, `corrections.tis_weight` | - | `claims._v4` | `figures.plot_finals` | `test_training.py`, `test_corrections.py` |
+| V3 | `training.v_arms`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
+| V4 | `training.v_arms`, `training.v4_evidence`, `corrections.tis_weight` | - | `claims._v4` | `figures.plot_finals` | `test_training.py`, `test_corrections.py` |
 | V5 | `training.v5_evidence` | - | `claims._v5` | `figures.plot_kl_reward` | `test_training.py` |
 
 TIM's corrections are weights on `rho` (`corrections.tis_weight`, `corrections.seq_tis_weight`,
