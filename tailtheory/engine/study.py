@@ -261,9 +261,12 @@ class Study:
         directory, thread count and device (the same runs elsewhere are the same experiment)."""
         from tailtheory.engine.runs import _identity
 
+        from tailtheory.engine.config import identity_fields
+
+        machine = identity_fields("machine")        # the resolved device, named by the run key
+
         def ident(c):
-            d = _identity(c)
-            d.pop("device")
+            d = {k: v for k, v in _identity(c).items() if k not in machine}
             return {**d, "steps": c.steps}
 
         return {a.label: [ident(c) for c in a.configs] for a in self.plan(preset)}
