@@ -58,7 +58,7 @@ SETTING_LABELS = {"random": "random model, head x40 (M7)",
 """Legend labels of the settings in the figures."""
 
 
-def sweep_table(data: dict, random_sweep=None):
+def trained_sweep_table(data: dict, random_sweep=None):
     """Long table of every setting's sweep: ``setting, rho, mass_mean, seq_kl_left`` (exact, fixed
     contexts) and, for rollout settings, ``tok_abs_mean_left`` and ``tok_outlier_<tau>`` (sampled
     tokens of the rollout pruned at ``rho``). ``random_sweep``: P4's random-model table, added as
@@ -82,10 +82,10 @@ def sweep_table(data: dict, random_sweep=None):
 def plot_trained_sweep(data: dict, random_sweep=None, mass_negligible: float = 1e-3):
     """P4 on trained models against ``rho``: full-distribution sequence KL left, sampled-token
     mean ``|Delta|`` left, sampled outlier rates, pruned mass. Returns ``(figure, table)``
-    (:func:`sweep_table`)."""
+    (:func:`trained_sweep_table`)."""
     import matplotlib.pyplot as plt
 
-    df = sweep_table(data, random_sweep)
+    df = trained_sweep_table(data, random_sweep)
     d = df[df.rho > 0]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
     taus = [c for c in df if c.startswith("tok_outlier_")]

@@ -33,6 +33,6 @@ Where each claim lives (modules of `tailtheory/softmax/`, tests in `tests/softma
 | S1 | `scores.score`, `symbolic.s1_residual` | - | `claims.check_s1` | - | `test_scores.py`, `test_symbolic.py` |
 | S2 | `scores.score_sq_norm`, `symbolic.s2_residual` | - | `claims.check_s2` | - | `test_scores.py`, `test_symbolic.py` |
 | S3 | `scores.sum_p_squared`, `scores.s3_errors` | `scores.lse_budget` | `claims.check_s3` | - | `test_scores.py` |
-| S4 | `scores.score_norm`, `scores.s4_slacks`, `scores.witness_ratio` | `scores.score_norm_bounds`, `scores.score_norm_bound_weak` | `claims.check_s4` | `figures.plot_score_norm` (data `scores.score_norm_table`) | `test_scores.py` |
+| S4 | `scores.score_norm`, `scores.s4_slacks`, `scores.score_norm_witness_ratio` | `scores.score_norm_bounds`, `scores.score_norm_bound_weak` | `claims.check_s4` | `figures.plot_score_norm` (data `scores.score_norm_table`) | `test_scores.py` |
 | S5 | `wedge.activation_wedge`, `wedge.wedge_summary` | `scores.score_norm_bounds` scaled by `J` | `claims.check_s5` | `figures.plot_layer_wedge` (data `wedge.layer_wedge_table`) | `test_wedge.py` |
 """

@@ -112,7 +112,7 @@ def check_s4(profile: str) -> Evidence:
     tight = {}
     for V in (2, 16, 1000):
         for end in ("upper", "lower"):
-            r = sm.witness_ratio(V, 0.3, end)
+            r = sm.score_norm_witness_ratio(V, 0.3, end)
             tight[f"{end}_witness_ratio_min"] = min(tight.get(f"{end}_witness_ratio_min", 1.0), r)
     steps = pick(profile, 150, 600)
     tight["upper_ratio_optimised"] = _optimised_ratio(16, "upper", steps, seed=1)

@@ -207,7 +207,7 @@ def score_norm_witness(vocab_size: int, p: float, end: str = "upper") -> torch.T
     return z
 
 
-def witness_ratio(vocab_size: int, p: float, end: str = "upper") -> float:
+def score_norm_witness_ratio(vocab_size: int, p: float, end: str = "upper") -> float:
     """How close the witness of :func:`score_norm_witness` comes to its end of the S4 wedge.
 
     Source: LOPTI (S4). ``end="upper"``: ``||e_0 - p|| / (sqrt(2)(1-p))``; ``"lower"``:

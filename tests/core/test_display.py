@@ -1,16 +1,14 @@
-"""Notebook output outside a kernel (files and text, as before) and the verdict report's forms."""
+"""Notebook output outside a kernel (files and text, as before) and the notebooks' verdict report."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from tailtheory.core import display, io  # noqa: E402
-from tailtheory.core.registry import Claim, ClaimResult, Evidence, Verdict  # noqa: E402
-from tailtheory.core.report import VerdictReport, commands  # noqa: E402
+from tailtheory.core.registry import Evidence, Verdict  # noqa: E402
 
 
 def test_outside_a_kernel_show_figure_saves_and_closes(tmp_path, capsys):
@@ -32,54 +30,6 @@ def test_provenance_says_what_a_figure_shows():
     assert display.provenance("measured", "full").startswith("Evidence:")
     with pytest.raises(ValueError, match="kind"):
         display.provenance("guess", "quick")
-
-
-def _result(verdict, numbers, note="", sources=()):
-    claim = Claim("X1", "DVP", "a < b", lambda p: None, Verdict.HOLDS)
-    return ClaimResult(claim, Evidence(verdict, numbers, note), 0.1, sources=sources)
-
-
-def test_verdict_report_text_and_html():
-    numbers = {"ratio": np.float64(0.123456789), "n": np.int64(1536), "knee": "no",
-               "big": 12345.678, **{f"k{i}": float(i) for i in range(400)}}
-    rep = VerdictReport([_result(Verdict.REFUTED, numbers, "criterion < 1",
-                                 (("m", "TAILTHEORY_PRESET=full python notebooks/04.py"),))],
-                        "quick")
-    text = str(rep)
-    assert "X1  theory: a < b" in text and "ratio=0.1235" in text and "n=1536" in text
-    assert "np.float64" not in text and "(+400 more numbers)" in text and len(text) < 1000
-    assert "re-measure: TAILTHEORY_PRESET=full python notebooks/04.py" in text
-    html = rep._repr_html_()
-    assert "#f9d6d5" in html and "REFUTED" in html and "ledger: HOLDS" in html
-    assert "<details><summary>all 404 numbers and the note</summary>" in html
-    assert "0.1235" in html and "1.235e+04" in html and "np.float64" not in html
-    assert "a &lt; b" in html and "criterion &lt; 1" in html
-    assert [c for _, c in commands(rep[0], "quick")] == [
-        "tailtheory verify --only X1 --profile quick",
-        "TAILTHEORY_PRESET=full python notebooks/04.py"]
-
-
-@pytest.mark.parametrize("verdict,colour", [(Verdict.HOLDS, "#d8f0dc"),
-                                            (Verdict.TOY_SCALE, "#e6f2d6"),
-                                            (Verdict.NOT_REPRODUCED, "#fdebc8")])
-def test_verdict_colours(verdict, colour):
-    assert colour in VerdictReport([_result(verdict, {"x": 1.0})])._repr_html_()
-
-
-def test_run_claim_keeps_the_stored_measurements_a_check_read(tmp_path, monkeypatch):
-    from tailtheory.core import measurements
-    from tailtheory.core.registry import run_claim
-
-    monkeypatch.setenv(measurements.RESULTS_ENV, str(tmp_path))
-    measurements.save_measurement("demo", {"a": 1}, {"x": 2.0}, "make demo")
-
-    def check(profile):
-        data = measurements.load_measurement("demo", {"a": 1})
-        return Evidence(Verdict.HOLDS, data)
-
-    res = run_claim(Claim("X2", "X", "x", check, Verdict.HOLDS))
-    assert res.sources == (("demo", "make demo"),)
-    assert commands(res, "quick")[-1] == ("re-measure", "make demo")
 
 
 def test_verdict_report_prints_and_asserts_the_ledger_verdict(monkeypatch, capsys):

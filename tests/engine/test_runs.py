@@ -138,18 +138,6 @@ def test_plot_cli_writes_png_and_csv_and_rejects_bad_input(tmp_path, capsys):
     assert ".png" in err and "no config.json" in err
 
 
-def test_devices():
-    from tailtheory.engine.devices import resolve_device
-
-    assert resolve_device("cpu") == "cpu"
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
-    with pytest.raises(ValueError, match="valid devices: auto, cpu, cuda"):
-        resolve_device("tpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA"):
-            resolve_device("cuda")
-
-
 def test_cuda_without_gpu_is_an_error_before_any_run_dir(tmp_path, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -157,36 +145,6 @@ def test_cuda_without_gpu_is_an_error_before_any_run_dir(tmp_path, capsys):
     assert main(["train", "--model", "tiny", "--steps", "1", "--device", "cuda",
                  "--out", str(out)]) == 2
     assert not out.exists() and "CUDA" in capsys.readouterr().err
-
-
-def test_presets_and_their_errors(monkeypatch, tmp_path):
-    from tailtheory.engine import presets
-
-    monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path / preset)
-
-    with pytest.raises(ValueError, match="valid presets: quick, full"):
-        presets.check_preset("medium")
-    with pytest.raises(ValueError, match="valid presets"):
-        presets.train_config("medium")
-    quick, full = presets.train_config("quick"), presets.train_config("full")
-    assert quick.task == full.task == presets.TRACE_TASK
-    assert quick.steps < full.steps and full.model == "warm"
-    assert len(presets.SEEDS["full"]) >= 3
-    assert presets.train_config("quick", lr=1e-5).lr == 1e-5
-    assert quick.model == str(tmp_path / "quick")
-
-
-def test_held_out_accuracy_is_deterministic_and_in_range():
-    from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.evaluate import held_out_accuracy
-    from tailtheory.engine.tasks import get_task
-
-    torch.manual_seed(0)
-    model = tiny_lm(vocab_size=64, hidden=16, layers=1, heads=2, kv_heads=1)
-    task = get_task("kk", seed=0, n_people=2)
-    a = held_out_accuracy(model, task, n=4, temperature=1.0, seed=7)
-    assert 0.0 <= a <= 1.0
-    assert held_out_accuracy(model, task, n=4, temperature=1.0, seed=7) == a
 
 
 def test_a_failing_worker_is_reported_and_the_others_finish(tmp_path):

@@ -154,7 +154,7 @@ def test_s4_zero_at_p_one_and_bounds_vanish():
 @example(3, 1 - 1e-9)
 def test_s4_upper_witness_attains_bound(V, p):
     """Upper end attained: all remaining mass on one other token gives ratio >= 0.999."""
-    ratio = sm.witness_ratio(V, p, "upper")
+    ratio = sm.score_norm_witness_ratio(V, p, "upper")
     target(-ratio)  # search for the worst witness
     assert 0.999 <= ratio <= 1 + RATIO_RTOL
 
@@ -165,7 +165,7 @@ def test_s4_upper_witness_attains_bound(V, p):
 @example(1000, 0.3)
 def test_s4_lower_witness_attains_bound(V, p):
     """Lower end attained: remaining mass spread evenly gives ratio >= 0.999 (equality)."""
-    ratio = sm.witness_ratio(V, p, "lower")
+    ratio = sm.score_norm_witness_ratio(V, p, "lower")
     target(-ratio)
     assert 0.999 <= ratio <= 1 + RATIO_RTOL
 
@@ -248,20 +248,6 @@ def test_bad_witness_args_rejected(args, match):
 def test_scalar_logits_rejected():
     with pytest.raises(ValueError, match="vocabulary dimension"):
         sm.sum_p_squared(1.0)
-
-
-def test_score_norm_plot_returns_figure_and_data():
-    """The S4 figure comes with its data; the S4 witnesses sit on the bound lines."""
-    import matplotlib.pyplot as plt
-
-    from tailtheory.softmax.figures import plot_score_norm
-
-    fig, df = plot_score_norm(n=40, vocab_size=32)
-    up = df[df.kind == "upper_witness"]
-    assert np.allclose(up.score_norm, up.upper, rtol=1e-9)
-    assert {"p", "score_norm", "lower", "upper", "weak"} <= set(df.columns)
-    plt.close(fig)
-    assert len(sm.score_norm_table(n=40, vocab_size=32)) == 40
 
 
 # --- masked (-inf) logits and the chunked path ------------------------------------------------

@@ -102,15 +102,3 @@ def test_layer_modules_rejects_other_models():
         sw.layer_modules(torch.nn.Linear(3, 3))
 
 
-def test_layer_wedge_plot_returns_figure_and_data(tiny):
-    """The S5 figure comes with its per-token table, every token under its upper end."""
-    import matplotlib.pyplot as plt
-
-    from tailtheory.softmax.figures import plot_layer_wedge
-
-    model, _, rows = tiny
-    names = [n for n, _ in sw.layer_modules(model)]
-    fig, df = plot_layer_wedge(rows, names, vocab_size=16)
-    assert len(df) == len(rows["p"]) and set(df.layer) == set(names)
-    assert (df.grad_norm <= df.upper * (1 + sw.WEDGE_RTOL)).all()
-    plt.close(fig)

@@ -1,5 +1,6 @@
-"""TRM (T1-T13): exact errors of tabular pairs against every trust-region bound, the T9 identity,
-the T11 counterexample, the T12 masks and the T13 growth fit."""
+"""TRM (T1-T13): exact errors of tabular pairs against every trust-region bound (the exact
+quantities themselves, T9's identity among them, are ``test_exact.py``), the T11
+counterexample, the T12 masks and the T13 growth fit."""
 
 import itertools
 import math
@@ -16,23 +17,12 @@ from tailtheory.trm import mask as tm
 from tailtheory.trm import bounds as tr
 from tailtheory.mismatch.logprob import k3
 from tailtheory.core.tabular import TabularPolicy, random_rewards
-from tailtheory.trm.exact import (context_kl, delta_t9, divergences, error, exact_report,
-                                  k3_expectation, objective, worst_case_reward)
+from tailtheory.trm.exact import context_kl, k3_expectation, worst_case_reward
+from tests.trm.test_exact import pairs
 
 FULL_KEYS = list(tr.BOUND_KEYS)
 
 WITNESS_CLASSICAL = tx.T10_WITNESSES["classical"]
-
-
-@st.composite
-def pairs(draw, max_sequences: int = 300):
-    """``(pi_roll, pi_theta)``: a drawn tabular policy (long horizons with small V, or V up to
-    24 with T <= 3; logits up to scale 30) and noise on all or few contexts."""
-    roll = draw(st.one_of(tabular_policies(max_v=4, max_t=12, max_sequences=max_sequences),
-                          tabular_policies(max_v=24, max_t=3, max_sequences=2 * max_sequences)))
-    scale = draw(st.sampled_from([0.0, 0.01, 0.1, 0.5, 2.0, 8.0]))
-    frac = draw(st.sampled_from([1.0, 0.3, 0.02]))
-    return roll, roll.perturbed(scale, frac=frac, seed=draw(st.integers(0, 2**16)))
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -180,54 +170,7 @@ def test_tightest_bound_needs_a_t2_to_t7_key():
         tr.tightest_bound({"classical": 1.0})
 
 
-# -- exact quantities and T9 --------------------------------------------------------------------
-@given(pairs(), st.integers(0, 100))
-def test_T9_error_equals_minus_delta(pair, seed):
-    """T9: Error = -Delta to rounding, for random rewards on dense and sparse pairs."""
-    roll, theta = pair
-    R = random_rewards(roll, seed=seed)
-    rep = exact_report(roll, theta, R)
-    size = 1 + abs(rep["J_theta"]) + abs(rep["J_roll"]) + abs(rep["surrogate"])
-    assert abs(rep["error"] + delta_t9(roll, theta, R)) <= 1e-12 * size
-
-
-@given(pairs(max_sequences=200))
-def test_seq_kl_is_kl_of_sequence_laws(pair):
-    """Chain rule behind T4: sum_t E_{d_t}[KL] = KL(P^roll || P^theta) over whole sequences."""
-    roll, theta = pair
-    p, q = roll.seq_prob, theta.seq_prob
-    keep = p > 0
-    direct = (p[keep] * (p[keep].log() - q[keep].log())).sum().item()
-    assert divergences(roll, theta)["seq_kl"] == pytest.approx(direct, rel=1e-9, abs=1e-12)
-
-
-def test_context_kl_matches_definition():
-    roll = TabularPolicy.random(3, 2, sharpness=2.0, seed=0)
-    theta = roll.perturbed(1.0, seed=1)
-    p, q = roll.probs(), theta.probs()
-    for c in range(p.shape[0]):
-        want = sum(float(p[c, v]) * math.log(float(p[c, v] / q[c, v])) for v in range(3))
-        assert context_kl(roll, theta)[c].item() == pytest.approx(want, rel=1e-12)
-
-
-def test_worst_case_reward_maximises_error_over_all_binary_rewards():
-    """|Error| is linear in R in [0,1]^N, so a vertex attains its maximum; check all 2^8."""
-    roll, theta = tx.make_pair(2, 3, None, 1.0, 1.0, 1.0, seed=5)
-    best = max(abs(error(roll, theta, torch.tensor(bits, dtype=torch.float64)))
-               for bits in itertools.product([0.0, 1.0], repeat=8))
-    assert abs(error(roll, theta, worst_case_reward(roll, theta))) == pytest.approx(best, rel=1e-12)
-
-
-def test_exact_quantities_reject_bad_input():
-    roll = TabularPolicy.random(2, 2, seed=0)
-    with pytest.raises(ValueError, match="R must have shape"):
-        objective(roll, torch.zeros(3))
-    with pytest.raises(ValueError, match="R must lie"):
-        objective(roll, torch.full((4,), 1.5))
-    with pytest.raises(ValueError, match="share V, T"):
-        context_kl(roll, TabularPolicy.random(2, 3, seed=0))
-
-
+# -- zero at zero --------------------------------------------------------------------------------
 def test_identical_policies_have_zero_error_and_divergence():
     """Zero at zero: pi_theta = pi_roll gives Error = 0, delta = eps = 0, every bound 0."""
     roll = TabularPolicy.random(3, 4, eos=2, seed=0)

@@ -1,4 +1,5 @@
-"""The verl plugin imports without verl (its tests against verl run in ``make test-verl``)."""
+"""The verl plugin (``tailtheory.integrations.verl``) imports without verl (its tests against verl
+run in ``make test-verl``)."""
 
 from __future__ import annotations
 

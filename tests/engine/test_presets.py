@@ -1,0 +1,31 @@
+"""The notebooks' presets (``tailtheory.engine.presets``): their configs and their errors."""
+
+import pytest
+
+from tailtheory.engine import presets
+
+
+def test_presets_and_their_errors(monkeypatch, tmp_path):
+    monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path / preset)
+
+    with pytest.raises(ValueError, match="valid presets: quick, full"):
+        presets.check_preset("medium")
+    with pytest.raises(ValueError, match="valid presets"):
+        presets.train_config("medium")
+    quick, full = presets.train_config("quick"), presets.train_config("full")
+    assert quick.task == full.task == presets.TRACE_TASK
+    assert quick.steps < full.steps and full.model == "warm"
+    assert len(presets.SEEDS["full"]) >= 3
+    assert presets.train_config("quick", lr=1e-5).lr == 1e-5
+    assert quick.model == str(tmp_path / "quick")
+
+
+def test_warm_start_configs_of_the_presets():
+    """``full``: the task's own warm start (stops in its accuracy window); ``quick``: a short
+    fixed run, a pipeline check."""
+    quick, full = presets.warm_sft_config("quick"), presets.warm_sft_config("full")
+    assert quick.task == full.task == presets.TRACE_TASK
+    assert full.stop_in_window and not quick.stop_in_window
+    assert quick.max_steps == presets.QUICK_SFT_STEPS < full.max_steps
+    with pytest.raises(ValueError, match="valid presets"):
+        presets.warm_sft_config("medium")

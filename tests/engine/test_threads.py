@@ -1,0 +1,31 @@
+"""CPU threads of a training command (``tailtheory.engine.threads``): one for a small model on
+the CPU unless told otherwise, and the caller's count back after a block."""
+
+import pytest
+import torch
+
+from tailtheory.engine import threads as th
+
+
+def test_small_models_on_the_cpu_get_one_thread():
+    assert th.default_threads(723_072) == 1
+    assert th.default_threads(th.SMALL_MODEL_PARAMS + 1) == th.TORCH_DEFAULT
+    assert th.default_threads(1000, "cuda") == th.TORCH_DEFAULT
+
+
+def test_a_positive_count_wins_and_zero_is_automatic():
+    assert th.resolve_threads(3, 1000) == 3
+    assert th.resolve_threads(0, 1000) == 1
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads must be an integer >= 0"):
+            th.check_threads(bad)
+
+
+def test_torch_threads_restores_the_count_even_on_error():
+    before = torch.get_num_threads()
+    with th.torch_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), th.torch_threads(1):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
