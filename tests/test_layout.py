@@ -38,16 +38,7 @@ FLOORS = {"core": 0, "engine": 1, **{s: 2 for s in SECTIONS}, "cli": 3, "diagnos
 """The floor of each top-level folder (or module) of the package: imports run down or
 sideways, never up."""
 
-UNMIRRORED: dict[str, str] = {
-    "diagnose/aggregate.py": "one pipeline, tested end to end from its records by "
-                             "tests/diagnose/ (test_diagnose.py, test_bad_input.py)",
-    "diagnose/build.py": "the same pipeline, tested end to end by tests/diagnose/",
-    "diagnose/columns.py": "the same pipeline, tested end to end by tests/diagnose/",
-    "diagnose/read.py": "the same pipeline, tested end to end by tests/diagnose/",
-    "diagnose/report.py": "the same pipeline, tested end to end by tests/diagnose/",
-    "diagnose/sections.py": "the same pipeline, tested end to end by tests/diagnose/",
-    "diagnose/cli.py": "the pipeline's command line, tested end to end by tests/diagnose/",
-}
+UNMIRRORED: dict[str, str] = {}
 """Modules without a mirrored test file, and why (kept as short as possible)."""
 
 

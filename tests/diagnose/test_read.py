@@ -1,8 +1,7 @@
-"""Bad input to ``tailtheory diagnose``: one clear line, exit status 2, and no report written;
-the output folder rules (never clobber a folder that is not a diagnose output)."""
+"""Bad dumps refused while they are read (``tailtheory.diagnose.read``): one clear line, exit
+status 2, and no report written."""
 
 import json
-import shutil
 
 import numpy as np
 import pandas as pd
@@ -123,39 +122,3 @@ def test_unreadable_inputs(capsys, tmp_path, kind):
         match = "no dumps in this folder"
     err = _fails(capsys, tmp_path, f, match=match)
     assert str(f) in err
-
-
-def test_wrong_types_and_overfull_topk(capsys, tmp_path):
-    rows = [dict(r, position=str(r["position"])) for r in GOOD]
-    _fails(capsys, tmp_path, _parquet(tmp_path / "w.parquet", rows),
-           match="column position must hold integers")
-    tok = [dict(GOOD[0], topk_logp_rollout=[-0.1, -0.2])]            # mass 1.72 > 1
-    _fails(capsys, tmp_path, write_jsonl(tmp_path / "t.jsonl", tok),
-           match="topk_logp_rollout holds more than probability 1")
-
-
-def test_out_folder_rules(capsys, tmp_path, monkeypatch):
-    """A folder that is not a diagnose output is refused and untouched; an earlier output is
-    replaced whole; a failure while writing leaves neither a report nor a temporary folder."""
-    f = write_jsonl(tmp_path / "d.jsonl", GOOD)
-    notes = tmp_path / "notes"
-    notes.mkdir()
-    (notes / "keep.txt").write_text("mine")
-    assert main(["diagnose", str(f), "--out", str(notes), "--quiet"]) == 2
-    assert "is not a diagnose output" in capsys.readouterr().err
-    assert [p.name for p in notes.iterdir()] == ["keep.txt"]
-    out = tmp_path / "out"
-    assert main(["diagnose", str(f), "--out", str(out), "--quiet"]) == 0
-    (out / "stale.png").write_bytes(b"x")
-    assert main(["diagnose", str(f), "--out", str(out), "--quiet"]) == 0
-    assert (out / "report.html").is_file() and not (out / "stale.png").exists()
-
-    import tailtheory.diagnose.report as report
-
-    def boom(*a, **k):
-        raise ValueError("figure failed")
-
-    monkeypatch.setattr(report, "draw_all", boom)
-    shutil.rmtree(out)
-    _fails(capsys, tmp_path, f, match="figure failed")
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
