@@ -129,7 +129,7 @@ df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["m
 # `tailtheory.engine.study`).
 
 # %%
-data = training.training_data(PROFILE)
+data = training.STUDY.data(PROFILE)
 fig, df_curves = training.plot_curves(data)
 show_figure(fig, "lopti_training_curves", df_curves,
             provenance("stored", PRESET, "results/lopti_training.json"))

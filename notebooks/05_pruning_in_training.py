@@ -112,7 +112,7 @@ df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
 # below GRPO's by more than 2 standard errors over seeds.
 
 # %%
-data = training.training_data(PROFILE)
+data = training.STUDY.data(PROFILE)
 fig, df_p5 = training.plot_p5(data)
 show_figure(fig, "dvp_training_bias_bound", df_p5,
             provenance("stored", PRESET, "results/dvp_training.json"))

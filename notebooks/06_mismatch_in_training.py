@@ -105,7 +105,7 @@ figures.contribution_table(numbers).groupby(["label", "sign"])["count"].sum()
 # over seeds.
 
 # %%
-data = training.training_data(PROFILE)
+data = training.STUDY.data(PROFILE)
 STORED = provenance("stored", PRESET, "results/mismatch_training.json")  # this data's captions
 fig, df_paths = plot_curves(data, training.main_labels(data))
 show_figure(fig, "mismatch_training_paths", df_paths, STORED)
@@ -153,7 +153,7 @@ df_acc
 # ## (7) O6 in training: reward and held-out accuracy against tokens consumed
 
 # %%
-o6 = otb_training.training_data(PROFILE)
+o6 = otb_training.STUDY.data(PROFILE)
 fig, df_o6 = otb_figures.plot_o6(o6)
 show_figure(fig, "otb_training_tokens", df_o6,
             provenance("stored", PRESET, "results/otb_training.json"))

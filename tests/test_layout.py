@@ -201,42 +201,22 @@ UPWARD = upward_imports(GRAPH)
 IN_CYCLE = {m: c for c in cycles(GRAPH) for m in c}
 LINES = line_counts(PACKAGE)
 
-PENDING_FLOORS: dict[str, str] = {}
-"""Modules that import a higher floor today because a move is under way: ``xfail`` until done."""
-
-PENDING_CYCLES: dict[str, str] = {}
-"""Modules on an import cycle today because a move is under way: ``xfail`` until done."""
-
-PENDING_SIZE: dict[str, str] = {}
-"""Modules over :data:`MAX_LINES` today because a split is under way: ``xfail`` until done."""
-
 SHARED = shared_function_names(PACKAGE)
-PENDING_NAMES: dict[str, str] = {
-    "training_data": "each section's training.py (being rewritten on engine/study.py) defines it",
-    "measurement": "trm/training.py and tim/training.py (being rewritten on engine/study.py)",
-}
-"""Public function names found in two sections today, in files whose rewrite is under way:
-``xfail`` until renamed there."""
 
 
-def _cases(names, pending: dict[str, str]):
-    return [pytest.param(n, id=n, marks=pytest.mark.xfail(strict=False, reason=pending[n]))
-            if n in pending else pytest.param(n, id=n) for n in sorted(names)]
-
-
-@pytest.mark.parametrize("module", _cases(GRAPH, PENDING_FLOORS))
+@pytest.mark.parametrize("module", sorted(GRAPH))
 def test_imports_run_down_the_floors(module):
     assert module not in UPWARD, (
         f"{module} (floor {floor_of(module)}) imports higher floors: "
         + ", ".join(f"{t} (floor {floor_of(t)})" for t in UPWARD[module]))
 
 
-@pytest.mark.parametrize("module", _cases(GRAPH, PENDING_CYCLES))
+@pytest.mark.parametrize("module", sorted(GRAPH))
 def test_no_import_cycle(module):
     assert module not in IN_CYCLE, f"{module} is on an import cycle among {IN_CYCLE[module]}"
 
 
-@pytest.mark.parametrize("path", _cases(LINES, PENDING_SIZE))
+@pytest.mark.parametrize("path", sorted(LINES))
 def test_modules_are_at_most_max_lines(path):
     assert LINES[path] <= MAX_LINES, f"{path} has {LINES[path]} lines (at most {MAX_LINES})"
 
@@ -256,14 +236,8 @@ def test_unmirrored_list_is_current():
 
 
 def test_no_public_function_name_in_two_sections():
-    shared = {fn: mods for fn, mods in SHARED.items() if fn not in PENDING_NAMES}
-    assert not shared, "public functions of the same name in two sections: " + "; ".join(
-        f"{fn} ({', '.join(mods)})" for fn, mods in shared.items())
-
-
-@pytest.mark.parametrize("name", _cases(PENDING_NAMES, PENDING_NAMES))
-def test_pending_shared_name_is_gone(name):
-    assert name not in SHARED, f"{name} is defined in {', '.join(SHARED[name])}"
+    assert not SHARED, "public functions of the same name in two sections: " + "; ".join(
+        f"{fn} ({', '.join(mods)})" for fn, mods in SHARED.items())
 
 
 def test_the_graph_sees_the_package():

@@ -75,9 +75,6 @@ class Comparison:
     se: float
     verdict: Verdict
 
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
     @property
     def z(self) -> float:
         """``delta / se`` (infinite with the sign of ``delta`` when ``se`` is 0)."""

@@ -14,19 +14,19 @@ from tailtheory.lopti import training
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
           "GRPO", expected=Verdict.NOT_REPRODUCED)
 def _l2(profile: str) -> Evidence:
-    return training.l2_evidence(training.training_data(profile))
+    return training.l2_evidence(training.STUDY.data(profile))
 
 
 @register("L3", paper="LOPTI", statement="Lopti (low-probability tokens first, eta 0.5) trains "
           "better than GRPO and than its reversed order", expected=Verdict.NOT_REPRODUCED)
 def _l3(profile: str) -> Evidence:
-    return training.l3_evidence(training.training_data(profile))
+    return training.l3_evidence(training.STUDY.data(profile))
 
 
 @register("L6", paper="LOPTI", statement="GRPO -> +AR+Lopti raises held-out K&K accuracy "
           "(0.39 -> 0.57 at 3B)", expected=Verdict.NOT_REPRODUCED)
 def _l6(profile: str) -> Evidence:
-    return training.l6_evidence(training.training_data(profile))
+    return training.l6_evidence(training.STUDY.data(profile))
 
 
 # L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,

@@ -37,7 +37,7 @@ from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, UPDATE_BINS,
                                       batch_stats, probe_batch)
 from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
-from tailtheory.lopti.training import Z_CRIT, compare
+from tailtheory.engine.study import Z_CRIT, compare, mean_se, worst
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8}}
 """Seeds and batches per seed of each preset; batch sizes are the preset's training sizes."""
@@ -198,22 +198,17 @@ def seed_values(data: dict) -> dict[int, dict]:
     return out
 
 
-def _mean_se(xs) -> tuple[float, float]:
-    xs = np.asarray(xs, dtype=float)
+def _seed_mean_se(xs) -> tuple[float, float]:
+    """Mean and standard error over seeds (:func:`tailtheory.engine.study.mean_se`); a verdict
+    needs at least two seeds."""
     if len(xs) < 2:
         raise ValueError(f"need >= 2 seeds for a standard error, got {len(xs)}")
-    return float(xs.mean()), float(xs.std(ddof=1) / np.sqrt(len(xs)))
-
-
-def _worst(*verdicts: Verdict) -> Verdict:
-    """REFUTED beats NOT-REPRODUCED beats TOY-SCALE: a claim with parts needs every part."""
-    order = (Verdict.REFUTED, Verdict.NOT_REPRODUCED, Verdict.TOY_SCALE)
-    return min(verdicts, key=order.index)
+    return mean_se(xs)
 
 
 def _small(xs, limit: float = CLOSE_MAX, refute: float = FAR_MIN) -> tuple[float, float, Verdict]:
     """TOY-SCALE when ``mean + 2 se < limit``, REFUTED when ``mean - 2 se > refute``."""
-    m, se = _mean_se(xs)
+    m, se = _seed_mean_se(xs)
     v = (Verdict.TOY_SCALE if m + Z_CRIT * se < limit else
          Verdict.REFUTED if m - Z_CRIT * se > refute else Verdict.NOT_REPRODUCED)
     return m, se, v
@@ -234,7 +229,7 @@ def l1_evidence(data: dict) -> Evidence:
     """L1: rank correlation of ``1 - pi_old`` and ``||grad_theta log pi||`` over seeds, and the
     per-bin mean norm decreasing in ``p`` (criterion in the module docstring)."""
     sv = seed_values(data)
-    m, se = _mean_se([v["l1"]["rho"] for v in sv.values()])
+    m, se = _seed_mean_se([v["l1"]["rho"] for v in sv.values()])
     bins = np.mean([v["l1"]["param_bins"] for v in sv.values()], 0)
     logit = np.mean([v["l1"]["logit_bins"] for v in sv.values()], 0)
     decreasing = bool(np.all(np.diff(bins) < 0))
@@ -261,15 +256,15 @@ def l4_evidence(data: dict) -> Evidence:
                      _dpi_vector(v, "all", range(1, N_BINS))) for v in sv.values()])
     f = _small([_rel(_dpi_vector(v, "highest", range(N_BINS)), _dpi_vector(v, "all", range(N_BINS)),
                      size=True) for v in sv.values()])
-    part_d = _worst(*(c["verdict"] for c in d))
+    part_d = worst(*(c.verdict for c in d))
     nums = {"d": str(part_d), "e_rel_dist": e[0], "f_rel_size": f[0],
             "norm_all": float(np.mean([v["norm_all"] for v in sv.values()])),
             **{f"norm_bin{b}": float(np.mean([r["norm"] for r in rows[f"bin{b}"]]))
                for b in range(N_BINS)},
-            **{f"d_delta_{b}{b + 1}": c["delta"] for b, c in enumerate(d)},
-            **{f"d_se_{b}{b + 1}": c["se"] for b, c in enumerate(d)},
+            **{f"d_delta_{b}{b + 1}": c.delta for b, c in enumerate(d)},
+            **{f"d_se_{b}{b + 1}": c.se for b, c in enumerate(d)},
             "e": str(e[2]), "e_se": e[1], "f": str(f[2]), "f_se": f[1], "seeds": len(sv)}
-    return Evidence(_worst(part_d, e[2], f[2]), nums,
+    return Evidence(worst(part_d, e[2], f[2]), nums,
                     f"criterion: (d) norm_b - norm_b+1 > 2 se for b = 0, 1, 2; (e) ||v_low - "
                     f"v_all|| / ||v_all|| over bins 1-3 and (f) ||v_high|| / ||v_all|| below "
                     f"{CLOSE_MAX} by 2 se (v: mean Delta pi per bin and sign of A); SGD lr {SGD_LR}")
@@ -282,8 +277,8 @@ def l5_evidence(data: dict) -> Evidence:
     c = {m: compare(rows, m, "GRPO", "top") for m in ("AR", "Lopti")}
     top = {m: float(np.mean([r["top"] for r in rows[m]])) for m in METHODS}
     nums = {"rise_top_GRPO": top["GRPO"],
-            **{f"{k}_{m}": c[m][k] for m in c for k in ("delta", "se")},
+            **{f"{k}_{m}": getattr(c[m], k) for m in c for k in ("delta", "se")},
             **{f"rise_top_{m}": top[m] for m in c}, "seeds": len(sv)}
-    return Evidence(_worst(*(x["verdict"] for x in c.values())), nums,
+    return Evidence(worst(*(x.verdict for x in c.values())), nums,
                     f"criterion: AR (alpha {ALPHA}) and Lopti (eta {ETA}) each above GRPO by > 2 se "
                     f"over seeds on the top-bin rise fraction; GRPO's level (paper ~0.5) reported")

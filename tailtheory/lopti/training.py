@@ -20,11 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence
-from tailtheory.engine.study import Z_CRIT, Arm, Measurement, Study, compare, register_study, worst
-
-__all__ = ["LOPTI_METHODS", "ALPHAS", "ETAS", "KNOBS", "STUDY", "Z_CRIT", "compare", "lopti_arms",
-           "l2_evidence", "l3_evidence", "l6_evidence", "training_data", "plot_curves",
-           "plot_sweeps"]
+from tailtheory.engine.study import Arm, Measurement, Study, register_study, worst
 
 LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+lopti",
                  "Lopti reversed": "lopti_reversed"}
@@ -105,10 +101,6 @@ def l6_evidence(data) -> Evidence:
     return Evidence(c.verdict, nums, "criterion: AR+Lopti - GRPO final held-out accuracy "
                     "(mean of the last 2 evaluations) > 2 se over seeds")
 
-
-def training_data(profile: str) -> Measurement:
-    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    return STUDY.data(profile)
 
 
 def plot_curves(data, labels=None, smooth: int = 5):

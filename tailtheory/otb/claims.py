@@ -258,7 +258,7 @@ def check_o6(profile: str) -> Evidence:
     # no position-dependent baseline, not even the variance-optimal B = M^-1 c (an exact critic),
     # can turn N = 4 into N = 32 when V(mean) / V(opt) < 32 / 4 on every policy
     best_gain = max(r["ratio_mean"] / r["ratio_opt"] for r in variance_table(profile))
-    trained = training.o6_training_evidence(training.training_data(profile))
+    trained = training.o6_training_evidence(training.STUDY.data(profile))
     verdict = (Verdict.REFUTED if Verdict.REFUTED in (one_step, trained.verdict) else
                Verdict.TOY_SCALE if one_step == trained.verdict == Verdict.TOY_SCALE else
                Verdict.NOT_REPRODUCED)

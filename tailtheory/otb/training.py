@@ -87,6 +87,3 @@ def o6_training_evidence(data) -> Evidence:
                     f"reward, last 10 steps, 2 se over seeds)")
 
 
-def training_data(profile: str) -> Measurement:
-    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    return STUDY.data(profile)

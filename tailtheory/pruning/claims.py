@@ -227,4 +227,4 @@ def _p4_trained_numbers(name: str, knee: dict, setting: dict) -> dict:
 def _p5(profile: str) -> Evidence:
     from tailtheory.pruning import training
 
-    return training.p5_evidence(training.training_data(profile))
+    return training.p5_evidence(training.STUDY.data(profile))

@@ -86,10 +86,6 @@ def p5_evidence(data) -> Evidence:
                     f"{BIAS_OK} and final reward not below GRPO's by > 2 se")
 
 
-def training_data(profile: str) -> Measurement:
-    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    return STUDY.data(profile)
-
 
 def p5_table(data: dict):
     """Long table ``label, seed, step, reward, pruned_mass, bias_bound, mismatch_abs_mean``."""

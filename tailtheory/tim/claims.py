@@ -139,7 +139,7 @@ def _corpus_batches(cfg):
 def _v3(profile: str) -> Evidence:
     from tailtheory.tim import training
 
-    return training.v3_evidence(training.training_data(profile))
+    return training.v3_evidence(training.STUDY.data(profile))
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
@@ -148,7 +148,7 @@ def _v3(profile: str) -> Evidence:
 def _v4(profile: str) -> Evidence:
     from tailtheory.tim import training
 
-    return training.v4_evidence(training.training_data(profile))
+    return training.v4_evidence(training.STUDY.data(profile))
 
 
 @register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
@@ -156,4 +156,4 @@ def _v4(profile: str) -> Evidence:
 def _v5(profile: str) -> Evidence:
     from tailtheory.tim import training
 
-    return training.v5_evidence(training.training_data(profile))
+    return training.v5_evidence(training.STUDY.data(profile))

@@ -5,12 +5,12 @@ table)`` with the table the figure is drawn from.
 
 from __future__ import annotations
 
-from tailtheory.tim.training import C_EDGES, measurement
+from tailtheory.tim.training import C_EDGES, STUDY
 
 
 def _runs(data) -> list[str]:
     """The main and knob arms (not the remedies, which re-read or add runs)."""
-    m = measurement(data)
+    m = STUDY.measurement(data)
     return m.labels(role="main") + m.labels(role="knob")
 
 
@@ -89,7 +89,7 @@ def kl_table(data: dict, labels=None):
     """Long table ``label, seed, step, reward, k1, k3, abs_mean`` of the mismatch runs."""
     import pandas as pd
 
-    m = measurement(data)
+    m = STUDY.measurement(data)
     labels = labels or [lb for lb in _runs(m) if m.tags[lb]["path"] != "exact"]
     return pd.DataFrame([{"label": lb, "seed": r["seed"], "step": t,
                           **{k: r[k][t] for k in ("reward", "k1", "k3", "abs_mean")}}

@@ -174,11 +174,6 @@ STUDY = register_study(Study(
 curves, mismatch and length series, and the token numbers of the runs that dumped tokens."""
 
 
-def measurement(data) -> Measurement:
-    """``data`` (label -> rows) with the full preset's arms and their tags."""
-    return STUDY.measurement(data)
-
-
 C_EDGES = [-(10.0 ** e) for e in range(0, -7, -1)] + [0.0] + [10.0 ** e for e in range(-6, 1)]
 """Histogram edges of ``C`` (symmetric, logarithmic; values beyond +-1 go to the end bins)."""
 
@@ -269,7 +264,7 @@ def _mean_c(rows: list, sign: str) -> float:
 def harm_table(data) -> list[dict]:
     """Every mismatch configuration against ``exact recompute`` at its knob: ``compare`` on final
     reward and held-out accuracy, plus whether it collapsed (final reward < 0.05 in some seed)."""
-    m = measurement(data)
+    m = STUDY.measurement(data)
     out = []
     for label in m.labels(role="main") + m.labels(role="knob"):
         knob = m.tags[label]["knob"]
@@ -288,7 +283,7 @@ def harm_table(data) -> list[dict]:
 
 def v4_evidence(data) -> Evidence:
     """V4 from the study's numbers (rule in the module docstring)."""
-    m = measurement(data)
+    m = STUDY.measurement(data)
     rows = harm_table(m)
     nums = {}
     for r in rows:
@@ -319,7 +314,7 @@ def _window_k3(rows: list, first: bool) -> float:
 
 def v5_evidence(data) -> Evidence:
     """V5 from the study's numbers (rule in the module docstring)."""
-    m = measurement(data)
+    m = STUDY.measurement(data)
     harmed = [r["label"] for r in harm_table(m) if r["harmed"]]
     nums, flat = {}, []
     for label in [lb for lb in m.labels(role="main") + m.labels(role="knob")
@@ -342,21 +337,17 @@ def v5_evidence(data) -> Evidence:
                     f"NOT-REPRODUCED)")
 
 
-def training_data(profile: str) -> Measurement:
-    """The stored full-preset measurement (``quick``) or a new one (``thorough``)."""
-    return STUDY.data(profile)
-
 
 def main_labels(data) -> list[str]:
     """The main regime's path x mode labels present in ``data``."""
-    return measurement(data).labels(role="main")
+    return STUDY.measurement(data).labels(role="main")
 
 
 def knob_labels(data) -> list[str]:
     """The knob runs' labels present in ``data``."""
-    return measurement(data).labels(role="knob")
+    return STUDY.measurement(data).labels(role="knob")
 
 
 def remedy_labels(data) -> list[str]:
     """GRPO on the base, on exact, and the remedies, as present in ``data``."""
-    return measurement(data).labels(role="remedy")
+    return STUDY.measurement(data).labels(role="remedy")

@@ -201,6 +201,7 @@ def _t13(profile: str) -> Evidence:
           "PPO clipping alone does not", expected=Verdict.REFUTED)
 def _t14(profile: str) -> Evidence:
     """T14 from the runs of notebook 06 (``tailtheory.trm.training``; stored measurement)."""
+    from tailtheory.engine.study import get_study
     from tailtheory.trm import training
 
-    return training.t14_evidence(training.training_data(profile))
+    return training.t14_evidence(get_study(training.MISMATCH_STUDY).data(profile))

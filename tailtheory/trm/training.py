@@ -81,14 +81,9 @@ def t14_token_numbers(df) -> dict:
     return out
 
 
-def measurement(data) -> Measurement:
+def _measurement(data) -> Measurement:
     """``data`` (label -> rows) with the arms and tags of :data:`MISMATCH_STUDY`."""
     return get_study(MISMATCH_STUDY).measurement(data)
-
-
-def training_data(profile: str) -> Measurement:
-    """The stored measurement of :data:`MISMATCH_STUDY` (``quick``) or a new one (``thorough``)."""
-    return get_study(MISMATCH_STUDY).data(profile)
 
 
 def _mismatch_labels(m: Measurement) -> list[str]:
@@ -103,7 +98,7 @@ def length_acceptance_table(data, labels=None):
     mismatch); ``predicted`` uses the run's rate ``q``, ``predicted_bin_q`` the bin's own."""
     import pandas as pd
 
-    m = measurement(data)
+    m = _measurement(data)
     labels = labels or [lb for lb in _mismatch_labels(m) if "t14" in m[lb][0]]
     out = []
     for label in labels:
@@ -125,7 +120,7 @@ def length_acceptance_table(data, labels=None):
 
 def t14_evidence(data) -> Evidence:
     """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
-    m = measurement(data)
+    m = _measurement(data)
     df = length_acceptance_table(m)
     live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]
     dev = (live["kept"] - live["predicted"]).abs()
