@@ -101,7 +101,7 @@ def plot_curves(data, labels=None, smooth: int = 5):
     ``labels`` (default: all) of a study's measurement (label -> rows with ``reward``,
     ``eval_steps``, ``eval``): mean over seeds, band from the lowest to the highest seed.
     Returns ``(figure, long table)``."""
-    from tailtheory.engine.study import Measurement
+    from tailtheory.engine.comparison import Measurement
 
     df = Measurement(data).curves(labels=labels)
     fig = curve_panels(df, ("reward", "held-out accuracy"), smooth=smooth, lw=1.3,

@@ -37,7 +37,7 @@ from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, UPDATE_BINS,
                                       batch_stats, probe_batch)
 from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
-from tailtheory.engine.study import Z_CRIT, compare, mean_se, worst
+from tailtheory.engine.comparison import Z_CRIT, compare, mean_se, worst
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8}}
 """Seeds and batches per seed of each preset; batch sizes are the preset's training sizes."""

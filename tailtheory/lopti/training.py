@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence
-from tailtheory.engine.study import Arm, Measurement, Study, register_study, worst
+from tailtheory.engine.comparison import Measurement, worst
+from tailtheory.engine.study import Arm, Study, register_study
 
 LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+lopti",
                  "Lopti reversed": "lopti_reversed"}

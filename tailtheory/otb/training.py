@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.study import Arm, Measurement, Study, register_study
+from tailtheory.engine.comparison import Measurement
+from tailtheory.engine.study import Arm, Study, register_study
 
 OTB_N = 4
 """OTB's group size in the claim."""

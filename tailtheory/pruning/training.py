@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.study import Arm, Measurement, Study, register_study
+from tailtheory.engine.comparison import Measurement
+from tailtheory.engine.study import Arm, Study, register_study
 
 P5_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """min-p thresholds of the sweep (THEORY: 1e-8 ... 1e-2)."""

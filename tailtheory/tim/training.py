@@ -56,7 +56,8 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.engine.run_numbers import FINAL_WINDOW
-from tailtheory.engine.study import Z_CRIT, Arm, Measurement, Study, mean_se, register_study
+from tailtheory.engine.comparison import Z_CRIT, mean_se
+from tailtheory.engine.study import Arm, Study, register_study
 from tailtheory.trm.training import t14_token_numbers
 
 PATHS = ("exact", "bf16", "fp8")

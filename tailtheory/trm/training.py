@@ -28,7 +28,8 @@ base is not harmed: there is no instability for masking to remove).
 from __future__ import annotations
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.study import Measurement, get_study
+from tailtheory.engine.comparison import Measurement
+from tailtheory.engine.study import get_study
 
 MISMATCH_STUDY = "mismatch_training"
 """The study whose runs T14 reads (TIM's rollout paths and remedies)."""
