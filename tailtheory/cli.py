@@ -98,6 +98,16 @@ def _study(args: argparse.Namespace) -> int:
     print(f"{sum(missing.values())} of {total} runs to train on the {preset} preset")
     if args.dry_run:
         return 0
+    if args.store_done:
+        if not st.incremental:
+            raise ValueError(f"study {st.name!r} is stored whole, not run by run: "
+                             f"--store-done needs an incremental study")
+        from tailtheory.engine.incremental import store_done
+
+        stored = store_done(st, preset)
+        print(f"stored {sum(stored.values())} runs in results/{st.name}.json "
+              f"({', '.join(f'{k}: {v}' for k, v in stored.items()) or 'none finished'})")
+        return 0
     if preset == st.measure_preset:
         st.data("thorough", workers=args.workers)
         print(f"stored results/{st.name}.json")
@@ -193,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
                                                            "thread each")
     st.add_argument("--dry-run", action="store_true", help="only count the runs to train")
+    st.add_argument("--store-done", action="store_true",
+                    help="train nothing: store the runs the cache holds finished (a study "
+                         "measured run by run)")
     st.set_defaults(func=_study)
     dg = sub.add_parser("diagnose", help="token-tail report of a real run's per-token dumps",
                         description="Read per-token dumps of a run (this engine's --dump-tokens "

@@ -141,3 +141,8 @@ def test_study_bad_input_is_one_line(capsys):
     assert "unknown study 'nope'; studies:" in capsys.readouterr().err
     assert main(["study", "dvp_training", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
+
+
+def test_study_store_done_needs_an_incremental_study(capsys):
+    assert main(["study", "dvp_training", "--store-done"]) == 2
+    assert "--store-done needs an incremental study" in capsys.readouterr().err

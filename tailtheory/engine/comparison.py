@@ -78,10 +78,12 @@ class Measurement(Mapping):
     """A study's numbers: label -> one row per seed (``{"seed": ..., numbers...}``), with the
     arms' tags. Reads like the plain dict it wraps (``m[label]``, ``list(m)``)."""
 
-    def __init__(self, data: Mapping, arms=(), study: str = ""):
+    def __init__(self, data: Mapping, arms=(), study: str = "", missing: Mapping | None = None):
         self.data = dict(data)
         self.tags = {a.label: dict(a.tags) for a in arms}
         self.study = study
+        self.missing = dict(missing or {})
+        """Label -> seeds of the study's plan not measured yet (an incremental study's)."""
 
     def __getitem__(self, label):
         if label not in self.data:

@@ -1,5 +1,7 @@
-"""Presets of the training notebooks: ``quick`` (a CPU, minutes, run by ``make test``) and
-``full`` (the evidence: the task's real warm start, more steps and seeds).
+"""Presets of the training notebooks: ``quick`` (a CPU, minutes, run by ``make test``),
+``full`` (the evidence of the no-learning regime: the task's real warm start, more steps and
+seeds) and ``learn`` (the learning testbed, recipe ``learn`` of :mod:`tailtheory.engine.recipes`:
+where GRPO gains >= 0.2 held-out accuracy in every seed; five seeds).
 
 The ``quick`` warm start is a pipeline check, not evidence: a fixed number of supervised steps,
 kept whatever its accuracy (``stop_in_window=False``). It has learnt part
@@ -15,7 +17,7 @@ from pathlib import Path
 from tailtheory.engine.sft import SFTConfig
 from tailtheory.engine.warm_cache import warm_start
 
-PRESETS = ("quick", "full")
+PRESETS = ("quick", "full", "learn")
 """The notebooks' presets."""
 
 TRACE_TASK = "kk_trace"
@@ -34,9 +36,12 @@ def check_preset(preset: str) -> str:
 
 
 def warm_sft_config(preset: str, task: str = TRACE_TASK) -> SFTConfig:
-    """The warm start of ``preset``: the task's own (``full``) or a short one (``quick``)."""
+    """The warm start of ``preset``: the task's own (``full``), the learning recipe's (``learn``:
+    two people per puzzle) or a short one (``quick``)."""
     if check_preset(preset) == "full":
         return SFTConfig.for_task(task)
+    if preset == "learn":
+        return SFTConfig.for_task(task, task_kwargs={"n_people": 2})
     return SFTConfig.for_task(task, max_steps=QUICK_SFT_STEPS, eval_every=QUICK_SFT_STEPS,
                               eval_n=64, stop_in_window=False)
 
@@ -66,16 +71,20 @@ EVIDENCE_BACKEND = "hf"
 with the Hugging Face forward; it stays so until the claims are re-measured on the ``learn``
 recipe (which samples with the ``fast`` engine)."""
 
-SEEDS = {"quick": (0, 1), "full": (0, 1, 2)}
+SEEDS = {"quick": (0, 1), "full": (0, 1, 2), "learn": (1, 2, 3, 4, 5)}
 """Seeds per configuration: training claims are read off the spread over these."""
 
 
 def train_config(preset: str, **overrides):
     """The :class:`~tailtheory.engine.config.TrainConfig` of a training notebook's runs on
-    :data:`TRACE_TASK` from the preset's warm start (``overrides``: method, rollout, ...)."""
+    :data:`TRACE_TASK` from the preset's warm start (``overrides``: method, rollout, ...);
+    ``learn``: the recipe's config (its task and people fixed)."""
     from tailtheory.engine.config import TrainConfig
 
-    check_preset(preset)
+    if check_preset(preset) == "learn":
+        from tailtheory.engine.recipes import recipe_config
+
+        return recipe_config("learn", **overrides)
     model = "warm" if preset == "full" else str(warm_model("quick", progress=False))
     return TrainConfig(**{"task": TRACE_TASK, "model": model, "lr": TRAIN_LR,
                           "rollout_backend": EVIDENCE_BACKEND, **TRAIN_SIZES[preset],

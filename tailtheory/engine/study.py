@@ -97,6 +97,9 @@ class Study:
     the runs that dump their tokens."""
     measure_preset: str = "full"
     """The preset whose runs the stored measurement holds."""
+    incremental: bool = False
+    """Store every finished run as it completes (:mod:`tailtheory.engine.incremental`): for
+    sweeps too long to wait for their last run; the measurement says which seeds are missing."""
 
     def plan(self, preset: str) -> list[Arm]:
         """The arms of ``preset``, checked (unique labels, every config a ``TrainConfig``)."""
@@ -194,8 +197,20 @@ class Study:
 
     def data(self, profile: str, workers: int = 2) -> Measurement:
         """``quick``: the stored measurement of :attr:`measure_preset`'s runs (refused when stale);
-        ``thorough``: measured afresh (``workers`` runs at a time) and stored."""
-        from tailtheory.core.measurements import measured
+        ``thorough``: measured afresh (``workers`` runs at a time) and stored. An incremental
+        study trains arm by arm under ``thorough``, storing after each arm."""
+        from tailtheory.core.measurements import PROFILES, measured
+
+        if self.incremental:
+            from tailtheory.engine.incremental import load_done, store_done
+
+            if profile not in PROFILES:
+                raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+            if profile == "thorough":
+                for arm in self.plan(self.measure_preset):
+                    self.run(self.measure_preset, workers, labels=[arm.label])
+                    store_done(self)
+            return load_done(self)
 
         data = measured(self.name, self.identity(self.measure_preset),
                         lambda: self.measure(self.measure_preset, workers=workers).data, profile,

@@ -101,8 +101,8 @@ class MethodParams:
     keeps (weight 1) inside; 0 outside. Our choice, symmetric in log space."""
     geo_low: float = 0.999
     geo_high: float = 1.001
-    """``geo_reject``'s band on the geometric mean ``exp(mean_t log rho_t)``: our choice, a 0.1%
-    band symmetric about 1 (a per-token average, so far narrower than the sequence bands)."""
+    """``geo_reject``'s band on the geometric mean ``exp(mean_t log rho_t)``: our choice, a band of
+    width 1e-3 each side of 1 (a per-token average, so far narrower than the sequence bands)."""
     icepop_low: float = 0.5
     icepop_high: float = 2.0
     """Token band on ``rho_t``: ``icepop`` weighs by ``rho_t`` inside, ``token_reject`` keeps

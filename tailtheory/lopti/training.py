@@ -48,6 +48,8 @@ def lopti_arms(preset: str) -> list[Arm]:
         replace(base, **over, seed=s) for s in seeds), tags)
     arms = [arm(label, {"method": m, "role": "main"}, method=m)
             for label, m in LOPTI_METHODS.items()]
+    if preset == "learn":               # the five methods; sweeps and knobs come later
+        return arms
     arms += [arm(f"AR alpha={a}", {"method": "ar", "alpha": a, "role": "sweep"}, method="ar",
                  alpha=a) for a in ALPHAS if a != base.alpha]
     arms += [arm(f"Lopti eta={e}", {"method": "lopti", "eta": e, "role": "sweep"},
@@ -61,6 +63,11 @@ def lopti_arms(preset: str) -> list[Arm]:
 
 STUDY = register_study(Study("lopti_training", lopti_arms, notebook="04_gradient_dominance.py"))
 """L2, L3, L6: the stored measurement ``results/lopti_training.json`` of the full preset."""
+
+LEARN_STUDY = register_study(Study("lopti_learn", lopti_arms, measure_preset="learn",
+                                   incremental=True))
+"""The five methods on the learning testbed (preset ``learn``, five seeds), stored run by run
+in ``results/lopti_learn.json`` as the sweep completes (``tailtheory study lopti_learn``)."""
 
 
 def _means(data: dict, key: str) -> dict:

@@ -8,7 +8,7 @@ from tailtheory.engine import presets
 def test_presets_and_their_errors(monkeypatch, tmp_path):
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path / preset)
 
-    with pytest.raises(ValueError, match="valid presets: quick, full"):
+    with pytest.raises(ValueError, match="valid presets: quick, full, learn"):
         presets.check_preset("medium")
     with pytest.raises(ValueError, match="valid presets"):
         presets.train_config("medium")
@@ -29,3 +29,19 @@ def test_warm_start_configs_of_the_presets():
     assert quick.max_steps == presets.QUICK_SFT_STEPS < full.max_steps
     with pytest.raises(ValueError, match="valid presets"):
         presets.warm_sft_config("medium")
+
+
+def test_learn_preset_is_the_learning_recipe():
+    """``learn``: the recipe's config (five seeds) and the recipe's own warm start."""
+    from tailtheory.engine.recipes import recipe_config
+    from tailtheory.engine.sft import config_hash
+    from tailtheory.engine.trainer import warm_config
+
+    assert presets.train_config("learn") == recipe_config("learn")
+    assert presets.train_config("learn", method="ar", seed=3) == recipe_config(
+        "learn", method="ar", seed=3)
+    assert presets.SEEDS["learn"] == (1, 2, 3, 4, 5)
+    assert config_hash(presets.warm_sft_config("learn")) == config_hash(
+        warm_config(recipe_config("learn")))
+    with pytest.raises(ValueError, match="fixes n_people"):
+        presets.train_config("learn", n_people=3)

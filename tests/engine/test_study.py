@@ -96,8 +96,11 @@ def test_every_study_is_registered_and_keyed_as_its_stored_measurement():
     assert {"lopti_training", "dvp_training", "otb_training", "mismatch_training"} <= set(found)
     for name, study in found.items():
         stored = json.loads((results_dir() / f"{name}.json").read_text())
-        assert stored["fingerprint"] == fingerprint(study.identity(study.measure_preset)), name
         assert stored["command"] == study.command, name
+        if study.incremental:        # run by run: every stored row is the code's run today
+            study.data("quick")
+        else:
+            assert stored["fingerprint"] == fingerprint(study.identity(study.measure_preset)), name
     with pytest.raises(ValueError, match="unknown study 'nope'; studies: "):
         st.get_study("nope")
     with pytest.raises(ValueError, match="already registered"):
