@@ -39,7 +39,7 @@ identity names the kinds it leaves out: :data:`RESUME_FREE`, ``runs.NOT_IN_KEY``
 cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
-                                      "rollout_backend": "hf"}
+                                      "rollout_backend": "hf", "rollout_noise": 0.0}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
@@ -66,7 +66,13 @@ class TrainConfig(MethodParams):
     method: str = "grpo"
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
-    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv, fp8."""
+    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv, fp8,
+    logit_noise, weight_noise (the last two need ``rollout_noise`` > 0)."""
+    rollout_noise: float = 0.0
+    """``sigma`` of the noise rollout paths (``tailtheory.engine.noise``, V6): the standard
+    deviation of the i.i.d. Gaussian noise added to every logit (``logit_noise``) or of the
+    relative Gaussian error of every block Linear weight (``weight_noise``), drawn from
+    generators seeded by the run's seed and step. Must be > 0 on those paths, 0 on the others."""
     rollout_backend: str = "fast"
     """Decoder of the rollouts and of the held-out evaluation: ``fast`` (the inference engine of
     ``tailtheory.engine.inference``, a forward of its own: the real mismatch source of the
@@ -172,6 +178,8 @@ def _validate(c: TrainConfig) -> MethodSpec:
     if c.rollout_backend not in BACKENDS:
         raise ValueError(f"unknown rollout_backend {c.rollout_backend!r}; valid: "
                          f"{', '.join(BACKENDS)}")
+    from tailtheory.engine.noise import check_noise
+    check_noise(c.rollout, c.rollout_noise, "rollout_noise", allow_zero=False)
     if c.pi_old not in PI_OLD:
         raise ValueError(f"pi_old must be one of {PI_OLD}, got {c.pi_old!r}")
     for name in ("steps", "prompts_per_step", "group_size", "checkpoint_every"):

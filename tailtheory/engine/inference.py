@@ -13,7 +13,8 @@ dispatch, ``repeat_kv`` copies of the cache); here a step is a few dozen tensor 
   weights of the transformer blocks quantised to e4m3 and dequantised to bfloat16 by
   ``tailtheory.engine.copies`` (``fp8_quantize`` / ``fp8_dequantize`` / ``fp8_weight_names``:
   the values of the ``fp8`` inference copy), the rest cast to bfloat16, the forward in
-  bfloat16. q/k/v form one matrix, gate/up another.
+  bfloat16. q/k/v form one matrix, gate/up another. A sync may also be given replacement
+  values for some weights (the ``weight_noise`` path's, ``tailtheory.engine.noise``).
 - **The forward** follows the Hugging Face eager code op for op: RMSNorm in float32 then cast,
   default rotary embeddings (``cos`` / ``sin`` of ``position * inv_freq`` in float32, cast to
   the dtype; a 16-bit engine rounds ``inv_freq`` to its dtype first, as the cast copy of
@@ -152,7 +153,8 @@ class InferenceEngine:
     :meth:`start` prefills a batch and returns its :class:`Decode`.
     """
 
-    def __init__(self, model, dtype: str = "float32", fp8_scaling: str = FP8_SCALING):
+    def __init__(self, model, dtype: str = "float32", fp8_scaling: str = FP8_SCALING,
+                 weights: dict[str, torch.Tensor] | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
         reason = unsupported(model)
@@ -170,18 +172,24 @@ class InferenceEngine:
         self.inv_freq = inv_freq.to(self.dtype).float()  # a cast copy rounds the buffer too
         self._cos = self._sin = None
         self._buffers: dict[str, torch.Tensor] = {}
-        self.sync(model)
+        self.sync(model, weights)
 
     @torch.no_grad()
-    def sync(self, model) -> None:
-        """Load the weights of the trainer ``model`` (float32) in the engine's dtype."""
+    def sync(self, model, weights: dict[str, torch.Tensor] | None = None) -> None:
+        """Load the weights of the trainer ``model`` (float32) in the engine's dtype; ``weights``
+        (parameter name -> tensor of its shape) replace those they name (``weight_noise``)."""
         dev = next(model.parameters()).device
         self.inv_freq = self.inv_freq.to(dev)
         named = dict(model.named_parameters())
+        unknown = sorted(set(weights or ()) - set(named))
+        if unknown:
+            raise ValueError(f"weights names no parameter of the model: {unknown[:3]}")
+        swap = {id(named[n]): t for n, t in (weights or {}).items()}
         q8 = {id(named[n]) for n in fp8_weight_names(model) if n in named} \
             if self.name == "fp8" else set()
 
         def w(t: torch.Tensor, mm: bool = True) -> torch.Tensor:
+            t = swap.get(id(t), t)
             if id(t) in q8:
                 t = fp8_dequantize(*fp8_quantize(t, self.fp8_scaling), dtype=self.dtype)
             t = t.detach().to(self.dtype, copy=True)        # the dtype's values ...

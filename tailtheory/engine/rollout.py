@@ -20,6 +20,9 @@ distribution it actually sampled from (after temperature and pruning). Paths:
   the log-ratio shows it where the weights dominate the error (4-5x bf16's mismatch on M7's
   model), hardly where bf16 activation rounding does (the warm-started K&K policy).
 - ``kv``: the float32 trainer weights, incremental decoding (V2: another reduction order).
+- ``logit_noise`` / ``weight_noise`` (V6): ``kv`` plus Gaussian noise of size ``sigma = noise`` on
+  every logit (DVP's model) or, relative, on every block Linear weight (redrawn at each sync),
+  seeded by run seed and step; log-probs of the noisy distribution (``engine/noise.py``).
 
 Backends: ``hf`` decodes with the Hugging Face model's own KV-cache ``forward`` (the copies
 above; ``tailtheory.engine.hf_decode``); ``fast`` with the separate engine of
@@ -50,14 +53,17 @@ from tailtheory.core.stats import token_stats
 from tailtheory.engine.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
 from tailtheory.engine.hf_decode import HFDecode
+from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, load_noisy,
+                                     noisy_copy, noisy_weights_of, stack_noise)
 
-PATHS = ("exact", "bf16", "fp16", "kv", "fp8")
+PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 """Rollout paths :class:`RolloutEngine` knows."""
 
 BACKENDS = ("hf", "fast")
 """Decoders: the Hugging Face model's forward, or ``tailtheory.engine.inference``."""
 
-FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
+FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
+               "logit_noise": "float32", "weight_noise": "float32"}
 """The ``fast`` backend's engine dtype on each path."""
 
 
@@ -68,7 +74,11 @@ class RolloutConfig:
     path: str = "bf16"
     """One of ``PATHS``: ``exact`` (V1, zero mismatch), ``bf16`` / ``fp16`` (low-precision copy of
     the weights, V2), ``fp8`` (e4m3 Linear weights, bf16 compute), ``kv`` (float32 incremental
-    decoding, V2)."""
+    decoding, V2), ``logit_noise`` / ``weight_noise`` (``kv`` plus Gaussian noise, V6)."""
+    noise: float = 0.0
+    """``sigma`` of the noise paths (``tailtheory.engine.noise``); 0 on every other path."""
+    noise_seed: int = 0
+    """Seed of the noise paths' generators (the run's seed; the step comes with ``sync``)."""
     fp8_scaling: str = FP8_SCALING
     """Scales of the ``fp8`` path: ``channel`` (one per output row, the default) or ``tensor``;
     see ``tailtheory.engine.copies.FP8_SCALING``."""
@@ -96,6 +106,7 @@ class RolloutConfig:
         if self.fp8_scaling not in FP8_SCALINGS:
             raise ValueError(f"fp8_scaling must be one of {FP8_SCALINGS}, "
                              f"got {self.fp8_scaling!r}")
+        check_noise(self.path, self.noise)
         if self.path == "fp8":
             fp8_dtype()  # a clear error on a torch build without float8 dtypes
         if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
@@ -135,6 +146,9 @@ class RolloutBatch:
     keep: torch.Tensor | None = None
     """(B, T, V) bool kept vocabulary the sampler used (only with pruning): pass it as ``keep``
     to :func:`response_logprobs` so the trainer prunes with the same ``S`` (P3)."""
+    noise: torch.Tensor | None = None
+    """(B, T, V) the Gaussian ``delta`` the ``logit_noise`` path added (``return_logits`` only;
+    ``logits`` are then ``z + delta``, the sampler's); 0 after EOS."""
 
 
 def _check_token_id(v: Any, name: str, V: int) -> None:
@@ -217,24 +231,33 @@ class RolloutEngine:
         check_trainer(model)
         self.model = model
         path, scaling = self.config.path, self.config.fp8_scaling
-        self.fast = None
+        self.fast, self.noise = None, RolloutNoise.of(self.config)  # noise: step 0 till a sync
         if self.config.backend == "fast":
             from tailtheory.engine.inference import InferenceEngine, unsupported
             if reason := unsupported(model):
                 warnings.warn(f"rollout backend 'fast' cannot run this model ({reason}); "
                               f"decoding with the Hugging Face forward", stacklevel=2)
             else:
-                self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling)
+                weights = noisy_weights_of(self.noise, model)
+                self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
         copy = path in COPY_DTYPES and self.fast is None
         self.infer = inference_copy(model, path, scaling) if copy else model
+        if path == "weight_noise" and self.fast is None:  # hf: a float32 copy, noisy weights
+            self.infer = noisy_copy(model, noisy_weights_of(self.noise, model))
 
     @torch.no_grad()
-    def sync(self, model) -> None:
-        """Refresh the inference weights from the trainer ``model`` (call after every step)."""
+    def sync(self, model, step: int | None = None) -> None:
+        """Refresh the inference weights from the trainer ``model`` (call after every step);
+        ``step`` (the next rollouts') seeds the noise paths (default: the last sync's + 1)."""
         self.model = model
+        if self.noise is not None:
+            self.noise.at(self.noise.step + 1 if step is None else step)
         if self.fast is not None:
             self.infer = model
-            self.fast.sync(model)
+            self.fast.sync(model, noisy_weights_of(self.noise, model))
+            return
+        if self.config.path == "weight_noise":
+            load_noisy(self.infer, model, noisy_weights_of(self.noise, model))
             return
         if self.config.path not in COPY_DTYPES:
             self.infer = model
@@ -288,7 +311,8 @@ class RolloutEngine:
         ``hf`` samples every row at every step (finished rows too, then replaced by ``pad_id``),
         ``fast`` only the live rows: the same distributions, another use of the generator."""
         B, T = ids.shape[0], self.config.max_new_tokens
-        toks, masks, lps, keeps, logits = [], [], [], [], []
+        toks, masks, lps, keeps, logits, deltas = [], [], [], [], [], []
+        on_logits = self.noise is not None and self.noise.on_logits
         alive = torch.ones(B, dtype=torch.bool, device=ids.device)
         src = self.fast.start(ids, attn, T) if self.fast is not None else \
             HFDecode(self.infer, ids, attn, lens, T)
@@ -296,9 +320,12 @@ class RolloutEngine:
             z, rows = src.logits.float(), src.rows                       # (A, V), (A,)
             if rows is not None and not bool(alive[rows].all()):
                 rows, z = rows[alive[rows]], z[alive[rows]]
+            dz = self.noise.delta(z) if on_logits else None   # logit_noise: sample from z + dz
+            z = z if dz is None else z + dz
             tok, lp, keep = self._step(z, generator)
             if len(z) < B:  # back to (B, ...): finished rows hold pad, logp 0, all kept, z 0
-                tok, lp, keep, z = _scatter(B, rows, (tok, pad_id), (lp, 0), (keep, True), (z, 0))
+                tok, lp, keep, z, dz = _scatter(B, rows, (tok, pad_id), (lp, 0), (keep, True),
+                                                (z, 0), (dz, 0))
             tok = torch.where(alive, tok, pad_id)
             if keep is not None:  # after EOS the pad token is scored: keep everything there
                 keep = keep | ~alive[:, None]
@@ -308,20 +335,23 @@ class RolloutEngine:
             keeps.append(keep)
             if self.config.return_logits:  # (B, V) per step: keep only when asked for
                 logits.append(z)
+                deltas.append(dz)
             alive &= tok != eos_id
             if t + 1 == T or not alive.any():
                 break
             src.advance(tok, alive)
-        return toks, masks, lps, keeps, logits
+        return toks, masks, lps, keeps, logits, deltas
 
-    def _batch(self, ids, attn, lens, toks, masks, lps, keeps, logits) -> RolloutBatch:
+    def _batch(self, ids, attn, lens, toks, masks, lps, keeps, logits, deltas) -> RolloutBatch:
         response = torch.stack(toks, 1)                                    # (B, T)
         attn = torch.cat([attn[:, :ids.shape[1]], torch.ones_like(response, dtype=torch.bool)], 1)
         keep = torch.stack(keeps, 1) if keeps[0] is not None else None     # (B, T, V)
+        mask = torch.stack(masks, 1)
+        noise = stack_noise(deltas, mask)                                  # (B, T, V) or None
         rb = RolloutBatch(input_ids=torch.cat([ids, response], 1), prompt_len=ids.shape[1],
-                          response=response, mask=torch.stack(masks, 1), logp=torch.stack(lps, 1),
+                          response=response, mask=mask, logp=torch.stack(lps, 1),
                           logits=torch.stack(logits, 1) if logits else None,
-                          attention_mask=attn, prompt_lens=lens, keep=keep)
+                          attention_mask=attn, prompt_lens=lens, keep=keep, noise=noise)
         return replace(rb, **self._exact(rb)) if self.config.path == "exact" else rb
 
     def _exact(self, rb: RolloutBatch) -> dict:

@@ -93,6 +93,7 @@ def rollout_config(cfg: TrainConfig, task, *, exact_from_trainer: bool = True) -
     """
     shared = cfg.rollout == "exact" and exact_from_trainer
     return RolloutConfig(path="kv" if shared else cfg.rollout, backend=cfg.rollout_backend,
+                         noise=cfg.rollout_noise, noise_seed=cfg.seed,
                          temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens or task.max_response_len,
                          prune_rule=cfg.dvp_rule if cfg.spec.vocab else None, rho=cfg.dvp_rho,
@@ -179,7 +180,7 @@ def rollout_step(step: int, cfg: TrainConfig, task, model, engine, generator):
     prompts = [p.prompt_ids for p in problems for _ in range(cfg.group_size)]
     group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)   # (B,)
     group_ids = group_ids.to(next(model.parameters()).device)
-    engine.sync(model)
+    engine.sync(model, step=step)  # the step seeds the noise paths' draws (resume included)
     try:
         rb = engine.generate(prompts, eos_id=task.eos_id, pad_id=task.pad_id,
                              generator=generator)

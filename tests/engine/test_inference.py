@@ -18,7 +18,9 @@ from tailtheory.core.models import tiny_lm
 from tailtheory.core.stats import token_stats
 from tailtheory.engine import inference
 from tailtheory.engine.inference import InferenceEngine, supports, unsupported
-from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, response_logprobs)
+from tailtheory.engine.noise import RolloutNoise, noisy_weights_of
+from tailtheory.engine.rollout import (FAST_DTYPES, PATHS, RolloutConfig, RolloutEngine,
+                                       response_logprobs)
 from tailtheory.engine.copies import COPY_DTYPES, inference_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -179,8 +181,9 @@ def _eos_token(model):
 @pytest.mark.parametrize("path", PATHS)
 def test_generate_fast_gives_a_valid_batch(qwen, path):
     eos = _eos_token(qwen)
-    rb = _gen(qwen, 1, eos=eos, path=path, temperature=0.8, prune_rule="min_p", rho=1e-2,
-              return_logits=True)
+    cfg = dict(path=path, temperature=0.8, prune_rule="min_p", rho=1e-2, return_logits=True,
+               noise=0.1 if path in ("logit_noise", "weight_noise") else 0.0)
+    rb = _gen(qwen, 1, eos=eos, **cfg)
     B, T = rb.response.shape
     assert rb.input_ids.shape == (B, rb.prompt_len + T) and rb.logits.shape == (B, T, V)
     assert rb.keep.shape == (B, T, V) and rb.prompt_lens.tolist() == [len(p) for p in GROUPED]
@@ -199,9 +202,12 @@ def test_generate_fast_gives_a_valid_batch(qwen, path):
             qwen, rb, temperature=0.8, keep=rb.keep)[rb.mask])
     else:                                    # log softmax_S(z / tau) of the sampled logits
         assert torch.equal(rb.logp[rb.mask], ref[rb.mask])
-        eng = InferenceEngine(qwen, "float32" if path == "kv" else path)
-        z = eng.full_logits(rb.input_ids, rb.attention_mask)[:, rb.prompt_len - 1:-1]
-        _close(rb.logits[rb.mask], z[rb.mask], "float32" if path == "kv" else path)
+        dtype = FAST_DTYPES[path]      # weight_noise: the noisy weights of step 0
+        weights = noisy_weights_of(RolloutNoise.of(RolloutConfig(**cfg)), qwen)
+        z = InferenceEngine(qwen, dtype, weights=weights).full_logits(
+            rb.input_ids, rb.attention_mask)[:, rb.prompt_len - 1:-1]
+        z = z if rb.noise is None else z + rb.noise                 # logit_noise: z + delta
+        _close(rb.logits[rb.mask], z[rb.mask], dtype)
         assert (rb.logits[~rb.mask] == 0).all()                     # finished rows: zeros
 
 
