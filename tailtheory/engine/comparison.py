@@ -110,17 +110,17 @@ class Measurement(Mapping):
             raise ValueError(f"{len(found)} arms match {tags}: {found}")
         return found[0]
 
-    def values(self, label: str, key: str) -> list:
+    def per_seed(self, label: str, key: str) -> list:
         """``key`` of every seed of arm ``label``."""
         return [r[key] for r in self[label]]
 
     def mean(self, label: str, key: str) -> float:
         """Mean over seeds of ``key`` of arm ``label``."""
-        return mean_se(self.values(label, key))[0]
+        return mean_se(self.per_seed(label, key))[0]
 
     def compare(self, a: str, b: str, key: str) -> Comparison:
         """Arm ``a`` against arm ``b`` on ``key`` over seeds (the module rule)."""
-        return compare_values(self.values(a, key), self.values(b, key))
+        return compare_values(self.per_seed(a, key), self.per_seed(b, key))
 
     def table(self):
         """One row per run (``label``, ``seed`` and every scalar number), as a pandas frame."""

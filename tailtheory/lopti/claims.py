@@ -1,8 +1,9 @@
 """Checks of LOPTI's claims (Yang et al., arXiv 2505.12929).
 
-L2, L3 and L6 compare training runs (``tailtheory.lopti.training``): under the ``quick`` profile
-they read the measurement the ``full`` preset of notebook 04 stored in ``results/``; under
-``thorough`` they re-run (or find in the run cache) every run and store the numbers again.
+L2, L3 and L6 compare training runs (``tailtheory.lopti.training``) of the learning testbed
+(preset ``learn``: the ``learn`` recipe, five seeds), stored run by run in
+``results/lopti_learn.json``: under the ``quick`` profile they read it; under ``thorough`` they
+train (or find in the run cache) what is missing and store it.
 """
 
 from __future__ import annotations
@@ -14,19 +15,19 @@ from tailtheory.lopti import training
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
           "GRPO", expected=Verdict.NOT_REPRODUCED)
 def _l2(profile: str) -> Evidence:
-    return training.l2_evidence(training.STUDY.data(profile))
+    return training.l2_evidence(training.learn_data(profile))
 
 
 @register("L3", paper="LOPTI", statement="Lopti (low-probability tokens first, eta 0.5) trains "
           "better than GRPO and than its reversed order", expected=Verdict.NOT_REPRODUCED)
 def _l3(profile: str) -> Evidence:
-    return training.l3_evidence(training.STUDY.data(profile))
+    return training.l3_evidence(training.learn_data(profile))
 
 
 @register("L6", paper="LOPTI", statement="GRPO -> +AR+Lopti raises held-out K&K accuracy "
           "(0.39 -> 0.57 at 3B)", expected=Verdict.NOT_REPRODUCED)
 def _l6(profile: str) -> Evidence:
-    return training.l6_evidence(training.STUDY.data(profile))
+    return training.l6_evidence(training.learn_data(profile))
 
 
 # L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,

@@ -70,6 +70,18 @@ LEARN_STUDY = register_study(Study("lopti_learn", lopti_arms, measure_preset="le
 in ``results/lopti_learn.json`` as the sweep completes (``tailtheory study lopti_learn``)."""
 
 
+def learn_data(profile: str) -> Measurement:
+    """The learning testbed's runs (:data:`LEARN_STUDY`), every arm at its five seeds; a stored
+    measurement that still lacks runs is refused, naming them and the command that trains them."""
+    from tailtheory.core.measurements import StaleMeasurement
+
+    m = LEARN_STUDY.data(profile)
+    if m.missing:
+        raise StaleMeasurement(f"results/lopti_learn.json lacks runs (arm: seeds) {m.missing}; "
+                               f"train and store them with: {LEARN_STUDY.command}")
+    return m
+
+
 def _means(data: dict, key: str) -> dict:
     return {f"{label}:{key}": round(sum(r[key] for r in rows) / len(rows), 4)
             for label, rows in data.items()}

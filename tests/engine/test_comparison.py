@@ -66,3 +66,9 @@ def test_measurement_selects_by_tag():
     assert list(m.table().columns) == ["label", "seed", "final_reward"]
     curves = m.curves(series=("reward",))
     assert len(curves) == 3 * 2 * 2 and set(curves["metric"]) == {"reward"}
+
+
+def test_measurement_reads_as_the_mapping_it_wraps():
+    m = st.Measurement({"A": rows(1.0, 2.0)})
+    assert list(m.values()) == [rows(1.0, 2.0)] and dict(m.items()) == {"A": rows(1.0, 2.0)}
+    assert m.per_seed("A", "final_reward") == [1.0, 2.0] and m.missing == {}

@@ -75,3 +75,24 @@ def test_plot_curves_draws_seed_bands_of_the_smoothed_reward_and_of_accuracy():
     assert [t.get_text() for t in reward.get_legend().get_texts()] == ["GRPO", "Lopti"]
     assert "3 seeds" in reward.get_legend().get_title().get_text()
     plt.close(fig)
+
+
+def test_learn_data_refuses_a_measurement_with_missing_runs(monkeypatch):
+    """L2, L3 and L6 read the learning testbed only once every arm has its five seeds."""
+    from tailtheory.core.measurements import StaleMeasurement
+    from tailtheory.engine.comparison import Measurement
+
+    partial = Measurement(_data(GRPO=0.2, AR=0.3), missing={"AR": [4, 5]})
+    monkeypatch.setattr(type(lt.LEARN_STUDY), "data", lambda self, profile: partial)
+    with pytest.raises(StaleMeasurement, match=r"lacks runs .*'AR': \[4, 5\].*tailtheory study "
+                                                r"lopti_learn"):
+        lt.learn_data("quick")
+    complete = Measurement(_data(GRPO=0.2, AR=0.3))
+    monkeypatch.setattr(type(lt.LEARN_STUDY), "data", lambda self, profile: complete)
+    assert lt.learn_data("quick") is complete
+
+
+def test_stored_learn_measurement_is_complete_and_current():
+    """The committed ``results/lopti_learn.json``: 25 runs, each the code's config today."""
+    m = lt.learn_data("quick")
+    assert set(m) == set(lt.LOPTI_METHODS) and {len(rows) for rows in m.values()} == {5}
