@@ -160,21 +160,6 @@ def v_arms(preset: str, remedies: bool = True) -> list[Arm]:
     return arms
 
 
-def _token_numbers(df) -> dict:
-    return v3_token_numbers(df)
-
-
-STUDY = register_study(Study(
-    "mismatch_training", v_arms, notebook="06_mismatch_in_training.py",
-    series={"k1": "mismatch/k1", "k3": "mismatch/k3", "abs_mean": "mismatch/abs_mean",
-            "len_mean": "rollout/len_mean", "accept_rate": "trm/accept_rate",
-            "tokens": "rollout/tokens", "ratio_mean": "loss/ratio_mean",
-            "clipfrac": "loss/clipfrac"},
-    tokens={"v3": _token_numbers, "t14": t14_token_numbers}))
-"""V3-V5, and T14 (which reads this measurement through ``get_study``): per run its summary,
-curves, mismatch and length series, and the token numbers of the runs that dumped tokens."""
-
-
 C_EDGES = [-(10.0 ** e) for e in range(0, -7, -1)] + [0.0] + [10.0 ** e for e in range(-6, 1)]
 """Histogram edges of ``C`` (symmetric, logarithmic; values beyond +-1 go to the end bins)."""
 
@@ -214,6 +199,17 @@ def v3_token_numbers(df) -> dict:
                      "quantiles": [float(q) for q in np.quantile(x, QUANTILES)] if len(x) else [],
                      "hist": np.histogram(x, edges)[0].tolist()}
     return out
+
+
+STUDY = register_study(Study(
+    "mismatch_training", v_arms, notebook="06_mismatch_in_training.py",
+    series={"k1": "mismatch/k1", "k3": "mismatch/k3", "abs_mean": "mismatch/abs_mean",
+            "len_mean": "rollout/len_mean", "accept_rate": "trm/accept_rate",
+            "tokens": "rollout/tokens", "ratio_mean": "loss/ratio_mean",
+            "clipfrac": "loss/clipfrac"},
+    tokens={"v3": v3_token_numbers, "t14": t14_token_numbers}))
+"""V3-V5, and T14 (which reads this measurement through ``get_study``): per run its summary,
+curves, mismatch and length series, and the token numbers of the runs that dumped tokens."""
 
 
 def skew(v3: dict) -> float:

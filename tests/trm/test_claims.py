@@ -3,12 +3,10 @@ measures the verdict the ledger ``paper_repro.md`` records."""
 
 import pytest
 
+from ledger_checks import assert_ledger_verdict
 from tailtheory.core.docs import section_claims
-from tailtheory.core.registry import run_claim
 
 
 @pytest.mark.parametrize("claim", section_claims("trm"), ids=lambda c: c.id)
 def test_quick_check_gives_the_ledger_verdict(claim):
-    res = run_claim(claim, "quick")
-    assert res.error is None, res.traceback
-    assert res.evidence.verdict == claim.expected, (res.evidence.verdict, res.evidence.numbers)
+    assert_ledger_verdict(claim)
