@@ -348,3 +348,6 @@ def knob_labels(data) -> list[str]:
 def remedy_labels(data) -> list[str]:
     """GRPO on the base, on exact, and the remedies, as present in ``data``."""
     return STUDY.measurement(data).labels(role="remedy")
+
+
+from tailtheory.tim import dose as _dose  # noqa: E402,F401  (registers the V6 study, mismatch_dose)
