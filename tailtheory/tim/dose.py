@@ -61,7 +61,9 @@ MIN_SEEDS = 3
 
 REAL_PATHS = (("kv", "recompute"), ("bf16", "recompute"), ("fp16", "recompute"),
               ("fp8", "recompute"), ("fp8", "bypass"))
-"""The real rollout paths placed on the dose axis (``path``, ``pi_old``)."""
+"""The real rollout paths placed on the dose axis (``path``, ``pi_old``). Their runs dump their
+tokens (``dump_tokens``, part of the run key), so that TIM's V3 and TRM's T14 on the learning
+testbed can read the same runs."""
 
 REMEDIES = {"TIS": "tis", "MIS": "mis", "IcePop": "icepop", "TRM": "trm", "DVP": "dvp"}
 """Remedies at their engine defaults (token TIS cap 2, MIS band [0.5, 2], IcePop band [0.5, 2],
@@ -105,8 +107,8 @@ def dose_arms(preset: str) -> list[Arm]:
                                                "role": "dose"}, rollout=path, rollout_noise=s)
                  for s in sigmas]
     arms += [arm(_label("GRPO", f"{p} {m}"), {"kind": "real", "path": p, "pi_old": m,
-                                              "role": "real"}, rollout=p, pi_old=m)
-             for p, m in REAL_PATHS]
+                                              "role": "real"}, rollout=p, pi_old=m,
+                 dump_tokens=True) for p, m in REAL_PATHS]
     arms += [arm(_label(name, "logit", REMEDY_SIGMA),
                  {"method": method, "kind": "logit", "sigma": REMEDY_SIGMA, "path": "logit_noise",
                   "role": "remedy"}, method=method, rollout="logit_noise",
