@@ -1,4 +1,4 @@
-"""Training-inference mismatch in GRPO training: zero-mismatch and real paths, TIM's remedies (claims V1-V5).
+"""Training-inference mismatch in GRPO training: zero-mismatch and real paths, TIM's remedies, and a dose-response of our own (claims V1-V6).
 
 Paper: **TIM**, Zhong et al., *Diagnosing Training Inference Mismatch in LLM Reinforcement
 Learning* (VeXact), arXiv 2605.14220.
@@ -23,6 +23,11 @@ Claims:
   rejection (band on the geometric mean of `rho`), IcePop (weight `rho` inside a token band, 0
   outside), TRM, DVP.
 - **V5** The k1 / k3 mismatch KL can stay flat while reward degrades (a monitoring blind spot).
+- **V6** (dose-response; ours, beyond the papers) On a recipe where GRPO learns, a controlled
+  rollout mismatch of growing size (Gaussian logit noise at scale sigma, DVP's model of mismatch,
+  or relative weight noise re-drawn at every sync) has a threshold `k3*` in the measured
+  per-token k3: below it no harm is measurable, above it held-out accuracy degrades; the
+  remedies move it or not; the real paths sit on the same axis at their measured k3.
 
 Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
 
@@ -33,9 +38,11 @@ Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
 | V3 | `training.v_arms`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
 | V4 | `training.v_arms`, `training.v4_evidence`, `corrections.tis_weight` | - | `claims._v4` | `figures.plot_finals` | `test_training.py`, `test_corrections.py` |
 | V5 | `training.v5_evidence` | - | `claims._v5` | `figures.plot_kl_reward` | `test_training.py` |
+| V6 | `dose.dose_arms`, `dose.dose_table`, `dose.threshold`, `dose.v6_evidence`, `tailtheory.engine.noise` | - | `claims._v6` | `dose_figures.plot_dose` | `test_dose.py`, `test_dose_figures.py`, `tests/engine/test_noise.py` |
 
 TIM's corrections are weights on `rho` (`corrections.tis_weight`, `corrections.seq_tis_weight`,
 `corrections.mis_weight`, `corrections.icepop_weight`, and the rejections with weight 1
 `corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), registered as GRPO
-methods of the engine by `methods`. The training runs are notebook 06's.
+methods of the engine by `methods`. The training runs of V3-V5 are notebook 06's; V6's
+(`dose`, study `mismatch_dose`) are notebook 07's.
 """

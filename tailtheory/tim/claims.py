@@ -157,3 +157,17 @@ def _v5(profile: str) -> Evidence:
     from tailtheory.tim import training
 
     return training.v5_evidence(training.STUDY.data(profile))
+
+
+# V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed
+# (tailtheory.tim.dose); quick reads the runs stored in results/mismatch_dose.json, thorough
+# trains what the run cache lacks first (59 runs of 120 steps: hours on a 2-core CPU).
+
+@register("V6", paper="ours", statement="on a recipe where GRPO learns, a controlled rollout "
+          "mismatch has a threshold k3* below which no harm is measurable and above which "
+          "training degrades; remedies move it; the real paths sit on the same axis",
+          expected=Verdict.TOY_SCALE)
+def _v6(profile: str) -> Evidence:
+    from tailtheory.tim import dose
+
+    return dose.v6_evidence(dose.STUDY.data(profile))

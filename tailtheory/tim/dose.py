@@ -221,3 +221,35 @@ def v6_evidence(data) -> Evidence:
             "well-formed logit-noise sigma and at every larger one (threshold between the "
             "measured k3 of the last unharmed and the first harmed point)")
     return Evidence(verdict, nums, "; ".join(x for x in (rule, note) if x))
+
+
+def _k(x: float) -> str:
+    return "not measured yet" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2g}"
+
+
+def register_text(data) -> list[str]:
+    """The register in words, one line per finding: GRPO's thresholds per noise kind, each
+    remedy at :data:`REMEDY_SIGMA`, and where the real paths sit. Only measured numbers are
+    named; what is pending is said to be."""
+    lines = []
+    for r in register_table(data):
+        if r["method"] == "grpo" and r["kind"] in ("logit", "weight"):
+            pend = f" (sigmas still pending: {', '.join(f'{s:g}' for s in r['pending'])})" \
+                if r["pending"] else ""
+            if math.isnan(r["k3_harm"]):
+                lines.append(f"GRPO, {r['kind']} noise: no harm measured up to k3 = "
+                             f"{_k(r['k3_safe'])}{pend}")
+            else:
+                shape = "" if r["monotone"] else "; harm is not monotone in sigma (no threshold)"
+                lines.append(f"GRPO, {r['kind']} noise: no harm measurable below k3 = "
+                             f"{_k(r['k3_safe'])}; harmed from k3 = {_k(r['k3_harm'])} "
+                             f"(sigma = {r['sigma_harm']:g}){shape}{pend}")
+        elif "moves_threshold" in r:
+            state = {None: "pending (fewer than 3 seeds)", True: "not harmed: moves the threshold",
+                     False: "harmed: does not move the threshold"}[r["moves_threshold"]]
+            lines.append(f"{r['method']} at {r['kind']} sigma = {r['sigma']:g} "
+                         f"(k3 = {_k(r['k3'])}): {state}")
+        else:
+            state = {None: "pending", True: "harmed", False: "not harmed"}[r["harmed"]]
+            lines.append(f"real path {r['kind']}: k3 = {_k(r['k3'])} ({r['seeds']} seeds; {state})")
+    return lines

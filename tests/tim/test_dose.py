@@ -102,3 +102,14 @@ def test_register_names_remedies_and_real_paths():
     assert tis["moves_threshold"] is True and tis["harmed"] is False
     fp8 = next(r for r in reg if r["kind"] == "fp8 bypass")
     assert fp8["k3"] == pytest.approx(2.5e-4) and fp8["harmed"] is False
+
+
+def test_register_text_names_only_measured_numbers():
+    data = _data({"GRPO | logit sigma=1": (SAFE, 1e-3, 0.9),
+                  "GRPO | logit sigma=2": (HURT, 1e-2, 0.9),
+                  "GRPO | logit sigma=4": ((0.3,), 0.1, 0.9),
+                  f"MIS | logit sigma={dose.REMEDY_SIGMA:g}": ((0.4, 0.41), 1e-2, 0.9)})
+    text = "\n".join(dose.register_text(data))
+    assert "no harm measurable below k3 = 0.0013; harmed from k3 = 0.013 (sigma = 2)" in text
+    assert "sigmas still pending: 4" in text
+    assert "mis at logit sigma" in text and "pending (fewer than 3 seeds)" in text

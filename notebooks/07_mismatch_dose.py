@@ -1,0 +1,124 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 — How much mismatch does GRPO survive? A dose-response (claim V6)
+#
+# TIM (arXiv 2605.14220) compares one mismatched inference engine with none; DVP (arXiv
+# 2512.23087) models the mismatch as noise on the logits. Neither sweeps the *size* of the
+# mismatch against what training achieves. Here the rollout mismatch is set by hand on the
+# learning testbed (the `learn` recipe: GRPO on `kk_trace` with two people, 120 steps, where
+# GRPO on the zero-mismatch `exact` path gains more than 0.2 held-out accuracy in every seed),
+# with the trainer untouched:
+#
+# - **logit noise**: the sampler draws from `softmax(z + δ)`, `δ ~ N(0, σ²)` i.i.d. per logit
+#   (Gaussian, DVP's model) and reports that distribution's log-probs;
+# - **weight noise**: the inference copy's block weights times `(1 + σ ε)`, re-drawn at every
+#   sync (quantisation-like).
+#
+# Held-out accuracy is always sampled noise-free from the trainer's weights, so it measures
+# what training did, not the noise at test time. Each run's mismatch is its **measured** mean
+# per-token k3, never σ; the real rollout paths (a separate float32 engine, bf16, fp16, fp8)
+# sit on the same axis at their measured k3.
+#
+# **Rule, fixed before measuring** (`tailtheory.tim.dose`, and the ledger): a point is *harmed*
+# when the `exact` runs' final held-out accuracy (mean of the last 2 evaluations) exceeds its own
+# by more than 2 standard errors over seeds (at least 3 seeds a point). GRPO's threshold lies
+# between the largest k3 of an unharmed point below its first harmed point and that harmed
+# point's k3, and counts only when every larger σ is harmed too and the rollouts there are still
+# well-formed (mean `reward/format` >= 0.5). Remedies (token TIS, MIS, IcePop, TRM, DVP) run at
+# one σ chosen by a screen before they ran; a remedy moves the threshold when it is not harmed
+# there.
+#
+# **Scale.** A 0.72M-parameter model on a toy task. The thresholds are orders of magnitude to
+# check a real run against (`tailtheory diagnose` does), not numbers that transfer.
+
+# %% tags=["parameters"]
+# Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
+# TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
+# PRESET  "quick": read the stored runs (results/mismatch_dose.json); seconds.
+#         "full":  train every run of the study the run cache lacks (59 runs of 120 steps, about
+#                  5 CPU minutes each on one core of this 2-core machine), storing each arm as
+#                  it completes, then read them.
+PRESET = "quick"
+WORKERS = 2  # training processes run at once (one torch thread each)
+
+# %%
+from tailtheory.core.display import provenance, setup_notebook, show_figure, verdict_report
+from tailtheory.core.io import preset
+
+setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
+PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
+PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
+
+# %%
+from tailtheory.engine.plot import curve_panels
+from tailtheory.tim import dose, dose_figures
+
+data = dose.STUDY.data(PROFILE, workers=WORKERS)
+STORED = provenance("stored", PRESET, "results/mismatch_dose.json")
+print(f"{sum(len(r) for r in data.values())} runs stored in {len(data)} arms")
+if data.missing:
+    print("not stored yet (arm: seeds) — `tailtheory study mismatch_dose` trains them:")
+    for label, seeds in data.missing.items():
+        print(f"  {label}: {seeds}")
+
+# %% [markdown]
+# ## (1) The dose-response
+#
+# Left: final held-out accuracy against each run's measured k3 (small markers are runs, large
+# ones the arm's mean with its standard error; grey: the zero-mismatch runs, mean ± 2 se).
+# Right: whether the mismatched rollouts still end in a well-formed answer.
+
+# %%
+fig, df_dose = dose_figures.plot_dose(data)
+show_figure(fig, "mismatch_dose", df_dose, STORED)
+df_dose[["label", "seeds", "k3", "format", "final_eval", "final_eval_se", "gap", "gap_se",
+         "harmed"]]
+
+# %% [markdown]
+# ## (2) The register
+#
+# What a user can act on: below which measured k3 no harm was measurable here, from which k3
+# GRPO was harmed, which remedy was enough at the harmful dose, and where the real paths sit.
+
+# %%
+for line in dose.register_text(data):
+    print("-", line)
+dose_figures.register_frame(data)
+
+# %% [markdown]
+# ## (3) The curves: held-out accuracy and the mismatch monitor over training (V5 on the sweep)
+#
+# Where training is harmed, does the per-step k3 (the monitor TIM proposes) show it? Under logit
+# noise k3 is the injected mismatch itself, so it moves with σ by construction; what it cannot
+# show is whether that much mismatch hurts — the dose-response above answers that.
+
+# %%
+m = dose.STUDY.measurement(data)
+shown = m.labels(role="baseline") + m.labels(kind="logit", role="dose")
+table = m.curves(series=("eval", "k3"), labels=shown)
+fig = curve_panels(table, ("held-out accuracy", "k3"), titles={"k3": "mean per-token k3"},
+                   legend_panel=0, legend_title="mean; band: min-max over seeds")
+fig.axes[1].set_yscale("symlog", linthresh=1e-4)
+show_figure(fig, "mismatch_dose_curves", table, STORED)
+
+# %% [markdown]
+# ## Verdict
+#
+# The registered check (the one `tailtheory verify --only V6` runs) on this preset's profile.
+
+# %%
+verdict_report(["V6"], PROFILE);
