@@ -113,6 +113,7 @@ table = m.curves(series=("eval", "k3"), labels=shown)
 fig = curve_panels(table, ("held-out accuracy", "k3"), titles={"k3": "mean per-token k3"},
                    legend_panel=0, legend_title="mean; band: min-max over seeds")
 fig.axes[1].set_yscale("symlog", linthresh=1e-4)
+fig.axes[1].set_ylim(bottom=0)  # k3 >= 0; exact sits at 0
 show_figure(fig, "mismatch_dose_curves", table, STORED)
 
 # %% [markdown]
