@@ -146,17 +146,30 @@ def _v3(profile: str) -> Evidence:
           "destabilises GRPO training; remedies from the same start",
           expected=Verdict.NOT_REPRODUCED)
 def _v4(profile: str) -> Evidence:
-    from tailtheory.tim import training
-
-    return training.v4_evidence(training.STUDY.data(profile))
+    return _learn_or_old(profile, 0)
 
 
 @register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
           "degrades", expected=Verdict.NOT_REPRODUCED)
 def _v5(profile: str) -> Evidence:
-    from tailtheory.tim import training
+    return _learn_or_old(profile, 1)
 
-    return training.v5_evidence(training.STUDY.data(profile))
+
+def _learn_or_old(profile: str, which: int) -> Evidence:
+    """V4 (``which`` 0) or V5 (1): from the learning testbed's real-path runs (``tim.dose``) once
+    one has 3 seeds stored, the no-learning regime's numbers beside it as superseded; until then
+    from the no-learning regime (``tim.training``)."""
+    from dataclasses import replace
+
+    from tailtheory.tim import dose, training
+
+    old = (training.v4_evidence, training.v5_evidence)[which](training.STUDY.data(profile))
+    learn = dose.real_path_evidence(dose.STUDY.data(profile))
+    if learn is None:
+        return old
+    ev = learn[which]
+    superseded = {"no-learning regime (superseded): verdict": str(old.verdict)}
+    return replace(ev, numbers={**ev.numbers, **superseded})
 
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed

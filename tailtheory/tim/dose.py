@@ -254,3 +254,54 @@ def register_text(data) -> list[str]:
             state = {None: "pending", True: "harmed", False: "not harmed"}[r["harmed"]]
             lines.append(f"real path {r['kind']}: k3 = {_k(r['k3'])} ({r['seeds']} seeds; {state})")
     return lines
+
+
+def _first_last_k3(rows: list, window: int) -> tuple[float, float]:
+    first = sum(sum(r["k3"][:window]) / len(r["k3"][:window]) for r in rows) / len(rows)
+    last = sum(sum(r["k3"][-window:]) / len(r["k3"][-window:]) for r in rows) / len(rows)
+    return first, last
+
+
+def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
+    """V4 and V5 on the learning testbed, from this study's real-path arms against ``exact``
+    (rules in the ledger: V4 harmed = final reward below exact's by > 2 se; V5 flat = mean k3 of
+    the last 10 steps within x2 of the first 10, over V4's harmed paths). ``None`` while no real
+    path has :data:`MIN_SEEDS` seeds stored. The harmed logit-noise points' k3 ratios are reported
+    beside V5, not counted."""
+    from tailtheory.engine.run_numbers import FINAL_WINDOW
+
+    m = STUDY.measurement(data)
+    ref = m.label(role="baseline")
+    real = [lb for lb in m.labels(role="real") if len(m[lb]) >= MIN_SEEDS]
+    if not real:
+        return None
+    v4, v5, harmed, flat = {}, {}, [], []
+    for lb in real:
+        name = lb.split(" | ")[1]
+        r, e = m.compare(ref, lb, "final_reward"), m.compare(ref, lb, "final_eval")
+        v4.update({f"{name}:gap_reward": r.delta, f"{name}:se": r.se,
+                   f"{name}:gap_heldout": e.delta, f"{name}:se_heldout": e.se,
+                   f"{name}:seeds": len(m[lb]), f"{name}:k3": _k3(m[lb])})
+        first, last = _first_last_k3(m[lb], FINAL_WINDOW)
+        v5.update({f"{name}:k3_first": first, f"{name}:k3_final": last})
+        if r.verdict == Verdict.TOY_SCALE:
+            harmed.append(name)
+            flat.append(1 / 2 <= (last / first if first > 0 else math.inf) <= 2)
+    v4["harmed"] = v5["harmed"] = ", ".join(harmed) or "none"
+    v4["exact:final_reward"] = m.mean(ref, "final_reward")
+    pending = [lb.split(" | ")[1] for lb in m.labels(role="real") if lb not in real]
+    pending += [f"{p} {mode}" for p, mode in REAL_PATHS
+                if _label("GRPO", f"{p} {mode}") not in m]
+    v4["pending"] = ", ".join(pending) or "none"
+    for r in dose_table(m):
+        if r["role"] == "dose" and r["harmed"]:
+            first, last = _first_last_k3(m[r["label"]], FINAL_WINDOW)
+            v5[f"{r['label']}:k3_ratio (not counted)"] = last / first if first else math.nan
+    ev4 = Evidence(Verdict.TOY_SCALE if harmed else Verdict.NOT_REPRODUCED, v4,
+                   "learn recipe: some real path's final reward (last 10 steps) below exact's by "
+                   "> 2 se over seeds")
+    v5_verdict = (Verdict.NOT_REPRODUCED if not flat else
+                  Verdict.TOY_SCALE if any(flat) else Verdict.REFUTED)
+    ev5 = Evidence(v5_verdict, v5, "learn recipe: a real path V4 finds harmed keeps its mean k3 "
+                   "over the last 10 steps within x2 of the first 10 (none harmed: NOT-REPRODUCED)")
+    return ev4, ev5

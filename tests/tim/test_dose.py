@@ -113,3 +113,20 @@ def test_register_text_names_only_measured_numbers():
     assert "no harm measurable below k3 = 0.0013; harmed from k3 = 0.013 (sigma = 2)" in text
     assert "sigmas still pending: 4" in text
     assert "mis at logit sigma" in text and "pending (fewer than 3 seeds)" in text
+
+
+def test_real_path_evidence_both_ways():
+    assert dose.real_path_evidence(_data({"GRPO | logit sigma=1": (SAFE, 1e-3, 0.9)})) is None
+    ok = dose.real_path_evidence(_data({"GRPO | fp8 bypass": (SAFE, 2e-4, 0.9),
+                                        "GRPO | bf16 recompute": ((0.6,), 1e-4, 0.9)}))
+    assert ok[0].verdict == Verdict.NOT_REPRODUCED == ok[1].verdict
+    assert "bf16 recompute" in ok[0].numbers["pending"]
+    hurt = dose.real_path_evidence(_data({"GRPO | fp8 bypass": (HURT, 2e-4, 0.9)}))
+    assert hurt[0].verdict == Verdict.TOY_SCALE
+    # _row's k3 series is [k3, 1.5 k3], shorter than the window: flat -> V5 TOY-SCALE
+    assert hurt[1].verdict == Verdict.TOY_SCALE
+    assert hurt[1].numbers["fp8 bypass:k3_final"] == pytest.approx(2.5e-4)
+    rising = _data({"GRPO | fp8 bypass": (HURT, 2e-4, 0.9)})
+    for r in rising["GRPO | fp8 bypass"]:
+        r["k3"] = [1e-4] * 10 + [1e-3] * 10              # x10 from the first to the last window
+    assert dose.real_path_evidence(rising)[1].verdict == Verdict.REFUTED
