@@ -39,8 +39,10 @@ from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, U
 from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
 from tailtheory.engine.comparison import Z_CRIT, compare, mean_se, worst
 
-PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8}}
-"""Seeds and batches per seed of each preset; batch sizes are the preset's training sizes."""
+PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8},
+               "learn": {"seeds": (1, 2, 3), "batches": 4}}
+"""Seeds and batches per seed of each preset; batch sizes are the preset's training sizes
+(``learn``: 32 prompts x 8 responses a batch, :mod:`tailtheory.lopti.learn_probes`)."""
 
 PROBE_VERSION = 1
 """Part of the stored measurement's config: bump it when a change here changes the numbers."""

@@ -1,0 +1,140 @@
+"""LOPTI's Figures 1 and 3 (claims L4, L5) on the learning testbed: the one-step probes of
+:mod:`tailtheory.lopti.measurement` on GRPO batches of the ``learn`` recipe, from its warm start
+*and* from a policy half-way through a GRPO run of it (does the interference appear once the
+policy is learning?).
+
+Source: LOPTI (Yang et al., arXiv 2505.12929), Figures 1 and 3.
+
+- ``warm``: the recipe's warm start (``kk_trace`` with two people; held-out accuracy about 0.35).
+- ``mid``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` of its 120 steps
+  (held-out accuracy about 0.6): that run is trained again to step 60 in a folder of its own
+  (the run cache keeps a run's last checkpoint only), and its metric lines are checked equal to
+  the cached run's first 60 (:func:`mid_policy`).
+
+Each policy: the ``learn`` entry of :data:`tailtheory.lopti.measurement.PROBE_SIZES` (3
+seeds x 4 batches) of the recipe's size (32 prompts x 8
+responses), the batch of seed ``s`` and index ``i`` drawing the problems the trainer draws at
+step ``i`` of seed ``s``. The rules are the stored measurement's, unchanged (module docstring of
+:mod:`tailtheory.lopti.measurement`: L4 the worst of (d), (e), (f); L5 AR and Lopti against
+GRPO on the top-bin rise fraction), applied to each policy; a claim's verdict on the testbed is
+the worst of its two policies' (:func:`tailtheory.engine.comparison.worst`), fixed before the
+measurement. Stored in ``results/lopti_probes_learn.json``; ``quick`` reads it, ``thorough``
+measures again (about 10 CPU minutes, the mid-run policy included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tailtheory.core.registry import Evidence
+from tailtheory.engine.comparison import worst
+
+MID_SEED = 1
+"""The GRPO run whose half-way policy is probed."""
+
+MID_STEP = 60
+"""Half of the recipe's 120 steps."""
+
+def _sizes():
+    from tailtheory.lopti.measurement import PROBE_SIZES
+
+    return PROBE_SIZES["learn"]["seeds"], PROBE_SIZES["learn"]["batches"]
+
+POLICIES = ("warm", "mid")
+"""The probed policies."""
+
+COMMAND = "python -m tailtheory.lopti.learn_probes"
+"""Measures again and stores ``results/lopti_probes_learn.json``."""
+
+
+def _grpo_config():
+    from tailtheory.engine.presets import train_config
+
+    return train_config("learn", method="grpo", seed=MID_SEED)
+
+
+def mid_policy(progress: bool = True):
+    """``(model, task)``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` steps,
+    trained (once; kept under the run cache's ``probes/`` folder) and checked against the cached
+    full run's first lines when that run exists (a ``RuntimeError`` if they differ)."""
+    from tailtheory.engine.checkpoint import read_checkpoint, read_metrics
+    from tailtheory.engine.presets import warm_model
+    from tailtheory.engine.runs import run_key, runs_root
+    from tailtheory.engine.trainer import train
+    from tailtheory.engine.warm_cache import load_warm_start
+
+    cfg = _grpo_config()
+    out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{MID_STEP}"
+    ckpt = out / "checkpoint.pt"
+    if not ckpt.exists() or read_checkpoint(ckpt)["step"] != MID_STEP:
+        train(replace(cfg, steps=MID_STEP, out=str(out), checkpoint_every=MID_STEP),
+              resume=ckpt.exists(), progress=progress)
+    full = runs_root() / run_key(cfg)
+    if (full / "metrics.jsonl").exists():
+        mine, theirs = read_metrics(out), read_metrics(full)[:MID_STEP]
+        same = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # noqa: E731
+        if len(theirs) == MID_STEP and [same(m) for m in mine] != [same(m) for m in theirs]:
+            raise RuntimeError(f"the half-way policy in {out} does not retrace the cached run "
+                               f"{full}: its metric lines differ; delete {out} and run again")
+    model, task = load_warm_start(warm_model("learn", progress=False), device="cpu")
+    model.load_state_dict(read_checkpoint(ckpt)["model"])
+    return model, task
+
+
+def probe_config() -> dict:
+    """What the stored measurement is keyed by: the full measurement's keys on the learn preset,
+    the policies and the half-way step."""
+    from tailtheory.lopti.measurement import probe_config as base
+
+    return {**base("learn"), "policies": list(POLICIES), "mid_seed": MID_SEED,
+            "mid_step": MID_STEP}
+
+
+def measure_learn_probes(progress: bool = True) -> dict:
+    """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
+    from tailtheory.engine.presets import warm_model
+    from tailtheory.engine.warm_cache import load_warm_start
+    from tailtheory.lopti.measurement import measure
+
+    cfg, (seeds, batches) = _grpo_config(), _sizes()
+    out = {}
+    for policy in POLICIES:
+        model, task = (load_warm_start(warm_model("learn", progress=False), device="cpu")
+                       if policy == "warm" else mid_policy(progress))
+        out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
+    return out
+
+
+def learn_probe_data(profile: str) -> dict:
+    """The stored measurement (``quick``) or a new one, stored (``thorough``)."""
+    from tailtheory.core.measurements import measured
+
+    return measured("lopti_probes_learn", probe_config(), measure_learn_probes, profile, COMMAND)
+
+
+def _both(fn, data: dict) -> Evidence:
+    parts = {p: fn(data[p]) for p in POLICIES}
+    nums = {f"{p}:{k}": v for p, ev in parts.items() for k, v in ev.numbers.items()}
+    nums.update({f"{p}:verdict": str(ev.verdict) for p, ev in parts.items()})
+    note = (f"learn recipe, warm start and GRPO step {MID_STEP}: the worst of the two; "
+            + parts["warm"].note)
+    return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note)
+
+
+def l4_learn_evidence(data: dict) -> Evidence:
+    """L4 on both policies (rule of :func:`tailtheory.lopti.measurement.l4_evidence`)."""
+    from tailtheory.lopti.measurement import l4_evidence
+
+    return _both(l4_evidence, data)
+
+
+def l5_learn_evidence(data: dict) -> Evidence:
+    """L5 on both policies (rule of :func:`tailtheory.lopti.measurement.l5_evidence`)."""
+    from tailtheory.lopti.measurement import l5_evidence
+
+    return _both(l5_evidence, data)
+
+
+if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
+    learn_probe_data("thorough")
+    print("stored results/lopti_probes_learn.json")
