@@ -25,9 +25,11 @@ Sections of the report and the claims they rest on (``docs/claims.md``):
 | TRM acceptance against threshold, length | T12 | ``k2``, ``k3``, ``trm_mask``, ``acceptance_prob`` | ``build.trm`` |
 | what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``build.dvp`` |
 | k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``build.steps`` |
+| the run's mean k3 on the dose-response register | V6 | ``tailtheory.tim.dose.register_table`` | ``register.place_on_register`` |
 
 Modules: ``read`` (formats, checks, batches), ``aggregate`` (streaming sums), ``sections`` and
 ``build`` (tables, ``summary.json`` keys in ``sections.SUMMARY_KEYS``, verdict lines with named
-thresholds), ``report`` (figures, HTML, the all-or-nothing output folder), ``cli`` (the command
-and ``run_diagnose``). Tests: ``tests/diagnose/``.
+thresholds), ``register`` (the run's mean k3 placed on V6's measured thresholds, with their
+toy-scale caveat), ``report`` (figures, HTML, the all-or-nothing output folder), ``cli`` (the
+command and ``run_diagnose``). Tests: ``tests/diagnose/``.
 """

@@ -1,7 +1,8 @@
 """TRM's acceptance, DVP's pruning, k1/k3 over steps, and the assembly of a :class:`Diagnosis`.
 
 Source: TRM (arXiv 2512.23075; T12), DVP (arXiv 2512.23087; P2, P4), TIM (arXiv 2605.14220;
-k1, k3). Thresholds and summary keys: :mod:`tailtheory.diagnose.sections`.
+k1, k3). Thresholds and summary keys: :mod:`tailtheory.diagnose.sections`; the placement on
+the dose-response register (V6): :mod:`tailtheory.diagnose.register`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from tailtheory.diagnose import sections as sec
 from tailtheory.diagnose.aggregate import STEP_FIELDS, Accumulator
+from tailtheory.diagnose.register import register_section
 from tailtheory.diagnose.sections import Diagnosis, _f
 from tailtheory.trm.mask import acceptance_prob, trm_mask
 
@@ -155,9 +157,11 @@ def steps(acc: Accumulator, d: Diagnosis) -> None:
                            f"{_f(last)} over the last ({_f(growth, '.2g')}x): {trend}."]
 
 
-def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float) -> Diagnosis:
-    """Every section from the sums of a finished :class:`Accumulator`. Raises ``ValueError``
-    when no row was included."""
+def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
+              register: list[dict] | None = None) -> Diagnosis:
+    """Every section from the sums of a finished :class:`Accumulator`, the run placed on the
+    dose-response register last (``register``: rows of ``tailtheory.tim.dose.register_table``;
+    ``None`` reads the stored one). Raises ``ValueError`` when no row was included."""
     acc.check_complete()
     if acc.groups["all"]["n"] == 0:
         raise ValueError(f"no row with finite log-probs in {len(acc.files)} dump(s) "
@@ -174,5 +178,6 @@ def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float) -> Diagnosis
     trm(acc, d, s, delta_max, delta_avg)
     dvp(acc, d, s)
     steps(acc, d)
+    register_section(d, register)
     d.summary = {k: d.summary.get(k) for k in sec.SUMMARY_KEYS}
     return d

@@ -54,10 +54,12 @@ def run_diagnose(dumps, out, *, max_excluded: float = MAX_EXCLUDED, **options):
 def diagnose_dumps(dumps, *, batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
-                   progress: bool = False):
+                   progress: bool = False, register: list[dict] | None = None):
     """Every section of the report from ``dumps``, read ``batch_rows`` rows at a time; writes
     nothing. ``delta_max`` / ``delta_avg`` default to the engine's TRM thresholds
-    (``MethodParams``). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
+    (``MethodParams``); ``register`` (rows of ``tailtheory.tim.dose.register_table``) defaults
+    to the stored dose-response register (V6). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM
+    (k1/k3).
     """
     from tqdm.auto import tqdm
 
@@ -80,7 +82,7 @@ def diagnose_dumps(dumps, *, batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
             for batch in iter_batches(dump, i, batch_rows):
                 acc.add(batch)
                 bar.update(len(batch.ok))
-    d = diagnosis(acc, delta_max, delta_avg)
+    d = diagnosis(acc, delta_max, delta_avg, register)
     d.inputs = files
     return d
 

@@ -34,6 +34,7 @@ SECTIONS = (
     ("trm", "TRM's acceptance against threshold and length", "T12"),
     ("dvp", "What DVP's pruning would remove", "P1, P2, P4"),
     ("steps", "k1 and k3 over steps", "TIM's monitors (V2, V5)"),
+    ("register", "The run's mean k3 on the mismatch dose-response register", "V6"),
 )
 """The report's sections: table name, title, the claim ids it rests on."""
 
@@ -57,6 +58,9 @@ def write_report(d: Diagnosis, out: str | os.PathLike, inputs: list[Path]) -> Pa
     try:
         figures = draw_all(d, tmp)
         atomic_write_text(tmp / "summary.json", json.dumps(_clean(d.summary), indent=2) + "\n")
+        if "register" in d.points:                        # the placement on V6's register
+            atomic_write_text(tmp / "register.json",
+                              json.dumps(_clean(d.points["register"]), indent=2) + "\n")
         atomic_write_text(tmp / "report.html", render_html(d, figures, inputs))
         atomic_write_text(tmp / MARKER, "written by tailtheory diagnose\n")
         os.chmod(tmp, 0o777 & ~_umask())
