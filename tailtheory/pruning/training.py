@@ -44,7 +44,9 @@ def p5_arms(preset: str) -> list[Arm]:
     from tailtheory.engine.presets import SEEDS, train_config
 
     base, seeds = train_config(preset, rollout="bf16"), SEEDS[preset]
-    arms = [Arm("GRPO", tuple(replace(base, method="grpo", seed=s) for s in seeds),
+    # learn: GRPO's runs dump their tokens, so they are the dose study's bf16 runs (tim.dose)
+    dump = {"dump_tokens": True} if preset == "learn" else {}
+    arms = [Arm("GRPO", tuple(replace(base, method="grpo", seed=s, **dump) for s in seeds),
                 {"method": "grpo"})]
     arms += [Arm(f"DVP rho={rho:g}", tuple(replace(base, method="dvp", dvp_rho=rho, seed=s)
                                            for s in seeds), {"method": "dvp", "rho": rho})
@@ -62,6 +64,11 @@ STUDY = register_study(Study(
     series={"pruned_mass": "dvp/pruned_mass", "bias_bound": bias_bound,
             "mismatch_abs_mean": "mismatch/abs_mean"}))
 """P5: per run its summary, reward curve, per-step pruned mass, P2 bound and mismatch."""
+
+LEARN_STUDY = register_study(Study(
+    "dvp_learn", p5_arms, series=STUDY.series, measure_preset="learn", incremental=True))
+"""P5 on the learning testbed (preset ``learn``: the recipe on bf16 rollouts, seeds 1-5), stored
+run by run in ``results/dvp_learn.json`` (``tailtheory study dvp_learn``); same rule."""
 
 
 def p5_evidence(data) -> Evidence:
