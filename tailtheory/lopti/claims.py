@@ -32,7 +32,9 @@ def _l6(profile: str) -> Evidence:
 
 # L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,
 # stored and judged by tailtheory.lopti.measurement); the quick profile reads
-# results/lopti_probes.json, thorough measures again (about 6 minutes).
+# results/lopti_probes.json, thorough measures again (about 6 minutes). L4 and L5 are judged on
+# the learning testbed (tailtheory.lopti.learn_probes, results/lopti_probes_learn.json: its warm
+# start and GRPO half-way), the old measurement's verdict reported beside them.
 
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
           "the network, not only at the logits)", expected=Verdict.TOY_SCALE)
@@ -46,15 +48,25 @@ def _l1(profile: str) -> Evidence:
           "updating only the lowest bin moves every bin like updating all, the highest alone "
           "moves little", expected=Verdict.NOT_REPRODUCED)
 def _l4(profile: str) -> Evidence:
-    from tailtheory.lopti import measurement
+    from tailtheory.lopti import learn_probes, measurement
 
-    return measurement.l4_evidence(measurement.probe_data(profile))
+    return _with_superseded(learn_probes.l4_learn_evidence(learn_probes.learn_probe_data(profile)),
+                            measurement.l4_evidence(measurement.probe_data(profile)))
 
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
           expected=Verdict.REFUTED)
 def _l5(profile: str) -> Evidence:
-    from tailtheory.lopti import measurement
+    from tailtheory.lopti import learn_probes, measurement
 
-    return measurement.l5_evidence(measurement.probe_data(profile))
+    return _with_superseded(learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)),
+                            measurement.l5_evidence(measurement.probe_data(profile)))
+
+
+def _with_superseded(learn: Evidence, old: Evidence) -> Evidence:
+    """The learning testbed's evidence, the no-learning regime's verdict beside it."""
+    from dataclasses import replace
+
+    return replace(learn, numbers={**learn.numbers,
+                                   "no-learning regime (superseded): verdict": str(old.verdict)})

@@ -128,6 +128,10 @@ def test_stored_measurement_round_trip_and_stale_one_refused(tmp_path, monkeypat
     data = fake_data()
     save_measurement("lopti_probes", ms.probe_config("full"), data, ms.COMMAND)
     assert ms.probe_data("quick") == data
+    from tailtheory.lopti import learn_probes
+
+    save_measurement("lopti_probes_learn", learn_probes.probe_config(),
+                     {"warm": data, "mid": data}, learn_probes.COMMAND)
     assert all_claims()["L4"].check("quick").verdict == Verdict.TOY_SCALE
     stale = {**ms.probe_config("full"), "lr": 2 * SGD_LR}
     save_measurement("lopti_probes", stale, data, ms.COMMAND)
