@@ -101,6 +101,27 @@ if PRESET == "quick":  # the stored full-preset measurement, the one the verdict
 df_fig1.head(12)
 
 # %% [markdown]
+# ### The same probes on the learning testbed (the verdicts of L4 and L5)
+#
+# Batches of the `learn` recipe (32 prompts × 8 responses, 3 seeds × 4 batches) from its warm
+# start and from GRPO half-way through a run of it (seed 1 after 60 of 120 steps): does the
+# interference of Figure 1 appear once the policy is learning? Stored in
+# `results/lopti_probes_learn.json` (`python -m tailtheory.lopti.learn_probes` measures again,
+# about 10 CPU minutes); L4 and L5 take the worse of the two policies' verdicts.
+
+# %%
+from tailtheory.lopti import learn_probes
+
+learn_probes_data = learn_probes.learn_probe_data(PROFILE)
+for policy in learn_probes.POLICIES:
+    fig, df_l = figures.plot_figure1(learn_probes_data[policy])
+    show_figure(fig, f"lopti_figure1_learn_{policy}", df_l,
+                provenance("stored", PRESET, "results/lopti_probes_learn.json"))
+    fig, df_l3 = figures.plot_figure3(learn_probes_data[policy])
+    show_figure(fig, f"lopti_figure3_learn_{policy}", df_l3,
+                provenance("stored", PRESET, "results/lopti_probes_learn.json"))
+
+# %% [markdown]
 # ## (2) This preset's runs: GRPO, AR, Lopti, AR+Lopti and Lopti reversed
 #
 # Same warm start, same seeds; every metric against step, seeds as a band (the figure

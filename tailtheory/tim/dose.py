@@ -29,8 +29,9 @@ Rule, fixed before measuring (``results/mismatch_dose.json``; the ledger repeats
   :data:`WELL_FORMED`;
 - **V6** ``TOY-SCALE`` when GRPO's logit-noise sweep has a threshold at a well-formed point;
   ``NOT-REPRODUCED`` when no well-formed point is harmed (or harm is not monotone in sigma).
-- the remedies run at :data:`REMEDY_SIGMA`, chosen by a screen recorded before they ran: the
-  smallest grid sigma whose seed-1 GRPO run ended below the lowest of the five ``exact`` runs.
+- the remedies run at :data:`REMEDY_SIGMA`: first chosen by a screen (the smallest grid sigma
+  whose seed-1 GRPO run ended below the lowest of the five ``exact`` runs), amended before any
+  remedy ran to the smallest sigma the rule above finds harmed (the screen's pick was not).
   A remedy **moves the threshold** when it is not harmed there: GRPO's ``k3_harm`` is then
   inside its safe range.
 """
@@ -69,10 +70,13 @@ REMEDIES = {"TIS": "tis", "MIS": "mis", "IcePop": "icepop", "TRM": "trm", "DVP":
 """Remedies at their engine defaults (token TIS cap 2, MIS band [0.5, 2], IcePop band [0.5, 2],
 TRM max-KL 0.05, DVP min-p 1e-6; ``tailtheory methods``)."""
 
-REMEDY_SIGMA = 1.0
-"""The logit-noise sigma the remedies run at, fixed by the screen of the module docstring before
-any remedy ran: the five ``exact`` runs ended at final held-out accuracy 0.627-0.639; the seed-1
-GRPO runs at sigma 0.3 and 1 at 0.648 and 0.590, so 1 is the smallest grid sigma below them."""
+REMEDY_SIGMA = 2.0
+"""The logit-noise sigma the remedies run at. The screen of the module docstring picked 1 (the
+five ``exact`` runs ended at final held-out accuracy 0.627-0.639, the seed-1 GRPO runs at sigma
+0.3 and 1 at 0.648 and 0.590); GRPO's three seeds at 1 then showed no harm (0.590, 0.652, 0.637:
+gap 0.008, se 0.019), so a remedy there could not move a threshold. Amended before any remedy
+ran: the remedies run at the smallest sigma the full rule finds harmed, 2 (1.5: gap 0.036, se
+0.018, 1.99 se, not harmed; 2: gap 0.348, se 0.003)."""
 
 WELL_FORMED = 0.5
 """Mean ``reward/format`` at or above which a point's rollouts count as well-formed."""
