@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.estimators import k3
+from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 V2_MEAN_SMALL = 0.05
@@ -137,9 +138,20 @@ def _corpus_batches(cfg):
           "sign of A coincides at zero mismatch and skews by sign under mismatch",
           expected=Verdict.REFUTED)
 def _v3(profile: str) -> Evidence:
+    from dataclasses import replace
+
     from tailtheory.tim import training
 
-    return training.v3_evidence(training.STUDY.data(profile))
+    old = training.v3_evidence(training.STUDY.data(profile))
+    try:
+        learn = training.LEARN_STUDY.data(profile)
+    except StaleMeasurement:          # nothing stored yet for the learning testbed
+        return old
+    if learn.missing:                 # judged on the learning testbed once every arm is complete
+        return old
+    ev = training.v3_evidence(learn)
+    return replace(ev, numbers={**ev.numbers,
+                                "no-learning regime (superseded): verdict": str(old.verdict)})
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "

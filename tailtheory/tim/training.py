@@ -350,4 +350,32 @@ def remedy_labels(data) -> list[str]:
     return STUDY.measurement(data).labels(role="remedy")
 
 
+def learn_arms(preset: str) -> list[Arm]:
+    """V3 on the learning testbed (preset ``learn`` only), with the arm labels and tags of
+    :func:`v_arms`' main regime: ``exact`` under both modes for :data:`EXACT_BYPASS_STEPS` steps,
+    ``bf16`` and ``fp8`` under both for the recipe's 120, seeds 1-3, every run dumping its tokens.
+    ``bf16 recompute``, ``fp8 recompute`` and ``fp8 bypass`` are the dose study's real-path runs
+    (the same configs: :mod:`tailtheory.tim.dose`)."""
+    from tailtheory.engine.presets import train_config
+    from tailtheory.tim.dose import DOSE_SEEDS
+
+    if preset != "learn":
+        raise ValueError(f"the learn-recipe V3 study runs on the learn preset, not {preset!r}")
+    base = replace(train_config("learn"), dump_tokens=True)
+    arms = []
+    for path in PATHS:
+        for mode in MODES:
+            n = EXACT_BYPASS_STEPS if path == "exact" else base.steps
+            arms.append(Arm(_label(path, mode), tuple(
+                replace(base, rollout=path, pi_old=mode, steps=n, seed=s) for s in DOSE_SEEDS),
+                {"path": path, "pi_old": mode, "knob": "", "role": "main", "method": "grpo"}))
+    return arms
+
+
+LEARN_STUDY = register_study(Study("mismatch_learn", learn_arms, series=STUDY.series,
+                                   tokens=STUDY.tokens, measure_preset="learn", incremental=True))
+"""V3 on the learning testbed, stored run by run in ``results/mismatch_learn.json``
+(``tailtheory study mismatch_learn``); the rule of :func:`v3_evidence`, unchanged."""
+
+
 from tailtheory.tim import dose as _dose  # noqa: E402,F401  (registers the V6 study, mismatch_dose)

@@ -209,3 +209,19 @@ def test_full_plan_knob_steps_and_continuation(monkeypatch, tmp_path):
     for pair in ("exact recompute", "fp8 bypass"):
         main, long = plan[pair], plan[f"{pair} steps=40"]
         assert long == [replace(c, steps=40) for c in main]
+
+
+def test_learn_study_shares_the_dose_studys_real_path_runs():
+    """V3 on the learn preset: its bf16 / fp8 recompute and fp8 bypass arms are the dose
+    study's real-path runs (same run keys); every run dumps its tokens."""
+    from tailtheory.engine.runs import run_key
+    from tailtheory.engine.study import get_study
+
+    mine = mt.LEARN_STUDY.configs("learn")
+    dose = get_study("mismatch_dose").configs("learn")
+    for label in ("bf16 recompute", "fp8 recompute", "fp8 bypass"):
+        assert [run_key(c) for c in mine[label]] == [run_key(c) for c in dose[f"GRPO | {label}"]]
+    assert all(c.dump_tokens for cs in mine.values() for c in cs)
+    assert {c.steps for c in mine["exact bypass"]} == {mt.EXACT_BYPASS_STEPS}
+    with pytest.raises(ValueError, match="learn preset"):
+        mt.learn_arms("full")
