@@ -46,6 +46,10 @@
 # > until the claims are re-measured on the `learn` recipe, where GRPO raises held-out accuracy
 # > by more than 0.2 in every seed (`tailtheory train --recipe learn`; README, "Does RL learn
 # > here?").
+# >
+# > On the learning testbed, V4 and V5 are judged on the real rollout paths of notebook 07 (the
+# > dose-response study `mismatch_dose`), and V3 on the study `mismatch_learn` once all of its
+# > runs are stored; notebook 07 also holds the mismatch dose-response (V6).
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
