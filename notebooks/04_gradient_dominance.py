@@ -113,8 +113,9 @@ df_fig1.head(12)
 from tailtheory.lopti import learn_probes
 
 learn_probes_data = learn_probes.learn_probe_data(PROFILE)
+names = {"warm": "learn recipe's warm start", "mid": "GRPO at step 60 of the learn recipe"}
 for policy in learn_probes.POLICIES:
-    fig, df_l = figures.plot_figure1(learn_probes_data[policy])
+    fig, df_l = figures.plot_figure1(learn_probes_data[policy], names[policy])
     show_figure(fig, f"lopti_figure1_learn_{policy}", df_l,
                 provenance("stored", PRESET, "results/lopti_probes_learn.json"))
     fig, df_l3 = figures.plot_figure3(learn_probes_data[policy])

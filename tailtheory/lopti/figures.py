@@ -48,11 +48,11 @@ def _bars(ax, df, quantities: dict, width: float = 0.8) -> None:
     ax.set_xlabel("pi_old bin")
 
 
-def plot_figure1(data: dict):
+def plot_figure1(data: dict, policy: str = "kk_trace warm start"):
     """LOPTI Figure 1 analogue, 2 x 3 panels: (a) tokens per bin, (b) mean advantage, (c) / (e)
     / (f) mean ``Delta pi`` after a step on all / the lowest / the highest bin, (d) gradient norm
-    per bin (dashed: all tokens). Bars: seed mean; error bars: seed min-max. Returns
-    ``(figure, table)``."""
+    per bin (dashed: all tokens). Bars: seed mean; error bars: seed min-max; ``policy`` names the
+    probed policy in the title. Returns ``(figure, table)``."""
     import matplotlib.pyplot as plt
 
     df = summary_table(data)
@@ -77,7 +77,7 @@ def plot_figure1(data: dict):
     for a in (ax[0, 2], ax[1, 1], ax[1, 2]):  # one scale: (f) is small next to (c)
         a.set_ylim(min(lo for lo, _ in lims), max(hi for _, hi in lims))
         a.axhline(0, color="k", lw=0.5)
-    fig.suptitle(f"LOPTI Fig. 1 analogue: kk_trace warm start, one SGD step (lr {SGD_LR}), "
+    fig.suptitle(f"LOPTI Fig. 1 analogue: {policy}, one SGD step (lr {SGD_LR}), "
                  f"{len(data['seeds'])} seeds", fontsize=10)
     fig.tight_layout()
     return fig, df[~df["quantity"].str.startswith(("rise_", "l1_"))].reset_index(drop=True)
