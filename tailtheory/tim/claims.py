@@ -149,8 +149,13 @@ def _v3(profile: str) -> Evidence:
         return old
     if learn.missing:                 # judged on the learning testbed once every arm is complete
         return old
+    from tailtheory.tim.rho_sign import rho_sign_table
+
     ev = training.v3_evidence(learn)
-    return replace(ev, numbers={**ev.numbers,
+    signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
+                for lb, t in rho_sign_table(learn, ["bf16 bypass", "fp8 bypass"]).items()
+                for k, v in t.items()}
+    return replace(ev, numbers={**ev.numbers, **signfree,
                                 "no-learning regime (superseded): verdict": str(old.verdict)})
 
 

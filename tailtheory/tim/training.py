@@ -58,6 +58,7 @@ from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.engine.run_numbers import FINAL_WINDOW
 from tailtheory.engine.comparison import Z_CRIT, mean_se
 from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.tim.rho_sign import rho_sign_numbers
 from tailtheory.trm.training import t14_token_numbers
 
 PATHS = ("exact", "bf16", "fp8")
@@ -372,10 +373,12 @@ def learn_arms(preset: str) -> list[Arm]:
     return arms
 
 
-LEARN_STUDY = register_study(Study("mismatch_learn", learn_arms, series=STUDY.series,
-                                   tokens=STUDY.tokens, measure_preset="learn", incremental=True))
+LEARN_STUDY = register_study(Study(
+    "mismatch_learn", learn_arms, series=STUDY.series, measure_preset="learn", incremental=True,
+    tokens={**STUDY.tokens, "rho_sign": rho_sign_numbers}))
 """V3 on the learning testbed, stored run by run in ``results/mismatch_learn.json``
-(``tailtheory study mismatch_learn``); the rule of :func:`v3_evidence`, unchanged."""
+(``tailtheory study mismatch_learn``); the rule of :func:`v3_evidence`, unchanged, and the
+sign-free row of :mod:`tailtheory.tim.rho_sign` beside it."""
 
 
 from tailtheory.tim import dose as _dose  # noqa: E402,F401  (registers the V6 study, mismatch_dose)
