@@ -36,10 +36,11 @@ def rho_sign_numbers(df) -> dict:
 
 def rho_sign_table(data, labels) -> dict:
     """Per label of ``labels`` (arms whose rows carry ``rho_sign``): the seed mean of ``d``, its
-    standard error, the KS distances' mean and whether the two distributions differ."""
+    standard error, the KS distances' mean and whether the two distributions differ; a label
+    with fewer than 2 such rows (or none in ``data``) is left out."""
     out = {}
     for label in labels:
-        rows = [r["rho_sign"] for r in data[label] if "rho_sign" in r]
+        rows = [r["rho_sign"] for r in data[label] if "rho_sign" in r] if label in data else []
         if len(rows) < 2:
             continue
         d, se = mean_se([r["d"] for r in rows])
