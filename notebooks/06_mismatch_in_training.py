@@ -163,6 +163,28 @@ show_figure(fig, "otb_training_tokens", df_o6,
             provenance("stored", PRESET, "results/otb_training.json"))
 
 # %% [markdown]
+# ## (8) V3 on the learning testbed
+#
+# The same contribution on the `learn` recipe (study `mismatch_learn`: `exact` under both modes
+# for 10 steps, `bf16` and `fp8` under both for 120, 3 seeds, every run dumping its tokens;
+# `results/mismatch_learn.json`, `tailtheory study mismatch_learn` trains what is missing). V3's
+# verdict is read here once every arm is stored. Beside it, not replacing it, the sign-free
+# question: does `log ρ` of sampled tokens differ between `A > 0` and `A < 0`
+# (`d = mean(log ρ | A > 0) − mean(log ρ | A < 0)`, seeds as the unit)?
+
+# %%
+from tailtheory.tim.rho_sign import rho_sign_table
+
+learn_v3 = training.LEARN_STUDY.data(PROFILE)
+if learn_v3.missing:
+    print("not stored yet (arm: seeds):", learn_v3.missing)
+else:
+    fig, df_c_learn = figures.plot_contribution(learn_v3)
+    show_figure(fig, "mismatch_learn_contribution", df_c_learn,
+                provenance("stored", PRESET, "results/mismatch_learn.json"))
+rho_sign_table(learn_v3, ["bf16 bypass", "fp8 bypass"])
+
+# %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement
 #
 # Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
