@@ -117,9 +117,34 @@ fig.axes[1].set_ylim(bottom=0)  # k3 >= 0; exact sits at 0
 show_figure(fig, "mismatch_dose_curves", table, STORED)
 
 # %% [markdown]
-# ## Verdict
+# ## (4) The real paths on the learning testbed (V4, V5)
 #
-# The registered check (the one `tailtheory verify --only V6` runs) on this preset's profile.
+# The same study's GRPO runs on the real rollout paths — a separate float32 inference engine
+# (`kv`), bf16 and fp16 copies, fp8 (e4m3) weights, and fp8 with `π_old` taken from the rollout
+# (bypass) — against the zero-mismatch runs. V4 (does a real path's mismatch alone harm GRPO?)
+# and V5 (does k3 stay flat where it harms?) are judged on them with the rules fixed in the
+# ledger before they ran; a path with fewer than 3 stored seeds is pending.
 
 # %%
-verdict_report(["V6"], PROFILE);
+real = m.labels(role="baseline") + m.labels(role="real")
+fig = curve_panels(m.curves(series=("eval", "k3"), labels=real), ("held-out accuracy", "k3"),
+                   titles={"k3": "mean per-token k3"}, legend_panel=0,
+                   legend_title="mean; band: min-max over seeds")
+fig.axes[1].set_yscale("symlog", linthresh=1e-6)
+fig.axes[1].set_ylim(bottom=0)
+show_figure(fig, "mismatch_dose_real_paths", m.curves(series=("eval", "k3"), labels=real), STORED)
+found = dose.real_path_evidence(data)
+if found is None:
+    print("no real path has 3 seeds stored yet")
+else:
+    for name, ev in zip(("V4", "V5"), found):
+        print(f"{name} on the learning testbed: {ev.verdict} — {ev.note}")
+
+# %% [markdown]
+# ## Verdict
+#
+# The registered checks (the ones `tailtheory verify --only V4,V5,V6` runs) on this preset's
+# profile; V4 and V5 read the real paths above once one has 3 seeds stored.
+
+# %%
+verdict_report(["V4", "V5", "V6"], PROFILE);
