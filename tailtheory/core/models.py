@@ -99,3 +99,21 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
         raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval()
+
+
+def cache_keyword(model) -> str:
+    """The keyword a causal LM's ``forward`` takes its KV cache by: ``cache`` (transformers >=
+    5.24, which deprecates the old name with a printed warning) or ``past_key_values``."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out):
+    """The KV cache a causal LM's forward returned: its ``cache`` field (transformers >= 5.24) or
+    its ``past_key_values`` (earlier); a ``ValueError`` if it returned none (``use_cache`` off)."""
+    for name in ("cache", "past_key_values"):
+        if name in out and out[name] is not None:
+            return out[name]
+    raise ValueError("the model returned no KV cache (call it with use_cache=True)")

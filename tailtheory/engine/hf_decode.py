@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.forward import position_ids
+from tailtheory.core.models import cache_keyword, output_cache
 
 
 def decode_mask(model, full: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,7 @@ class HFDecode:
         full[:, :P] = attn
         self.step_mask = decode_mask(model, full)              # (B, 1, 1, P+T) or (B, P+T)
         self.infer, self.lens, self.P, self.t = model, lens, P, 0
+        self.cache_kw = cache_keyword(model)
         self.out = self.infer(input_ids=ids, attention_mask=full[:, :P],
                               position_ids=position_ids(attn), use_cache=True)
 
@@ -60,4 +62,4 @@ class HFDecode:
         self.t += 1
         mask = self.step_mask[..., :self.P + self.t]
         self.out = self.infer(input_ids=tok[:, None], attention_mask=mask, position_ids=pos,
-                              past_key_values=self.out.past_key_values, use_cache=True)
+                              use_cache=True, **{self.cache_kw: output_cache(self.out)})

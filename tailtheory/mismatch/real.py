@@ -58,11 +58,14 @@ def _check_input_ids(input_ids, vocab_size: int) -> torch.Tensor:
 
 def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
     """Decode one token at a time, reusing the KV cache: position t sees keys 0..t."""
+    from tailtheory.core.models import cache_keyword, output_cache
+
+    kw = cache_keyword(model)
     out = model(input_ids=input_ids[:, :1], use_cache=True)
-    cache, steps = out.past_key_values, [out.logits]
+    cache, steps = output_cache(out), [out.logits]
     for t in range(1, input_ids.shape[1]):
-        out = model(input_ids=input_ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+        out = model(input_ids=input_ids[:, t:t + 1], use_cache=True, **{kw: cache})
+        cache = output_cache(out)
         steps.append(out.logits)
     return torch.cat(steps, dim=1)  # (B, T, V)
 

@@ -83,3 +83,26 @@ def test_load_lm_refuses_pickled_weights(tmp_path):
     torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
     with pytest.raises(ValueError, match="does not hold a causal LM"):
         load_lm(tmp_path)
+
+
+def test_cache_keyword_and_output_cache_across_transformers_versions():
+    """The KV cache is passed and read under whichever name the installed transformers uses
+    (``cache`` from 5.24, ``past_key_values`` before), without a deprecation message."""
+    from types import SimpleNamespace
+
+    from tailtheory.core.models import cache_keyword, output_cache
+
+    new = SimpleNamespace(forward=lambda input_ids=None, cache=None, use_cache=None: None)
+    old = SimpleNamespace(forward=lambda input_ids=None, past_key_values=None, use_cache=None: None)
+    assert cache_keyword(new) == "cache" and cache_keyword(old) == "past_key_values"
+    assert output_cache({"logits": 1, "cache": "C"}) == "C"
+    assert output_cache({"logits": 1, "past_key_values": "P"}) == "P"
+    with pytest.raises(ValueError, match="use_cache=True"):
+        output_cache({"logits": 1})
+    model = tiny_lm()
+    assert cache_keyword(model) in ("cache", "past_key_values")
+    out = model(input_ids=torch.tensor([[1, 2]]), use_cache=True)
+    nxt = model(input_ids=torch.tensor([[3]]), use_cache=True,
+                **{cache_keyword(model): output_cache(out)})
+    full = model(input_ids=torch.tensor([[1, 2, 3]])).logits[:, -1]
+    assert torch.allclose(nxt.logits[:, -1], full, atol=1e-5)
