@@ -113,7 +113,12 @@ def cache_keyword(model) -> str:
 def output_cache(out):
     """The KV cache a causal LM's forward returned: its ``cache`` field (transformers >= 5.24) or
     its ``past_key_values`` (earlier); a ``ValueError`` if it returned none (``use_cache`` off)."""
+    from collections.abc import Mapping
+
     for name in ("cache", "past_key_values"):
-        if name in out and out[name] is not None:
-            return out[name]
+        # a ModelOutput is a mapping: look its keys up (reading the old attribute on 5.24 prints
+        # the deprecation); any other output object by attribute
+        found = out.get(name) if isinstance(out, Mapping) else getattr(out, name, None)
+        if found is not None:
+            return found
     raise ValueError("the model returned no KV cache (call it with use_cache=True)")
