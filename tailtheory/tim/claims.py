@@ -138,8 +138,6 @@ def _corpus_batches(cfg):
           "sign of A coincides at zero mismatch and skews by sign under mismatch",
           expected=Verdict.REFUTED)
 def _v3(profile: str) -> Evidence:
-    from dataclasses import replace
-
     from tailtheory.tim import training
 
     old = training.v3_evidence(training.STUDY.data(profile))
@@ -155,8 +153,7 @@ def _v3(profile: str) -> Evidence:
     signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
                 for lb, t in rho_sign_table(learn, ["bf16 bypass", "fp8 bypass"]).items()
                 for k, v in t.items()}
-    return replace(ev, numbers={**ev.numbers, **signfree,
-                                "no-learning regime (superseded): verdict": str(old.verdict)})
+    return _beside(_with_numbers(ev, signfree), old)
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
@@ -176,17 +173,25 @@ def _learn_or_old(profile: str, which: int) -> Evidence:
     """V4 (``which`` 0) or V5 (1): from the learning testbed's real-path runs (``tim.dose``) once
     one has 3 seeds stored, the no-learning regime's numbers beside it as superseded; until then
     from the no-learning regime (``tim.training``)."""
-    from dataclasses import replace
-
     from tailtheory.tim import dose, training
 
     old = (training.v4_evidence, training.v5_evidence)[which](training.STUDY.data(profile))
     learn = dose.real_path_evidence(dose.STUDY.data(profile))
     if learn is None:
         return old
-    ev = learn[which]
-    superseded = {"no-learning regime (superseded): verdict": str(old.verdict)}
-    return replace(ev, numbers={**ev.numbers, **superseded})
+    return _beside(learn[which], old)
+
+
+def _with_numbers(ev: Evidence, extra: dict) -> Evidence:
+    """``ev`` with ``extra`` added to its numbers."""
+    from dataclasses import replace
+
+    return replace(ev, numbers={**ev.numbers, **extra})
+
+
+def _beside(learn: Evidence, old: Evidence) -> Evidence:
+    """The learning testbed's evidence, the no-learning regime's verdict beside it."""
+    return _with_numbers(learn, {"no-learning regime (superseded): verdict": str(old.verdict)})
 
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed
