@@ -43,20 +43,37 @@ O6_CONFIGS = {f"OTB N={OTB_N}": ("otb", OTB_N), f"GRPO N={OTB_N}": ("grpo", OTB_
 """Label -> (method, group size)."""
 
 
+RECIPE_N = 8
+"""The learning recipe's own group size: on ``learn`` its GRPO arm (``GRPO N=8``, tagged
+``role="reference"``) is the LOPTI study's GRPO runs, reported beside the verdict."""
+
+
 def o6_arms(preset: str) -> list[Arm]:
-    """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (full: 2 prompts, 20 steps)."""
+    """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (full: 2 prompts, 20 steps;
+    learn: the recipe's 32 prompts, 120 steps, zero-mismatch rollouts, plus ``GRPO N=8``)."""
     from tailtheory.engine.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
     if preset == "full":
         base = replace(base, prompts_per_step=O6_PROMPTS, steps=O6_STEPS)
+    configs = dict(O6_CONFIGS)
+    if preset == "learn":
+        configs[f"GRPO N={RECIPE_N}"] = ("grpo", RECIPE_N)
     return [Arm(label, tuple(replace(base, method=m, group_size=n, seed=s) for s in seeds),
-                {"method": m, "group_size": n}) for label, (m, n) in O6_CONFIGS.items()]
+                {"method": m, "group_size": n,
+                 "role": "reference" if label not in O6_CONFIGS else "main"})
+            for label, (m, n) in configs.items()]
 
 
 STUDY = register_study(Study("otb_training", o6_arms, notebook="06_mismatch_in_training.py",
                              series={"tokens": "rollout/tokens"}))
 """O6 (b): per run its summary, reward and held-out curves and response tokens per step."""
+
+LEARN_STUDY = register_study(Study(
+    "otb_learn", o6_arms, series=STUDY.series, measure_preset="learn", incremental=True))
+"""O6 (b) on the learning testbed (preset ``learn``: the recipe, ``exact`` rollouts, 32 prompts
+a step, 120 steps, seeds 1-5), stored run by run in ``results/otb_learn.json``
+(``tailtheory study otb_learn``); same rule, ``GRPO N=8`` (the recipe's own) beside it."""
 
 
 def o6_training_evidence(data) -> Evidence:
