@@ -57,6 +57,14 @@ class Evidence:
     note: str = ""
     """A counterexample, the assumption of a HOLDS-UNDER, or a deviation from the paper."""
 
+    def superseding(self, old: "Evidence") -> "Evidence":
+        """This (learning-testbed) evidence with ``old``'s verdict beside it, labelled as the
+        superseded no-learning regime's; ``old``'s numbers are not carried over."""
+        from dataclasses import replace
+
+        key = "no-learning regime (superseded): verdict"
+        return replace(self, numbers={**self.numbers, key: str(old.verdict)})
+
 
 @dataclass(frozen=True)
 class Claim:

@@ -50,8 +50,8 @@ def _l1(profile: str) -> Evidence:
 def _l4(profile: str) -> Evidence:
     from tailtheory.lopti import learn_probes, measurement
 
-    return _with_superseded(learn_probes.l4_learn_evidence(learn_probes.learn_probe_data(profile)),
-                            measurement.l4_evidence(measurement.probe_data(profile)))
+    return learn_probes.l4_learn_evidence(learn_probes.learn_probe_data(profile)).superseding(
+        measurement.l4_evidence(measurement.probe_data(profile)))
 
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
@@ -60,13 +60,5 @@ def _l4(profile: str) -> Evidence:
 def _l5(profile: str) -> Evidence:
     from tailtheory.lopti import learn_probes, measurement
 
-    return _with_superseded(learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)),
-                            measurement.l5_evidence(measurement.probe_data(profile)))
-
-
-def _with_superseded(learn: Evidence, old: Evidence) -> Evidence:
-    """The learning testbed's evidence, the no-learning regime's verdict beside it."""
-    from dataclasses import replace
-
-    return replace(learn, numbers={**learn.numbers,
-                                   "no-learning regime (superseded): verdict": str(old.verdict)})
+    return learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)).superseding(
+        measurement.l5_evidence(measurement.probe_data(profile)))

@@ -153,7 +153,7 @@ def _v3(profile: str) -> Evidence:
     signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
                 for lb, t in rho_sign_table(learn, ["bf16 bypass", "fp8 bypass"]).items()
                 for k, v in t.items()}
-    return _beside(_with_numbers(ev, signfree), old)
+    return _with_numbers(ev, signfree).superseding(old)
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
@@ -179,7 +179,7 @@ def _learn_or_old(profile: str, which: int) -> Evidence:
     learn = dose.real_path_evidence(dose.STUDY.data(profile))
     if learn is None:
         return old
-    return _beside(learn[which], old)
+    return learn[which].superseding(old)
 
 
 def _with_numbers(ev: Evidence, extra: dict) -> Evidence:
@@ -187,11 +187,6 @@ def _with_numbers(ev: Evidence, extra: dict) -> Evidence:
     from dataclasses import replace
 
     return replace(ev, numbers={**ev.numbers, **extra})
-
-
-def _beside(learn: Evidence, old: Evidence) -> Evidence:
-    """The learning testbed's evidence, the no-learning regime's verdict beside it."""
-    return _with_numbers(learn, {"no-learning regime (superseded): verdict": str(old.verdict)})
 
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed

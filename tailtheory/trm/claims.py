@@ -200,8 +200,12 @@ def _t13(profile: str) -> Evidence:
           "follows (1-q)^T in response length, and sequence masking keeps training stable where "
           "PPO clipping alone does not", expected=Verdict.REFUTED)
 def _t14(profile: str) -> Evidence:
-    """T14 from the runs of notebook 06 (``tailtheory.trm.training``; stored measurement)."""
+    """T14 on the learning testbed (``tailtheory.trm.training.t14_learn_evidence``: V3's and
+    V6's stored runs), the no-learning regime's verdict (notebook 06's runs) beside it."""
     from tailtheory.engine.study import get_study
     from tailtheory.trm import training
 
-    return training.t14_evidence(get_study(training.MISMATCH_STUDY).data(profile))
+    old = training.t14_evidence(get_study(training.MISMATCH_STUDY).data(profile))
+    learn = training.t14_learn_evidence(get_study(training.LEARN_LAW_STUDY).data(profile),
+                                        get_study(training.LEARN_BASE_STUDY).data(profile))
+    return learn.superseding(old)

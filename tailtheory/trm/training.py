@@ -82,9 +82,9 @@ def t14_token_numbers(df) -> dict:
     return out
 
 
-def _measurement(data) -> Measurement:
-    """``data`` (label -> rows) with the arms and tags of :data:`MISMATCH_STUDY`."""
-    return get_study(MISMATCH_STUDY).measurement(data)
+def _measurement(data, study: str = MISMATCH_STUDY) -> Measurement:
+    """``data`` (label -> rows) with the arms and tags of ``study`` (a ``Measurement`` as is)."""
+    return get_study(study).measurement(data)
 
 
 def _mismatch_labels(m: Measurement) -> list[str]:
@@ -119,9 +119,9 @@ def length_acceptance_table(data, labels=None):
     return pd.DataFrame(out)
 
 
-def t14_evidence(data) -> Evidence:
-    """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
-    m = _measurement(data)
+def _length_law(m: Measurement) -> tuple[bool, dict]:
+    """(a) of the rule over ``m``'s mismatch runs with token dumps: whether it holds, and its
+    numbers (worst deviation, bins checked, per run label and threshold the short/long bins)."""
     df = length_acceptance_table(m)
     live = df[(df["q"] > 0) & (df["n"] >= MIN_SEQS)]
     dev = (live["kept"] - live["predicted"]).abs()
@@ -139,6 +139,27 @@ def t14_evidence(data) -> Evidence:
                                                             f"{last['predicted']:.3f}")
         nums[f"{label} delta={delta:g}:q_bin_short/long"] = (f"{first['q_bin']:.3g}/"
                                                              f"{last['q_bin']:.3g}")
+    return law_ok, nums
+
+
+def _verdict(law_ok: bool, harmed: bool, c) -> Verdict:
+    """T14's verdict from (a) and (b): ``c`` compares TRM with GRPO on the base."""
+    stab = c.verdict if harmed else Verdict.NOT_REPRODUCED
+    return (Verdict.REFUTED if not law_ok or stab == Verdict.REFUTED else
+            Verdict.TOY_SCALE if stab == Verdict.TOY_SCALE else Verdict.NOT_REPRODUCED)
+
+
+def _criterion(base: str) -> str:
+    return (f"criterion: (a) kept fraction per length bin (>= {MIN_SEQS} sequences) within "
+            f"{ACCEPT_TOL} of mean (1-q)^T at k2 thresholds "
+            f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {base}, if harmed, TRM's final "
+            f"reward above GRPO's by > 2 se")
+
+
+def t14_evidence(data) -> Evidence:
+    """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
+    m = _measurement(data)
+    law_ok, nums = _length_law(m)
     trm = m.label(role="remedy", method="trm")
     on = {k: m.tags[trm][k] for k in ("path", "pi_old")}
     base = m.label(role="main", **on)
@@ -149,10 +170,35 @@ def t14_evidence(data) -> Evidence:
     nums.update({"base": base, "base_harmed": "yes" if harmed else "no",
                  "base_gap_vs_exact": harm.delta, "base_gap_se": harm.se,
                  "trm_minus_grpo": c.delta, "trm_minus_grpo_se": c.se})
-    stab = c.verdict if harmed else Verdict.NOT_REPRODUCED
-    verdict = (Verdict.REFUTED if not law_ok or stab == Verdict.REFUTED else
-               Verdict.TOY_SCALE if stab == Verdict.TOY_SCALE else Verdict.NOT_REPRODUCED)
-    return Evidence(verdict, nums, f"criterion: (a) kept fraction per length bin (>= {MIN_SEQS} "
-                    f"sequences) within {ACCEPT_TOL} of mean (1-q)^T at k2 thresholds "
-                    f"{', '.join(f'{d:g}' for d in T14_DELTAS)}; (b) on {base}, if harmed, "
-                    f"TRM's final reward above GRPO's by > 2 se")
+    return Evidence(_verdict(law_ok, harmed, c), nums, _criterion(base))
+
+
+LEARN_LAW_STUDY = "mismatch_learn"
+"""(a) on the learning testbed: the token dumps of TIM's V3 study (bf16 and fp8, both modes)."""
+
+LEARN_BASE_STUDY = "mismatch_dose"
+"""(b) on the learning testbed: V6's study, whose remedies (TRM among them) run with GRPO on
+the logit-noise dose where GRPO is first harmed (``tim.dose.REMEDY_SIGMA``)."""
+
+
+def t14_learn_evidence(law_data, base_data) -> Evidence:
+    """T14 on the learning testbed, the same rule: (a) over the mismatch runs of
+    :data:`LEARN_LAW_STUDY` (``law_data``); (b) on the base of :data:`LEARN_BASE_STUDY`'s TRM
+    remedy (``base_data``): its GRPO arm harmed against ``exact`` on final reward, then TRM
+    against GRPO there on final reward (final held-out accuracy beside, not in the verdict)."""
+    law_ok, nums = _length_law(_measurement(law_data, LEARN_LAW_STUDY))
+    m = get_study(LEARN_BASE_STUDY).measurement(base_data)
+    trm = m.label(role="remedy", method="trm")
+    sigma = m.tags[trm]["sigma"]
+    base = m.label(role="dose", kind=m.tags[trm]["kind"], sigma=sigma)
+    exact = m.label(role="baseline")
+    harm = m.compare(exact, base, "final_reward")
+    harmed = harm.verdict == Verdict.TOY_SCALE
+    c = m.compare(trm, base, "final_reward")
+    held = m.compare(trm, base, "final_eval")
+    nums.update({"base": base, "base_harmed": "yes" if harmed else "no",
+                 "base_gap_vs_exact": harm.delta, "base_gap_se": harm.se,
+                 "trm_minus_grpo": c.delta, "trm_minus_grpo_se": c.se,
+                 "trm_minus_grpo:final_heldout": held.delta,
+                 "trm_minus_grpo:final_heldout_se": held.se})
+    return Evidence(_verdict(law_ok, harmed, c), nums, _criterion(base))

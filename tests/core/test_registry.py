@@ -63,3 +63,12 @@ def test_verify_cli_writes_json(tmp_path, capsys):
 def test_verify_cli_unknown_id_exits_2(capsys):
     assert main(["verify", "--only", "Q42", "--quiet"]) == 2
     assert "unknown claim" in capsys.readouterr().err
+
+
+def test_superseding_keeps_the_new_evidence_and_names_the_old_verdict():
+    new = Evidence(Verdict.REFUTED, {"x": 1.0}, "note")
+    old = Evidence(Verdict.TOY_SCALE, {"x": 2.0, "y": 3.0})
+    out = new.superseding(old)
+    assert out.verdict == Verdict.REFUTED and out.note == "note"
+    assert out.numbers == {"x": 1.0, "no-learning regime (superseded): verdict": "TOY-SCALE"}
+    assert new.numbers == {"x": 1.0}                       # the original is not changed

@@ -85,6 +85,37 @@ def test_t14_rule_both_ways():
     assert ev.numbers["length_law:max_abs_dev"] == pytest.approx(0.0)
 
 
+def _learn_data(trm_shift: float, base_gap: float, law_ok: bool = True, held_shift=0.0):
+    """(law data of ``mismatch_learn``, base data of ``mismatch_dose``), 3 seeds each."""
+    from tailtheory.tim.dose import REMEDY_SIGMA
+    from tailtheory.tim.training import REMEDY_BASE
+
+    law = {"bf16 bypass": _data(0.0, 0.0, law_ok)[REMEDY_BASE]}     # the runs with dumps
+
+    def runs(x, held=0.0):
+        return [{"seed": s, "final_reward": x + d, "final_eval": 0.5 + held + d, "k3": [0.1],
+                 "format": [1.0]} for s, d in enumerate((-0.01, 0.0, 0.01))]
+
+    grpo = f"GRPO | logit sigma={REMEDY_SIGMA:g}"
+    return law, {"GRPO | exact": runs(0.3), grpo: runs(0.3 - base_gap),
+                 f"TRM | logit sigma={REMEDY_SIGMA:g}": runs(0.3 - base_gap + trm_shift,
+                                                             held_shift)}
+
+
+def test_t14_learn_rule_both_ways():
+    """T14 on the learning testbed: the same rule, (a) on V3's dumps, (b) on V6's remedy base."""
+    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.2)).verdict == Verdict.TOY_SCALE
+    assert tt.t14_learn_evidence(*_learn_data(-0.1, 0.2)).verdict == Verdict.REFUTED
+    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.0)).verdict == Verdict.NOT_REPRODUCED
+    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.2, law_ok=False)).verdict == Verdict.REFUTED
+    ev = tt.t14_learn_evidence(*_learn_data(-0.1, 0.2, held_shift=0.05))
+    assert ev.numbers["base"].startswith("GRPO | logit sigma=")
+    assert ev.numbers["base_harmed"] == "yes"
+    assert ev.numbers["trm_minus_grpo"] == pytest.approx(-0.1)
+    # held-out accuracy is reported beside the verdict, not in it
+    assert ev.numbers["trm_minus_grpo:final_heldout"] == pytest.approx(0.05)
+
+
 def test_plot_acceptance_draws_its_table():
     import matplotlib
 
