@@ -141,10 +141,38 @@ else:
         print(f"{name} on the learning testbed: {ev.verdict} — {ev.note}")
 
 # %% [markdown]
-# ## Verdict
+# ## (5) TRM on the learning testbed (T14)
 #
-# The registered checks (the ones `tailtheory verify --only V4,V5,V6` runs) on this preset's
-# profile; V4 and V5 read the real paths above once one has 3 seeds stored.
+# TRM (arXiv 2512.23075) keeps a sequence only when none of its tokens' divergences exceeds a
+# threshold; with a per-token violation rate `q` a sequence of `T` tokens survives with
+# probability `(1 − q)^T`. Two checks, the rule unchanged from the no-learning regime and no new
+# runs: (a) that length law on the token dumps of the bf16 / fp8 runs of the V3 study
+# (`mismatch_learn`); (b) on the σ where the remedies above run (GRPO harmed), does masking keep
+# training where GRPO alone does not — TRM against GRPO on final reward, held-out beside it.
 
 # %%
-verdict_report(["V4", "V5", "V6"], PROFILE);
+from tailtheory.engine.study import get_study
+from tailtheory.trm import figures as trm_figures
+from tailtheory.trm import training as trm_training
+
+law = get_study(trm_training.LEARN_LAW_STUDY)
+law_m = law.measurement(law.data(PROFILE, workers=WORKERS))
+fig, df_law = trm_figures.plot_length_acceptance(law_m)
+show_figure(fig, "trm_learn_acceptance", df_law,
+            provenance("stored", PRESET, "results/mismatch_learn.json"))
+t14 = trm_training.t14_learn_evidence(law_m, data)
+for key in ("length_law:max_abs_dev", "length_law:bins_checked", "base", "base_harmed",
+            "trm_minus_grpo", "trm_minus_grpo_se", "trm_minus_grpo:final_heldout",
+            "trm_minus_grpo:final_heldout_se"):
+    value = t14.numbers[key]
+    print(f"{key:34s} {value:.4g}" if isinstance(value, float) else f"{key:34s} {value}")
+
+# %% [markdown]
+# ## Verdict
+#
+# The registered checks (the ones `tailtheory verify --only V4,V5,V6,T14` runs) on this preset's
+# profile; V4 and V5 read the real paths above once one has 3 seeds stored; T14 carries the
+# no-learning regime's verdict beside it as superseded.
+
+# %%
+verdict_report(["V4", "V5", "V6", "T14"], PROFILE);

@@ -168,20 +168,21 @@ def plot_length_acceptance(data, labels=None):
 
     df = length_acceptance_table(data, labels)
     deltas = sorted(df["delta"].unique(), reverse=True)
+    n_max = max(int(df["n"].max()), 1) if len(df) else 1     # dot area grows with the bin's size
     fig, axes = plt.subplots(1, len(deltas), figsize=(4 * len(deltas), 3.4), squeeze=False)
     for ax, delta in zip(axes[0], deltas):
         for k, (label, g) in enumerate(df[df["delta"] == delta].groupby("label", sort=False)):
             mid = (g["lo"] + g["hi"].clip(upper=g["lo"].max() + 50)) / 2
             ax.plot(mid, g["predicted"], color=f"C{k}", lw=1)
             ax.plot(mid, g["predicted_bin_q"], color=f"C{k}", lw=1, ls="--")
-            ax.scatter(mid, g["kept"], color=f"C{k}", s=8 + g["n"] / 20,
+            ax.scatter(mid, g["kept"], color=f"C{k}", s=8 + 40 * (g["n"] / n_max) ** 0.5,
                        label=f"{label} (q = {g['q'].iloc[0]:.2g})")
         ax.set_title(f"k2 > {delta:g}: kept (dots), (1-q)^T (solid; dashed: bin's own q)",
                      fontsize=8)
         ax.set_xlabel("response length (bin centre)")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("fraction of sequences kept")
+        ax.legend(fontsize=6, markerscale=0.6)
+    axes[0][0].set_ylabel("fraction kept (dot size: bin size)")
     fig.tight_layout()
     return fig, df
 
