@@ -57,13 +57,16 @@ class Evidence:
     note: str = ""
     """A counterexample, the assumption of a HOLDS-UNDER, or a deviation from the paper."""
 
+    def with_numbers(self, extra: dict) -> "Evidence":
+        """This evidence with ``extra`` added to its numbers (verdict and note unchanged)."""
+        from dataclasses import replace
+
+        return replace(self, numbers={**self.numbers, **extra})
+
     def superseding(self, old: "Evidence") -> "Evidence":
         """This (learning-testbed) evidence with ``old``'s verdict beside it, labelled as the
         superseded no-learning regime's; ``old``'s numbers are not carried over."""
-        from dataclasses import replace
-
-        key = "no-learning regime (superseded): verdict"
-        return replace(self, numbers={**self.numbers, key: str(old.verdict)})
+        return self.with_numbers({"no-learning regime (superseded): verdict": str(old.verdict)})
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.engine.comparison import Measurement
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.engine.study import Arm, Study, get_study, register_study
 
 P5_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """min-p thresholds of the sweep (THEORY: 1e-8 ... 1e-2)."""
@@ -93,6 +93,27 @@ def p5_evidence(data) -> Evidence:
     return Evidence(verdict, nums, f"criterion: for rho <= {RHO_CLAIMED:g}, max P2 bound < "
                     f"{BIAS_OK} and final reward not below GRPO's by > 2 se")
 
+
+
+DOSE_STUDY = "mismatch_dose"
+"""V6's study: its DVP arm runs where a controlled mismatch harms GRPO (``tim.dose``)."""
+
+
+def restore_numbers(dose_data) -> dict:
+    """Does pruning restore training where mismatch hurts? DVP's arm of :data:`DOSE_STUDY`
+    against GRPO at the same dose and against ``exact``, on final held-out accuracy and final
+    reward (delta, se, verdict of the 2-se rule). Reported beside P5's verdict, not in it."""
+    m = get_study(DOSE_STUDY).measurement(dose_data)
+    dvp = m.label(role="remedy", method="dvp")
+    base = m.label(role="dose", kind=m.tags[dvp]["kind"], sigma=m.tags[dvp]["sigma"])
+    exact = m.label(role="baseline")
+    nums = {"where mismatch hurts: dose": base}
+    for key, name in (("final_eval", "held-out"), ("final_reward", "reward")):
+        for other, tag in ((base, "minus GRPO there"), (exact, "minus exact")):
+            c = m.compare(dvp, other, key)
+            nums[f"where mismatch hurts: DVP {tag} ({name})"] = c.delta
+            nums[f"where mismatch hurts: DVP {tag} ({name}) se"] = c.se
+    return nums
 
 
 def p5_table(data: dict):

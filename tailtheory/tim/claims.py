@@ -153,7 +153,7 @@ def _v3(profile: str) -> Evidence:
     signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
                 for lb, t in rho_sign_table(learn, ["bf16 bypass", "fp8 bypass"]).items()
                 for k, v in t.items()}
-    return _with_numbers(ev, signfree).superseding(old)
+    return ev.with_numbers(signfree).superseding(old)
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
@@ -180,13 +180,6 @@ def _learn_or_old(profile: str, which: int) -> Evidence:
     if learn is None:
         return old
     return learn[which].superseding(old)
-
-
-def _with_numbers(ev: Evidence, extra: dict) -> Evidence:
-    """``ev`` with ``extra`` added to its numbers."""
-    from dataclasses import replace
-
-    return replace(ev, numbers={**ev.numbers, **extra})
 
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed

@@ -80,3 +80,22 @@ def test_learn_study_shares_the_dose_studys_bf16_runs():
     dose = get_study("mismatch_dose").configs("learn", ["GRPO | bf16 recompute"])
     assert [run_key(c) for c in grpo[:3]] == [run_key(c) for c in dose["GRPO | bf16 recompute"]]
     assert {c.rollout for c in grpo} == {"bf16"} and [c.seed for c in grpo] == [1, 2, 3, 4, 5]
+
+
+def test_restore_numbers_compare_dvp_with_grpo_at_its_dose_and_with_exact():
+    """P5's "does pruning restore training where mismatch hurts", on hand-made dose numbers."""
+    from tailtheory.tim.dose import REMEDY_SIGMA
+
+    def runs(reward, held):
+        return [{"seed": s, "final_reward": reward + d, "final_eval": held + d, "k3": [0.1],
+                 "format": [1.0]} for s, d in enumerate((-0.01, 0.0, 0.01))]
+
+    dose = {"GRPO | exact": runs(0.7, 0.6), f"GRPO | logit sigma={REMEDY_SIGMA:g}": runs(0.3, 0.3),
+            f"DVP | logit sigma={REMEDY_SIGMA:g}": runs(0.4, 0.5)}
+    nums = pt.restore_numbers(dose)
+    assert nums["where mismatch hurts: dose"] == f"GRPO | logit sigma={REMEDY_SIGMA:g}"
+    assert nums["where mismatch hurts: DVP minus GRPO there (held-out)"] == pytest.approx(0.2)
+    assert nums["where mismatch hurts: DVP minus exact (held-out)"] == pytest.approx(-0.1)
+    assert nums["where mismatch hurts: DVP minus GRPO there (reward)"] == pytest.approx(0.1)
+    # se = sqrt(var_a / 3 + var_b / 3), sample variances 1e-4 each
+    assert nums["where mismatch hurts: DVP minus exact (reward) se"] == pytest.approx((2e-4 / 3) ** 0.5)
