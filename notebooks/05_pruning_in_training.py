@@ -119,6 +119,30 @@ show_figure(fig, "dvp_training_bias_bound", df_p5,
 df_p5.groupby("label")[["bias_bound", "mismatch_abs_mean", "reward"]].agg(["mean", "max"])
 
 # %% [markdown]
+# ## (4) P5 on the learning testbed
+#
+# The same arms and rule on the `learn` recipe (GRPO learns there: held-out accuracy +0.2 or more
+# in every seed on `exact`), on `bf16` rollouts, seeds 1-5 (study `dvp_learn`,
+# `results/dvp_learn.json`; `tailtheory study dvp_learn` trains what is missing; GRPO's runs are
+# the dose study's bf16 runs). P5 is judged here once every arm has its seeds; until then the
+# no-learning regime's verdict stands. Beside it: does pruning restore training where a
+# controlled mismatch hurts? DVP (min-p 1e-6) on the logit-noise dose where GRPO is harmed
+# (notebook 07), against GRPO there and against `exact`.
+
+# %%
+from tailtheory.engine.study import get_study
+
+learn_p5 = training.LEARN_STUDY.data(PROFILE, workers=WORKERS)
+if learn_p5.missing:
+    print("not stored yet (arm: seeds):", learn_p5.missing)
+fig, df_p5_learn = training.plot_p5(learn_p5)
+show_figure(fig, "dvp_learn_bias_bound", df_p5_learn,
+            provenance("stored", PRESET, "results/dvp_learn.json"))
+restore = training.restore_numbers(get_study(training.DOSE_STUDY).data(PROFILE))
+for key, value in restore.items():
+    print(f"{key:60s} {value:.4g}" if isinstance(value, float) else f"{key:60s} {value}")
+
+# %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement
 #
 # Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the

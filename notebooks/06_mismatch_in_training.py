@@ -185,6 +185,28 @@ else:
 rho_sign_table(learn_v3, ["bf16 bypass", "fp8 bypass"])
 
 # %% [markdown]
+# ## (9) O6 on the learning testbed: reward against tokens consumed
+#
+# OTB at N = 4 against GRPO at N = 4 and N = 16 on the `learn` recipe (`exact` rollouts, 32
+# prompts a step, 120 steps, seeds 1-5; study `otb_learn`, `results/otb_learn.json`,
+# `tailtheory study otb_learn` trains what is missing), the rule of (7) unchanged; GRPO at the
+# recipe's own N = 8 is drawn beside it. O6 (b) is judged here once every arm has its seeds.
+
+# %%
+from tailtheory.core.measurements import StaleMeasurement
+
+try:
+    learn_o6 = otb_training.LEARN_STUDY.data(PROFILE, workers=WORKERS)
+except StaleMeasurement as err:  # no run of the study stored yet
+    print(err)
+else:
+    if learn_o6.missing:
+        print("not stored yet (arm: seeds):", learn_o6.missing)
+    fig, df_o6_learn = otb_figures.plot_o6(learn_o6)
+    show_figure(fig, "otb_learn_tokens", df_o6_learn,
+                provenance("stored", PRESET, "results/otb_learn.json"))
+
+# %% [markdown]
 # ## Verdict: the registered checks, theory next to measurement
 #
 # Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
