@@ -50,6 +50,16 @@ def run_curves(run, steps: int) -> dict:
             "eval": [a for _, a in evals]}
 
 
+def window_means(rows: list, key: str, window: int = FINAL_WINDOW) -> tuple[float, float]:
+    """``(first, last)``: over the runs ``rows`` (one per seed), the mean of each run's mean of
+    series ``key`` over its first / last ``window`` steps; an empty ``rows`` is a ``ValueError``."""
+    if not rows:
+        raise ValueError(f"no runs to average {key!r} over")
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return (mean([mean(r[key][:window]) for r in rows]),
+            mean([mean(r[key][-window:]) for r in rows]))
+
+
 def read_tokens(run, steps: int):
     """The token dump of a run's first ``steps`` steps as one table (``dump_tokens``)."""
     from pathlib import Path

@@ -260,19 +260,13 @@ def register_text(data) -> list[str]:
     return lines
 
 
-def _first_last_k3(rows: list, window: int) -> tuple[float, float]:
-    first = sum(sum(r["k3"][:window]) / len(r["k3"][:window]) for r in rows) / len(rows)
-    last = sum(sum(r["k3"][-window:]) / len(r["k3"][-window:]) for r in rows) / len(rows)
-    return first, last
-
-
 def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
     """V4 and V5 on the learning testbed, from this study's real-path arms against ``exact``
     (rules in the ledger: V4 harmed = final reward below exact's by > 2 se; V5 flat = mean k3 of
     the last 10 steps within x2 of the first 10, over V4's harmed paths). ``None`` while no real
     path has :data:`MIN_SEEDS` seeds stored. The harmed logit-noise points' k3 ratios are reported
     beside V5, not counted."""
-    from tailtheory.engine.run_numbers import FINAL_WINDOW
+    from tailtheory.engine.run_numbers import FINAL_WINDOW, window_means
 
     m = STUDY.measurement(data)
     ref = m.label(role="baseline")
@@ -286,7 +280,7 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
         v4.update({f"{name}:gap_reward": r.delta, f"{name}:se": r.se,
                    f"{name}:gap_heldout": e.delta, f"{name}:se_heldout": e.se,
                    f"{name}:seeds": len(m[lb]), f"{name}:k3": _k3(m[lb])})
-        first, last = _first_last_k3(m[lb], FINAL_WINDOW)
+        first, last = window_means(m[lb], "k3", FINAL_WINDOW)
         v5.update({f"{name}:k3_first": first, f"{name}:k3_final": last})
         if r.verdict == Verdict.TOY_SCALE:
             harmed.append(name)
@@ -299,7 +293,7 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
     v4["pending"] = ", ".join(pending) or "none"
     for r in dose_table(m):
         if r["role"] == "dose" and r["harmed"]:
-            first, last = _first_last_k3(m[r["label"]], FINAL_WINDOW)
+            first, last = window_means(m[r["label"]], "k3", FINAL_WINDOW)
             v5[f"{r['label']}:k3_ratio (not counted)"] = last / first if first else math.nan
     ev4 = Evidence(Verdict.TOY_SCALE if harmed else Verdict.NOT_REPRODUCED, v4,
                    "learn recipe: some real path's final reward (last 10 steps) below exact's by "

@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.run_numbers import FINAL_WINDOW
+from tailtheory.engine.run_numbers import window_means
 from tailtheory.engine.comparison import Z_CRIT, mean_se
 from tailtheory.engine.study import Arm, Study, register_study
 from tailtheory.tim.rho_sign import rho_sign_numbers
@@ -305,11 +305,6 @@ def v4_evidence(data) -> Evidence:
                     "exact recompute's at the same knob by > 2 se over seeds")
 
 
-def _window_k3(rows: list, first: bool) -> float:
-    sl = slice(0, FINAL_WINDOW) if first else slice(-FINAL_WINDOW, None)
-    return sum(sum(r["k3"][sl]) / len(r["k3"][sl]) for r in rows) / len(rows)
-
-
 def v5_evidence(data) -> Evidence:
     """V5 from the study's numbers (rule in the module docstring)."""
     m = STUDY.measurement(data)
@@ -317,7 +312,7 @@ def v5_evidence(data) -> Evidence:
     nums, flat = {}, []
     for label in [lb for lb in m.labels(role="main") + m.labels(role="knob")
                   if m.tags[lb]["path"] != "exact"]:
-        k_first, k_last = _window_k3(data[label], True), _window_k3(data[label], False)
+        k_first, k_last = window_means(data[label], "k3")
         ratio = k_last / k_first if k_first > 0 else float("inf")
         nums[f"{label}:k3_first"], nums[f"{label}:k3_final"] = k_first, k_last
         nums[f"{label}:k3_ratio"] = ratio

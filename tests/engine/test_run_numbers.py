@@ -42,3 +42,13 @@ def test_read_tokens_joins_steps_and_names_a_missing_dump(tmp_path):
     assert list(df["step"]) == [0, 0, 1, 1]
     with pytest.raises(FileNotFoundError, match="no token dump for 1 steps"):
         rn.read_tokens(run, 3)
+
+
+def test_window_means_average_each_runs_window_then_the_runs():
+    window_means = rn.window_means
+    rows = [{"k3": [1.0, 3.0, 5.0, 7.0]}, {"k3": [2.0, 2.0, 2.0, 10.0]}]
+    # first: runs' means 2 and 2; last: 6 and 6
+    assert window_means(rows, "k3", 2) == (2.0, 6.0)
+    assert window_means(rows, "k3", 1) == (1.5, 8.5)
+    with pytest.raises(ValueError, match="no runs"):
+        window_means([], "k3")
