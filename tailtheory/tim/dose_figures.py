@@ -45,6 +45,12 @@ def run_points(data):
     return pd.DataFrame(rows)
 
 
+K3_FLOOR = 1e-7
+"""Left edge of the dose plot's k3 axis: a path measured below it (``kv``: ~1e-15, float32
+round-off) is drawn at the edge and its tag gives its measured k3, so one point does not
+stretch the axis over eight empty decades."""
+
+
 def plot_dose(data):
     """V6: final held-out accuracy (left) and the rollouts' well-formed share (right) against
     each run's **measured** mean k3 (log axis). Small markers are runs, large ones the mean of
@@ -72,9 +78,9 @@ def plot_dose(data):
             if arms.empty:
                 continue
             pts = runs[runs["label"].isin(arms["label"])]
-            ax.scatter(pts["k3"], pts[key], marker=marker, color=color, s=10, alpha=0.4)
+            ax.scatter(pts["k3"].clip(lower=K3_FLOOR), pts[key], marker=marker, color=color, s=10, alpha=0.4)
             yerr = arms["final_eval_se"].fillna(0) if key == "final_eval" else None
-            ax.errorbar(arms["k3"], arms[key], yerr=yerr, fmt=marker, color=color, ms=7,
+            ax.errorbar(arms["k3"].clip(lower=K3_FLOOR), arms[key], yerr=yerr, fmt=marker, color=color, ms=7,
                         capsize=2, label=name, lw=1)
             if style in ("logit", "weight"):
                 order = arms.sort_values("sigma")
@@ -83,7 +89,9 @@ def plot_dose(data):
                 tag = (f"σ={a['sigma']:g}" if style in ("logit", "weight") else
                        a["label"].split(" | ")[0] if style == "remedy" else
                        a["label"].split(" | ")[1])
-                ax.annotate(tag, (a["k3"], a[key]), fontsize=6, xytext=(3, 3),
+                if a["k3"] < K3_FLOOR:
+                    tag += f" (k3 = {a['k3']:.1g}, drawn at the edge)"
+                ax.annotate(tag, (max(a["k3"], K3_FLOOR), a[key]), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
         t = threshold([r for r in df.to_dict("records")
                        if r["method"] == "grpo" and r["kind"] == "logit"])
