@@ -66,9 +66,12 @@ REAL_PATHS = (("kv", "recompute"), ("bf16", "recompute"), ("fp16", "recompute"),
 tokens (``dump_tokens``, part of the run key), so that TIM's V3 and TRM's T14 on the learning
 testbed can read the same runs."""
 
-REMEDIES = {"TIS": "tis", "MIS": "mis", "IcePop": "icepop", "TRM": "trm", "DVP": "dvp"}
+REMEDIES = {"TIS": "tis", "MIS": "mis", "IcePop": "icepop", "TRM": "trm", "DVP": "dvp",
+            "seq-TIS": "seq_tis", "geo-reject": "geo_reject"}
 """Remedies at their engine defaults (token TIS cap 2, MIS band [0.5, 2], IcePop band [0.5, 2],
-TRM max-KL 0.05, DVP min-p 1e-6; ``tailtheory methods``)."""
+TRM max-KL 0.05, DVP min-p 1e-6, sequence TIS cap 2, geometric rejection band; ``tailtheory
+methods``). Sequence TIS and geometric rejection were added after the first five had run, before
+any of their own runs, so that every remedy of the V4 study is measured at the harmful dose."""
 
 REMEDY_SIGMA = 2.0
 """The logit-noise sigma the remedies run at. The screen of the module docstring picked 1 (the
