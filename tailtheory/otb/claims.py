@@ -241,7 +241,7 @@ def check_o5(profile: str) -> Evidence:
 
 @register("O6", paper="OTB", statement="N = 4 with OTB matches N = 32 without: (a) one-step "
           "group gradients, (b) in training (reward for the tokens spent)",
-          expected=Verdict.NOT_REPRODUCED)
+          expected=Verdict.REFUTED)
 def check_o6(profile: str) -> Evidence:
     """O6: (a) smallest N at which each method reaches GRPO's N = 32 cosine (and RLOO's N = 32
     relative MSE, since GRPO's std rescales its gradient); (b) OTB N = 4 against GRPO N = 4 and
