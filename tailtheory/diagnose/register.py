@@ -161,7 +161,11 @@ def placement_lines(p: dict) -> list[str]:
                      f"({p['reason']}); no threshold number is given.{so_far}")
     elif where == "below_safe":
         lines.append(f"below k3_safe = {safe} (GRPO, logit noise; harmed from k3_harm = {harm}): "
-                     f"no harm measurable at toy scale.")
+                     f"no harm measurable at toy scale from logit noise of this size.")
+        for r in p["real_paths"]:
+            if r["harmed"] is True and r["k3"] is not None and r["k3"] < p["k3_safe"]:
+                lines.append(f"but the real path {r['path']} was harmed at k3 = {_k(r['k3'])}, "
+                             f"below k3_safe: a run on that path is not safe by its k3 alone.")
     elif where == "between":
         lines.append(f"between k3_safe = {safe} and k3_harm = {harm} (GRPO, logit noise): not "
                      f"harmed at the first, harmed at the second; this run lies between them.")

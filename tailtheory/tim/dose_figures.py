@@ -78,9 +78,11 @@ def plot_dose(data):
             if arms.empty:
                 continue
             pts = runs[runs["label"].isin(arms["label"])]
-            ax.scatter(pts["k3"].clip(lower=K3_FLOOR), pts[key], marker=marker, color=color, s=10, alpha=0.4)
+            ax.scatter(pts["k3"].clip(lower=K3_FLOOR), pts[key], marker=marker, color=color,
+                       s=10, alpha=0.4)
             yerr = arms["final_eval_se"].fillna(0) if key == "final_eval" else None
-            ax.errorbar(arms["k3"].clip(lower=K3_FLOOR), arms[key], yerr=yerr, fmt=marker, color=color, ms=7,
+            ax.errorbar(arms["k3"].clip(lower=K3_FLOOR), arms[key], yerr=yerr, fmt=marker,
+                        color=color, ms=7,
                         capsize=2, label=name, lw=1)
             if style in ("logit", "weight"):
                 order = arms.sort_values("sigma")

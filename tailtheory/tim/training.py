@@ -349,11 +349,12 @@ def remedy_labels(data) -> list[str]:
 def learn_arms(preset: str) -> list[Arm]:
     """V3 on the learning testbed (preset ``learn`` only), with the arm labels and tags of
     :func:`v_arms`' main regime: ``exact`` under both modes for :data:`EXACT_BYPASS_STEPS` steps,
-    ``bf16`` and ``fp8`` under both for the recipe's 120, seeds 1-3, every run dumping its tokens.
+    ``bf16`` and ``fp8`` under both for the recipe's 120, seeds 1-5
+    (:data:`tailtheory.tim.dose.PATH_SEEDS`), every run dumping its tokens.
     ``bf16 recompute``, ``fp8 recompute`` and ``fp8 bypass`` are the dose study's real-path runs
     (the same configs: :mod:`tailtheory.tim.dose`)."""
     from tailtheory.engine.presets import train_config
-    from tailtheory.tim.dose import DOSE_SEEDS
+    from tailtheory.tim.dose import PATH_SEEDS
 
     if preset != "learn":
         raise ValueError(f"the learn-recipe V3 study runs on the learn preset, not {preset!r}")
@@ -363,7 +364,7 @@ def learn_arms(preset: str) -> list[Arm]:
         for mode in MODES:
             n = EXACT_BYPASS_STEPS if path == "exact" else base.steps
             arms.append(Arm(_label(path, mode), tuple(
-                replace(base, rollout=path, pi_old=mode, steps=n, seed=s) for s in DOSE_SEEDS),
+                replace(base, rollout=path, pi_old=mode, steps=n, seed=s) for s in PATH_SEEDS),
                 {"path": path, "pi_old": mode, "knob": "", "role": "main", "method": "grpo"}))
     return arms
 

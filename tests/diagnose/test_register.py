@@ -30,13 +30,18 @@ def _row(seed, acc, k3, fmt):
             "format": [fmt, fmt]}
 
 
-def _register(points, exact=(0.62, 0.63, 0.64, 0.63, 0.62)):
+def _data(points, exact=(0.62, 0.63, 0.64, 0.63, 0.62)):
     """``points``: label -> (accuracies over seeds, k3, format); a run's k3 is 1.25 x its
-    ``k3`` (the mean of ``[k3, 1.5 k3]``). Returns ``register_table`` of that data."""
+    ``k3`` (the mean of ``[k3, 1.5 k3]``). Returns the dose study's data of those runs."""
     data = {"GRPO | exact": [_row(s + 1, a, 0.0, 0.9) for s, a in enumerate(exact)]}
     for label, (accs, k3, fmt) in points.items():
         data[label] = [_row(s + 1, a, k3, fmt) for s, a in enumerate(accs)]
-    return dose.register_table(data)
+    return data
+
+
+def _register(points, exact=(0.62, 0.63, 0.64, 0.63, 0.62)):
+    """``register_table`` of :func:`_data`."""
+    return dose.register_table(_data(points, exact))
 
 
 THRESHOLD = {"GRPO | logit sigma=0.3": (SAFE, 1e-4, 0.9),
@@ -72,6 +77,22 @@ def test_each_placement_against_the_threshold(k3, where):
     assert ("no harm measurable at toy scale" in text) == (where == "below_safe")
     assert "real rollout paths on the same axis (k3): fp8 bypass 0.00025 (not harmed); " \
            "bf16 recompute 5e-06 (not harmed)" in text
+
+
+def test_a_real_path_harmed_below_k3_safe_is_named_under_below_safe():
+    """A real path harmed at a k3 under k3_safe: the placement says the run is not safe by its
+    k3 alone (it is not named when the path is unharmed, as in FULL)."""
+    hurt = _register({**THRESHOLD, "GRPO | fp8 bypass": (HURT, 2e-4, 0.9)})
+    text = _text(place_on_register(1e-4, hurt))
+    assert "below k3_safe = 0.0013" in text
+    assert "but the real path fp8 bypass was harmed at k3 = 0.00025, below k3_safe" in text
+    assert "but the real path" not in _text(place_on_register(1e-4, FULL))
+    # register_text says it too, and only for the harmed path
+    words = dose.register_text(_data({**THRESHOLD, "GRPO | fp8 bypass": (HURT, 2e-4, 0.9),
+                                      "GRPO | bf16 recompute": (SAFE, 4e-6, 0.9)}))
+    assert [w for w in words if w.startswith("but ")] == [
+        "but real path fp8 bypass was harmed at k3 = 0.00025, below k3_safe = 0.0013: k3 alone "
+        "does not place a run of that path"]
 
 
 def test_harm_lists_the_remedies_measured_there():
