@@ -166,7 +166,7 @@ show_figure(fig, "otb_training_tokens", df_o6,
 # ## (8) V3 on the learning testbed
 #
 # The same contribution on the `learn` recipe (study `mismatch_learn`: `exact` under both modes
-# for 10 steps, `bf16` and `fp8` under both for 120, 3 seeds, every run dumping its tokens;
+# for 10 steps, `bf16` and `fp8` under both for 120, 5 seeds, every run dumping its tokens;
 # `results/mismatch_learn.json`, `tailtheory study mismatch_learn` trains what is missing). V3's
 # verdict is read here once every arm is stored. Beside it, not replacing it, the sign-free
 # question: does `log ρ` of sampled tokens differ between `A > 0` and `A < 0`

@@ -141,6 +141,17 @@ else:
         print(f"{name} on the learning testbed: {ev.verdict} — {ev.note}")
 
 # %% [markdown]
+# V4 judges harm on final reward; V6 on final held-out accuracy. The real paths by V6's rule
+# (`gap`: `exact` minus the path, with its standard error; `harmed`: gap > 2 se, 3 seeds or more):
+
+# %%
+import pandas as pd
+
+pd.DataFrame([{k: r[k] for k in ("label", "seeds", "k3", "final_eval", "final_reward", "gap",
+                                 "gap_se", "harmed")}
+              for r in dose.dose_table(data) if r["role"] == "real"]).round(5)
+
+# %% [markdown]
 # ## (5) TRM on the learning testbed (T14)
 #
 # TRM (arXiv 2512.23075) keeps a sequence only when none of its tokens' divergences exceeds a
