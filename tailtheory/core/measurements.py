@@ -74,10 +74,15 @@ def measurement_path(name: str) -> Path:
     return results_dir() / f"{name}.json"
 
 
-def save_measurement(name: str, config: dict, data: dict, command: str) -> Path:
-    """Store ``data`` measured under ``config`` as ``results/<name>.json`` (atomic)."""
-    return atomic_write_json(measurement_path(name), {"name": name, "fingerprint": fingerprint(config),
-                                           "command": command, "config": config, "data": data})
+def save_measurement(name: str, config: dict, data: dict, command: str,
+                     regime: dict | None = None) -> Path:
+    """Store ``data`` measured under ``config`` as ``results/<name>.json`` (atomic); ``regime``
+    (optional, e.g. ``{"preset": "learn", "recipe": "learn"}``) names where the runs ran, for
+    the reader: it is not part of the fingerprint."""
+    record = {"name": name, "fingerprint": fingerprint(config), "command": command}
+    if regime:
+        record["regime"] = dict(regime)
+    return atomic_write_json(measurement_path(name), {**record, "config": config, "data": data})
 
 
 def load_measurement(name: str, config: dict) -> dict:

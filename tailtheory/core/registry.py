@@ -64,9 +64,12 @@ class Evidence:
         return replace(self, numbers={**self.numbers, **extra})
 
     def superseding(self, old: "Evidence") -> "Evidence":
-        """This (learning-testbed) evidence with ``old``'s verdict beside it, labelled as the
-        superseded no-learning regime's; ``old``'s numbers are not carried over."""
-        return self.with_numbers({"no-learning regime (superseded): verdict": str(old.verdict)})
+        """This (learning-testbed) evidence, first numbered ``measured on: learn recipe``, with
+        ``old``'s verdict beside it, labelled as the superseded no-learning regime's; ``old``'s
+        numbers are not carried over."""
+        return Evidence(self.verdict, {"measured on": "learn recipe", **self.numbers,
+                                       "no-learning regime (superseded): verdict": str(old.verdict)},
+                        self.note)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,14 @@ def _stored(name: str) -> dict:
     return record
 
 
+def regime(preset: str) -> dict:
+    """What a stored measurement of ``preset`` records about where its runs ran: the preset, and
+    for ``learn`` the recipe it runs (the learning testbed)."""
+    from tailtheory.engine.presets import check_preset
+
+    return {"preset": check_preset(preset), **({"recipe": "learn"} if preset == "learn" else {})}
+
+
 def store_done(study, preset: str | None = None) -> dict[str, int]:
     """Measure every run of ``study`` that the run cache holds at full length (nothing is
     trained) and store them with the rows already stored for runs this cache lacks. Returns
@@ -70,7 +78,7 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
             order = sorted(kept)
             rows[arm.label] = [kept[s][0] for s in order]
             idents[arm.label] = [kept[s][1] for s in order]
-    save_measurement(study.name, idents, rows, study.command)
+    save_measurement(study.name, idents, rows, study.command, regime=regime(preset))
     return {label: len(r) for label, r in rows.items()}
 
 

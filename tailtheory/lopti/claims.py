@@ -15,19 +15,19 @@ from tailtheory.lopti import training
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
           "GRPO", expected=Verdict.NOT_REPRODUCED)
 def _l2(profile: str) -> Evidence:
-    return training.l2_evidence(training.learn_data(profile))
+    return _learn(training.l2_evidence, profile)
 
 
 @register("L3", paper="LOPTI", statement="Lopti (low-probability tokens first, eta 0.5) trains "
           "better than GRPO and than its reversed order", expected=Verdict.NOT_REPRODUCED)
 def _l3(profile: str) -> Evidence:
-    return training.l3_evidence(training.learn_data(profile))
+    return _learn(training.l3_evidence, profile)
 
 
 @register("L6", paper="LOPTI", statement="GRPO -> +AR+Lopti raises held-out K&K accuracy "
           "(0.39 -> 0.57 at 3B)", expected=Verdict.NOT_REPRODUCED)
 def _l6(profile: str) -> Evidence:
-    return training.l6_evidence(training.learn_data(profile))
+    return _learn(training.l6_evidence, profile)
 
 
 # L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,
@@ -62,3 +62,10 @@ def _l5(profile: str) -> Evidence:
 
     return learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)).superseding(
         measurement.l5_evidence(measurement.probe_data(profile)))
+
+
+def _learn(evidence, profile: str) -> Evidence:
+    """``evidence`` on the learning testbed's runs, the no-learning regime's verdict (the
+    ``full`` preset's runs, ``results/lopti_training.json``) beside it as superseded."""
+    return evidence(training.learn_data(profile)).superseding(
+        evidence(training.STUDY.data(profile)))

@@ -268,7 +268,8 @@ def check_o6(profile: str) -> Evidence:
                Verdict.TOY_SCALE if one_step == trained.verdict == Verdict.TOY_SCALE else
                Verdict.NOT_REPRODUCED)
     return Evidence(verdict,
-                    {"a:verdict": one_step.value, "a:cos_otb_N4": cell[("otb", 4)]["cosine"],
+                    {**({"b:measured on": "learn recipe"} if learn is not None else {}),
+                     "a:verdict": one_step.value, "a:cos_otb_N4": cell[("otb", 4)]["cosine"],
                      "a:cos_grpo_N32": cell[("grpo", 32)]["cosine"],
                      "a:N_match_cos_otb": str(n_otb), "a:N_match_mse_otb": str(by_mse["otb"]),
                      "a:cos_otb_N32": cell[("otb", 32)]["cosine"],

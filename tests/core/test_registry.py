@@ -70,5 +70,7 @@ def test_superseding_keeps_the_new_evidence_and_names_the_old_verdict():
     old = Evidence(Verdict.TOY_SCALE, {"x": 2.0, "y": 3.0})
     out = new.superseding(old)
     assert out.verdict == Verdict.REFUTED and out.note == "note"
-    assert out.numbers == {"x": 1.0, "no-learning regime (superseded): verdict": "TOY-SCALE"}
+    assert out.numbers == {"measured on": "learn recipe", "x": 1.0,
+                           "no-learning regime (superseded): verdict": "TOY-SCALE"}
+    assert list(out.numbers)[0] == "measured on"           # first: shown by `tailtheory verify`
     assert new.numbers == {"x": 1.0}                       # the original is not changed

@@ -51,6 +51,10 @@ def test_stores_finished_runs_and_reports_the_missing_seeds(places):
     assert [r["seed"] for r in m["GRPO"]] == [0, 2] and [r["seed"] for r in m["AR"]] == [1]
     assert m.missing == {"GRPO": [1], "AR": [0, 2]}
     assert m["GRPO"][1]["final_reward"] == pytest.approx((0.0 + 0.1 + 0.2) / 3 + 0.02)
+    # the record names where its runs ran (the learn preset names its recipe too)
+    record = json.loads((places / "results" / "demo_incremental.json").read_text())
+    assert record["regime"] == {"preset": "quick"}
+    assert inc.regime("learn") == {"preset": "learn", "recipe": "learn"}
 
 
 def test_a_later_store_keeps_rows_this_cache_lacks(places):
