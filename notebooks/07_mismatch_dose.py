@@ -38,9 +38,9 @@
 # by more than 2 standard errors over seeds (at least 3 seeds a point). GRPO's threshold lies
 # between the largest k3 of an unharmed point below its first harmed point and that harmed
 # point's k3, and counts only when every larger σ is harmed too and the rollouts there are still
-# well-formed (mean `reward/format` >= 0.5). Remedies (token TIS, MIS, IcePop, TRM, DVP) run at
-# one σ chosen by a screen before they ran; a remedy moves the threshold when it is not harmed
-# there.
+# well-formed (mean `reward/format` >= 0.5). Remedies (token TIS, MIS, IcePop, TRM, DVP; then
+# sequence TIS and geometric rejection, added before their runs) run at one σ chosen before
+# they ran; a remedy moves the threshold when it is not harmed there.
 #
 # **Scale.** A 0.72M-parameter model on a toy task. The thresholds are orders of magnitude to
 # check a real run against (`tailtheory diagnose` does), not numbers that transfer.
