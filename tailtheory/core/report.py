@@ -143,9 +143,27 @@ RUN_NOISE = ("seconds",)
 """Keys of :meth:`ClaimResult.to_json` that change from run to run: left out of the file."""
 
 
+JSON_DIGITS = 10
+"""Significant digits of the floats ``claims.json`` keeps: last-bit differences between
+library versions or CPUs (float64 round-off) do not change the file; the table and the
+checks use the full values."""
+
+
+def _rounded(x):
+    """``x`` with every float (in dicts and lists, too) rounded to :data:`JSON_DIGITS`."""
+    if isinstance(x, float):
+        return float(f"{x:.{JSON_DIGITS}g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v) for v in x]
+    return x
+
+
 def claim_entry(result: ClaimResult, profile: str) -> dict:
-    """The ``claims.json`` entry of one result: its JSON less :data:`RUN_NOISE`."""
-    entry = {k: v for k, v in result.to_json().items() if k not in RUN_NOISE}
+    """The ``claims.json`` entry of one result: its JSON less :data:`RUN_NOISE`, floats to
+    :data:`JSON_DIGITS` significant digits."""
+    entry = {k: _rounded(v) for k, v in result.to_json().items() if k not in RUN_NOISE}
     return dict(entry, profile=profile)
 
 

@@ -2,6 +2,7 @@
 report as text and HTML, and ``claims.json`` merged and written deterministically."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -89,3 +90,14 @@ def test_run_claim_keeps_the_stored_measurements_a_check_read(tmp_path, monkeypa
     res = run_claim(Claim("X2", "X", "x", check, Verdict.HOLDS))
     assert res.sources == (("demo", "make demo"),)
     assert commands(res, "quick")[-1] == ("re-measure", "make demo")
+
+
+def test_claims_json_floats_keep_ten_significant_digits():
+    """A last-bit float difference (another library version or CPU) leaves claims.json as is."""
+    from tailtheory.core.report import _rounded
+
+    a, b = -0.29308934230882927, -0.2930893423088291          # differ in the last bits
+    assert _rounded(a) == _rounded(b) == -0.2930893423
+    assert _rounded({"x": [a, 1, "s"], "y": (b,)}) == {"x": [-0.2930893423, 1, "s"],
+                                                       "y": [-0.2930893423]}
+    assert math.isnan(_rounded(float("nan"))) and _rounded(float("inf")) == float("inf")
