@@ -217,6 +217,17 @@ class Study:
                         self.command)
         return self.measurement(data)
 
+    def complete_data(self, profile: str, workers: int = 2) -> Measurement | None:
+        """:meth:`data` when every arm has all its seeds stored; ``None`` when nothing is stored
+        yet or seeds are missing (a claim then keeps its earlier evidence)."""
+        from tailtheory.core.measurements import StaleMeasurement
+
+        try:
+            data = self.data(profile, workers=workers)
+        except StaleMeasurement:
+            return None
+        return None if getattr(data, "missing", None) else data
+
 
 # ---- the studies of every section, by name ----------------------------------------------------
 

@@ -291,11 +291,7 @@ def check_o6(profile: str) -> Evidence:
 def _o6_learn(profile: str) -> Evidence | None:
     """O6 (b) on the learning testbed (study ``otb_learn``) once every arm has its seeds stored;
     ``None`` before (nothing stored, or seeds missing)."""
-    from tailtheory.core.measurements import StaleMeasurement
     from tailtheory.otb import training
 
-    try:
-        data = training.LEARN_STUDY.data(profile)
-    except StaleMeasurement:
-        return None
-    return None if data.missing else training.o6_training_evidence(data)
+    data = training.LEARN_STUDY.complete_data(profile)
+    return None if data is None else training.o6_training_evidence(data)

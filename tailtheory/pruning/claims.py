@@ -228,16 +228,12 @@ def _p5(profile: str) -> Evidence:
     """P5 on the learning testbed (study ``dvp_learn``) once every arm has its seeds stored,
     with DVP where a controlled mismatch hurts (V6's study) beside it and the no-learning
     regime's verdict as superseded; until then the no-learning regime's."""
-    from tailtheory.core.measurements import StaleMeasurement
     from tailtheory.engine.study import get_study
     from tailtheory.pruning import training
 
     old = training.p5_evidence(training.STUDY.data(profile))
-    try:
-        learn = training.LEARN_STUDY.data(profile)
-    except StaleMeasurement:          # nothing stored yet for the learning testbed
-        return old
-    if learn.missing:
+    learn = training.LEARN_STUDY.complete_data(profile)
+    if learn is None:
         return old
     dose = get_study(training.DOSE_STUDY).data(profile)
     return (training.p5_evidence(learn).with_numbers(training.restore_numbers(dose))

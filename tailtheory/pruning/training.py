@@ -102,7 +102,7 @@ DOSE_STUDY = "mismatch_dose"
 def restore_numbers(dose_data) -> dict:
     """Does pruning restore training where mismatch hurts? DVP's arm of :data:`DOSE_STUDY`
     against GRPO at the same dose and against ``exact``, on final held-out accuracy and final
-    reward (delta, se, verdict of the 2-se rule). Reported beside P5's verdict, not in it."""
+    reward (delta and se of each difference). Reported beside P5's verdict, not in it."""
     m = get_study(DOSE_STUDY).measurement(dose_data)
     dvp = m.label(role="remedy", method="dvp")
     base = m.label(role="dose", kind=m.tags[dvp]["kind"], sigma=m.tags[dvp]["sigma"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.estimators import k3
-from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 V2_MEAN_SMALL = 0.05
@@ -141,11 +140,8 @@ def _v3(profile: str) -> Evidence:
     from tailtheory.tim import training
 
     old = training.v3_evidence(training.STUDY.data(profile))
-    try:
-        learn = training.LEARN_STUDY.data(profile)
-    except StaleMeasurement:          # nothing stored yet for the learning testbed
-        return old
-    if learn.missing:                 # judged on the learning testbed once every arm is complete
+    learn = training.LEARN_STUDY.complete_data(profile)
+    if learn is None:                 # judged on the learning testbed once every arm is complete
         return old
     from tailtheory.tim.rho_sign import rho_sign_table
 

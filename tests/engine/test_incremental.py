@@ -98,3 +98,17 @@ def test_study_data_reads_an_incremental_study(places):
     assert list(m) == ["AR"] and m.missing["GRPO"] == [0, 1, 2]
     with pytest.raises(ValueError, match="profile must be one of"):
         st.data("slow")
+
+
+def test_complete_data_is_none_until_every_seed_is_stored(places):
+    st = _study()
+    assert st.complete_data("quick") is None                  # nothing stored yet
+    grpo, ar = (a.configs for a in st.plan("quick"))
+    _finish(grpo[0])
+    inc.store_done(st)
+    assert st.complete_data("quick") is None                  # seeds missing
+    for c in (*grpo[1:], *ar):
+        _finish(c)
+    inc.store_done(st)
+    m = st.complete_data("quick")
+    assert m is not None and not m.missing and len(m["AR"]) == 3
