@@ -74,11 +74,48 @@ def measurement_path(name: str) -> Path:
     return results_dir() / f"{name}.json"
 
 
+def _rows(data) -> list[tuple[str, dict]]:
+    """``(label, row)`` of every row of a measurement stored as label -> rows (other shapes: none)."""
+    if not isinstance(data, dict):
+        return []
+    return [(label, r) for label, rows in data.items() if isinstance(rows, list)
+            for r in rows if isinstance(r, dict)]
+
+
+def _separate_store_fix(command: str) -> str:
+    """The way out of a store that holds another machine's runs."""
+    return (f"Keep this machine's runs in a store of their own: `{RESULTS_ENV}=results-local "
+            f"{command}` (verify reads it with the same variable), or continue on a machine of the "
+            f"CPU that made the stored rows.")
+
+
+def check_rows(path: Path, data, command: str) -> None:
+    """Refuse a measurement whose rows start from two models under one warm-start key
+    (:func:`~tailtheory.core.provenance.check_one_start`)."""
+    from tailtheory.core.provenance import check_one_start
+
+    check_one_start(_rows(data), str(path), _separate_store_fix(command))
+
+
 def save_measurement(name: str, config: dict, data: dict, command: str,
                      regime: dict | None = None) -> Path:
     """Store ``data`` measured under ``config`` as ``results/<name>.json`` (atomic); ``regime``
     (optional, e.g. ``{"preset": "learn", "recipe": "learn"}``) names where the runs ran, for
-    the reader: it is not part of the fingerprint."""
+    the reader: it is not part of the fingerprint.
+
+    Refused (:class:`~tailtheory.core.provenance.MixedStarts`) when ``data``'s rows, or the rows
+    stored there now, start from another model under the same warm-start key: one machine's
+    measurement is never replaced or extended with another's."""
+    path = measurement_path(name)
+    old = []
+    if path.exists():
+        try:
+            old = _rows(json.loads(path.read_text()).get("data"))
+        except (json.JSONDecodeError, AttributeError):
+            old = []
+    from tailtheory.core.provenance import check_one_start
+
+    check_one_start([*old, *_rows(data)], str(path), _separate_store_fix(command))
     record = {"name": name, "fingerprint": fingerprint(config), "command": command}
     if regime:
         record["regime"] = dict(regime)
@@ -100,6 +137,7 @@ def load_measurement(name: str, config: dict) -> dict:
     if stored != fingerprint(config):
         raise StaleMeasurement(f"{path} was measured under another config (fingerprint {stored}, "
                                f"today's {fingerprint(config)}); regenerate it with: {command}")
+    check_rows(path, data, command)
     record_use(name, command)
     return data
 

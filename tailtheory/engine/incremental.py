@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 
-from tailtheory.core.measurements import (StaleMeasurement, fingerprint, measurement_path,
-                                          record_use, save_measurement)
+from tailtheory.core.measurements import (StaleMeasurement, check_rows, fingerprint,
+                                          measurement_path, record_use, save_measurement)
 from tailtheory.engine.comparison import Measurement
 
 
@@ -93,6 +93,7 @@ def load_done(study, preset: str | None = None) -> Measurement:
                                f"{study.command}")
     if record.get("fingerprint") != fingerprint(record["config"]):
         raise StaleMeasurement(f"{measurement_path(study.name)} does not match its own config")
+    check_rows(measurement_path(study.name), record["data"], study.command)
     want = _identities(study, preset)
     for label, idents in record["config"].items():
         for row, ident in zip(record["data"][label], idents):

@@ -35,7 +35,7 @@ COMMAND = "python -m tailtheory.engine.learning"
 
 def summarize(run: str | Path) -> dict:
     """One run's numbers: warm-start and final held-out accuracy, gain, reward at both ends."""
-    from tailtheory.engine.trainer import read_metrics
+    from tailtheory.engine.trainer import read_metrics, read_provenance
 
     lines = read_metrics(run)
     evals = [(m["step"], m["eval/accuracy"]) for m in lines if m.get("eval/accuracy") is not None]
@@ -50,7 +50,8 @@ def summarize(run: str | Path) -> dict:
             "reward_first": statistics.fmean(reward[:WINDOW]),
             "reward_last": statistics.fmean(reward[-WINDOW:]),
             "train_seconds": sum(m["time/step_s"] for m in lines),
-            "len_mean": statistics.fmean(m["rollout/len_mean"] for m in lines)}
+            "len_mean": statistics.fmean(m["rollout/len_mean"] for m in lines),
+            **({"provenance": prov} if (prov := read_provenance(run)) is not None else {})}
 
 
 def median_length(run: str | Path, final: bool = True, n: int = 256) -> float:

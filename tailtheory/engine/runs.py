@@ -76,6 +76,19 @@ def _same_config(run: Path, cfg: TrainConfig) -> bool:
     return keep(stored) == keep(asdict(cfg))
 
 
+def _same_start(run: Path, cfg: TrainConfig) -> bool:
+    """Whether a cached run started from the warm start cached here today (a cache shared between
+    machines can hold runs from another CPU's warm start under the same key)."""
+    from tailtheory.engine.trainer import read_provenance, warm_config
+    from tailtheory.engine.warm_cache import warm_weights
+
+    prov = read_provenance(run)
+    if prov is None or cfg.model != "warm":
+        return True
+    weights = warm_weights(warm_config(cfg))
+    return weights is None or weights == prov["weights"]
+
+
 def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     """The cached run of ``cfg`` with at least ``cfg.steps`` steps (trained or continued first).
 
@@ -86,10 +99,10 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     out = runs_root() / run_key(cfg)
     cfg = replace(cfg, out=str(out))
     done = _finished_steps(out) if out.exists() else 0
-    if out.exists() and not (done and _same_config(out, cfg)):
+    if out.exists() and not (done and _same_config(out, cfg) and _same_start(out, cfg)):
         if done:
-            print(f"tailtheory: cached run {out} holds another config; recomputing it",
-                  file=sys.stderr)
+            print(f"tailtheory: cached run {out} holds another config or starts from another "
+                  f"model than today's warm start; recomputing it", file=sys.stderr)
         shutil.rmtree(out)  # another config, or stopped before its first line: start afresh
         done = 0
     if done >= cfg.steps:

@@ -23,6 +23,7 @@ Shapes: ``B = P * G`` responses of ``T`` tokens; per-token ``(B, T)``, logits ``
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -282,10 +283,50 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
 
             warm = warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
         task = task or load_task(cfg)
-        model = load_model(cfg, task, warm).to(device)
+        model = load_model(cfg, task, warm)
+        record_provenance(Path(cfg.out), cfg, model, resume)
+        model = model.to(device)
         torch.set_num_threads(resolve_threads(cfg.threads, num_params(model), device))
         return _train(cfg, resume, progress, task, model, device, share_forward=share_forward,
                       exact_from_trainer=exact_from_trainer)
+
+
+PROVENANCE = "provenance.json"
+"""A run's starting model and CPU (:func:`record_provenance`), read into every stored row."""
+
+
+def start_key(cfg: TrainConfig) -> str | None:
+    """The key of the model a run starts from: the warm start's config hash, ``path:<dir>`` for a
+    checkpoint, ``None`` for a model built from the run's seed."""
+    if cfg.model == "warm":
+        from tailtheory.engine.sft import config_hash
+
+        return config_hash(warm_config(cfg))
+    return None if cfg.model == "tiny" else f"path:{Path(cfg.model).resolve()}"
+
+
+def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
+    """Write ``RUN/provenance.json`` at a run's start: the fingerprint of the weights it starts
+    from and the CPU (:mod:`tailtheory.core.provenance`). A resumed run keeps its record and adds
+    the CPU it continues on when that is another one."""
+    from tailtheory.core.provenance import cpu_model, provenance, weights_fingerprint
+
+    path = run / PROVENANCE
+    if resume and path.exists():
+        prov = json.loads(path.read_text())
+        if cpu_model() not in [prov["cpu"], *prov.get("resumed_on", [])]:
+            prov["resumed_on"] = [*prov.get("resumed_on", []), cpu_model()]
+            atomic_write_json(path, prov)
+        return prov
+    prov = provenance(start_key(cfg), weights_fingerprint(model))
+    atomic_write_json(path, prov)
+    return prov
+
+
+def read_provenance(run: str | Path) -> dict | None:
+    """A run's :data:`PROVENANCE` record (``None`` for a run made before runs recorded one)."""
+    path = Path(run) / PROVENANCE
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _train(cfg: TrainConfig, resume: bool, progress: bool, task, model, device: str, *,

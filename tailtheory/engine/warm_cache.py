@@ -66,8 +66,11 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
 
 def _save(final: Path, model, task: Task, record: dict) -> None:
     """Write the checkpoint to a temporary folder and rename it onto ``final``."""
+    from tailtheory.core.provenance import cpu_model, weights_fingerprint
+
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    record = {**record, "weights": weights_fingerprint(model.float()), "cpu": cpu_model()}
     try:
         model.to("cpu").save_pretrained(tmp)
         task.tokenizer.save_pretrained(tmp)
@@ -119,6 +122,21 @@ def missed_message(record: dict, path: Path) -> str:
                 f"`tailtheory train --model`")
     return (f"{what}. Give it more steps: `{sft_command(cfg, steps=2 * cfg['max_steps'])}` "
             f"(then `tailtheory train` finds it in the cache)")
+
+
+def warm_weights(cfg: SFTConfig) -> str | None:
+    """The weights fingerprint of ``cfg``'s cached warm start (``None`` when none is cached; one
+    saved before warm starts recorded it is fingerprinted now and the record completed)."""
+    path = cache_root() / config_hash(cfg)
+    if not (path / "sft.json").exists():
+        return None
+    record = read_record(path)
+    if "weights" not in record:
+        from tailtheory.core.provenance import weights_fingerprint
+
+        record["weights"] = weights_fingerprint(load_lm(path, device="cpu").float())
+        atomic_write_json(path / "sft.json", record)
+    return record["weights"]
 
 
 def read_record(path: str | Path) -> dict:

@@ -1,0 +1,81 @@
+"""Where a run's numbers came from: the fingerprint of its starting weights and the CPU it ran on.
+
+A warm start is named by its config (:func:`~tailtheory.engine.sft.config_hash`), but the model
+that config trains depends on the machine: float32 kernels differ in their last bits between CPU
+types (MKL and oneDNN pick kernels per instruction set), and a few hundred supervised steps carry
+those bits into a different model. The same warm-start config gave held-out accuracy 0.35-0.37 at
+step 0 on one CPU and 0.49-0.54 on another. A stored measurement therefore records, in every row,
+the fingerprint of the weights its run started from and the CPU it ran on
+(:func:`provenance`), and an arm that would mix rows from two starting models is refused
+(:func:`check_one_start`): numbers (not verdicts) are expected to move between CPUs, and a mean
+over seeds from two models measures neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+
+class MixedStarts(ValueError):
+    """Rows of one stored measurement start from two different models under one warm-start key."""
+
+
+def weights_fingerprint(model) -> str:
+    """16 hex digits of SHA-256 over a model's parameters and buffers (name, dtype, shape, bytes,
+    in name order): equal fingerprints mean bitwise-equal weights."""
+    import torch
+
+    h = hashlib.sha256()
+    state = model.state_dict()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's model name and the instruction set torch's kernels use, e.g. ``"AMD EPYC 9B14
+    (AVX512)"``: what decides a float32 result's last bits."""
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                        "")
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine() or "unknown CPU"
+    try:
+        import torch
+
+        return f"{name} ({torch.backends.cpu.get_cpu_capability()})"
+    except (ImportError, AttributeError):
+        return name
+
+
+def provenance(start_key: str | None, start_weights: str, cpu: str | None = None) -> dict:
+    """The provenance a stored row carries: the starting model's key (a warm start's config hash,
+    or ``None`` for a model built from a seed), its weights' fingerprint, and the CPU."""
+    return {"start": start_key, "weights": start_weights, "cpu": cpu or cpu_model()}
+
+
+def check_one_start(rows: Iterable[tuple[str, Mapping]], where: str, fix: str) -> None:
+    """Refuse ``rows`` (``(label, row)`` pairs) in which one warm-start key starts from two
+    different weights: :class:`MixedStarts` naming both fingerprints, their CPUs, the arms, and
+    ``fix``. Rows without a recorded provenance are not compared (nothing to compare with)."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for label, row in rows:
+        prov = row.get("provenance") if isinstance(row, Mapping) else None
+        if not prov or prov.get("start") is None:
+            continue
+        first = seen.setdefault(prov["start"], (prov["weights"], prov.get("cpu", "?"), label))
+        if first[0] != prov["weights"]:
+            raise MixedStarts(
+                f"{where}: warm start {prov['start']} is two different models here: weights "
+                f"{first[0]} (made on {first[1]}, arm {first[2]!r}) and {prov['weights']} (made on "
+                f"{prov.get('cpu', '?')}, arm {label!r}, seed {row.get('seed')}); an arm's mean "
+                f"over seeds from two models measures neither. {fix}")
