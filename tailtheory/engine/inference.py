@@ -35,6 +35,12 @@ dispatch, ``repeat_kv`` copies of the cache); here a step is a few dozen tensor 
 - **Shared prompts**: identical consecutive prompts (the trainer passes each prompt G times in
   a row) are prefilled once and their cache broadcast to the G rows.
 - **Finished rows** leave the forward: the cache is compacted to the live rows (:data:`COMPACT`).
+- **What is equal**: a shared prefill and a compacted step give the logits of a prefill of every
+  row and of a step over every row equal to float32 rounding; bitwise only on one CPU's kernels
+  (the GEMMs run on fewer rows, and their blocking, hence reduction order, depends on the row
+  count and the CPU: issue 28, an AMD EPYC, differs in the last bits). The ``kv`` path's
+  log-probs equal the trainer's full forward's to float32 rounding too. Bitwise holds for the
+  same call on the same shapes in one process (same seed, same batch: what resume relies on).
 
 Measured on one thread of this 2-core CPU (``benchmarks/bench_rollout.py``: the kk_trace warm
 start's size, hidden 128, 4 layers, V = 512; B = 256 = 32 prompts x 8; prompts of 22-32 tokens;

@@ -186,8 +186,9 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     bar = tqdm(range(1, cfg.max_steps + 1), desc=f"sft {cfg.task}", unit="step",
                disable=not progress, file=sys.stderr)
     for step in bar:
-        idx = torch.randint(len(X), (cfg.batch_size,), generator=g).to(device)
+        idx = torch.randint(len(X), (cfg.batch_size,), generator=g)        # (batch,) on the CPU
         width = int(lengths[idx].max())     # the batch's longest sequence: no all-pad columns
+        idx = idx.to(device)
         loss = sft_step(model, opt, X[idx, :width], Y[idx, :width], task.pad_id)
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)

@@ -82,6 +82,7 @@ def test_rollout_logp_is_of_the_sampled_distribution(model, path):
     rb = _gen(model, 1, path=path, temperature=0.8, prune_rule="min_p", rho=1e-2,
               return_logits=True)
     ref = token_stats(rb.logits, rb.response, keep=rb.keep, temperature=0.8)["logp"]
+    # bitwise: the sampler's ops on the same row values, row by row (see test_inference.py)
     assert torch.equal(rb.logp[rb.mask], ref[rb.mask])
 
 

@@ -50,7 +50,8 @@ def test_mismatch_is_real_and_ordered(pairs):
 
 
 def test_kv_path_at_one_token_is_the_full_forward(model, ids):
-    """Zero at zero: with one token, incremental decoding is the full forward, bit for bit."""
+    """Zero at zero: with one token, incremental decoding is the full forward, bit for bit (the
+    same forward on the same (B, 1) input: no decode step has run yet)."""
     z, z_inf = rm.paired_logits(model, ids[:, :1], "kv")
     assert torch.equal(z, z_inf)
 
