@@ -123,7 +123,10 @@ show_figure(fig, "mismatch_dose_curves", table, STORED)
 # (`kv`), bf16 and fp16 copies, fp8 (e4m3) weights, and fp8 with `π_old` taken from the rollout
 # (bypass) — against the zero-mismatch runs. V4 (does a real path's mismatch alone harm GRPO?)
 # and V5 (does k3 stay flat where it harms?) are judged on them with the rules fixed in the
-# ledger before they ran; a path with fewer than 3 stored seeds is pending.
+# ledger before they ran; a path with fewer than 3 stored seeds is pending. The `kv` curve's k3
+# is float32 rounding alone (the same function computed by another decoder, in another order):
+# around 1e-12, and machine-dependent: another CPU's kernels give exactly 0 at some steps and a
+# few float32 ulps of a log-prob at others.
 
 # %%
 real = m.labels(role="baseline") + m.labels(role="real")
