@@ -2,8 +2,8 @@
 
 ``tailtheory verify [--only ID,ID] [--profile quick|thorough]`` runs the claim checks, prints a
 table (with timings) and writes ``figures/claims.json`` (without them: the same code gives the
-same file); it exits 1 when a check raises or a HOLDS claim fails. Bad input anywhere is one line
-on stderr and exit status 2; Ctrl-C is exit status 130, with the command that continues a run.
+same file on one CPU kind); it exits 1 when a check raises or a HOLDS claim fails. Bad input
+anywhere is one line on stderr and exit status 2; Ctrl-C is exit status 130, with the command that continues a run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from pathlib import Path
 
 from tailtheory.core.io import figures_dir
 
@@ -19,14 +18,16 @@ from tailtheory.core.io import figures_dir
 def _verify(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
+    from tailtheory.core.io import check_out_file
     from tailtheory.core.registry import PROFILES, run_claim, select
-    from tailtheory.core.report import table, write_claims_json
+    from tailtheory.core.report import is_claims_json, table, write_claims_json
     from tailtheory.engine.threads import torch_threads
 
     only = [c.strip() for c in args.only.split(",") if c.strip()] if args.only else None
     if args.profile not in PROFILES:
         raise SystemExit(f"--profile must be one of {PROFILES}")
     claims = select(only)
+    out = check_out_file(args.out or figures_dir() / "claims.json", is_claims_json)  # before work
     results = []
     bar = tqdm(claims, desc="verify", unit="claim", disable=args.quiet, file=sys.stderr)
     # One thread: reductions run in one order whatever the core count, so the same code writes
@@ -36,7 +37,6 @@ def _verify(args: argparse.Namespace) -> int:
             bar.set_postfix_str(claim.id)
             results.append(run_claim(claim, args.profile))
     print(table(results))
-    out = Path(args.out) if args.out else figures_dir() / "claims.json"
     write_claims_json(results, out, args.profile)
     print(f"\nwrote {out}")
     failed = [r for r in results if r.failed]
@@ -91,11 +91,7 @@ def _study(args: argparse.Namespace) -> int:
     preset = args.preset or st.measure_preset
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    missing = st.missing(preset)
-    total = sum(len(a.configs) for a in st.plan(preset))
-    for label, n in missing.items():
-        print(f"{label}: {n} run(s) to train")
-    print(f"{sum(missing.values())} of {total} runs to train on the {preset} preset")
+    status = _study_status(st, preset)
     if args.dry_run:
         return 0
     if args.store_done:
@@ -108,14 +104,45 @@ def _study(args: argparse.Namespace) -> int:
         print(f"stored {sum(stored.values())} runs in results/{st.name}.json "
               f"({', '.join(f'{k}: {v}' for k, v in stored.items()) or 'none finished'})")
         return 0
-    if preset == st.measure_preset:
-        st.data("thorough", workers=args.workers)
-        print(f"stored results/{st.name}.json")
-    else:
-        st.measure(preset, workers=args.workers)
+    _study_train(st, preset, status, args.workers)
+    return 0
+
+
+def _study_status(st, preset: str) -> dict:
+    """Print, per arm and in all, the runs stored in ``results/NAME.json``, cached and to train;
+    returns :meth:`~tailtheory.engine.study.Study.status`."""
+    status = st.status(preset)
+    n = {k: sum(len(s[k]) for s in status.values()) for k in ("stored", "cached", "train")}
+    for label, s in status.items():
+        print(f"{label}: {len(s['stored'])} stored, {len(s['cached'])} cached, "
+              f"{len(s['train'])} to train")
+    print(f"{sum(n.values())} runs on the {preset} preset: {n['stored']} stored in "
+          f"results/{st.name}.json, {n['cached']} cached in the run cache, {n['train']} to train")
+    return status
+
+
+def _study_train(st, preset: str, status: dict, workers: int) -> None:
+    """Train the runs ``status`` counts as to train, and measure (and store, on the stored
+    preset) the study."""
+    if preset != st.measure_preset:
+        st.measure(preset, workers=workers)
         print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
               f"{st.measure_preset} preset's)")
-    return 0
+    elif st.incremental:                                  # train what is neither stored nor cached
+        from tailtheory.engine.incremental import store_done
+        from tailtheory.engine.runs import run_many
+
+        for s in status.values():
+            if s["train"]:
+                run_many(s["train"], workers=workers)
+                store_done(st, preset)                    # after each arm, as it finishes
+        print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
+    elif all(not s["cached"] and not s["train"] for s in status.values()):
+        print(f"results/{st.name}.json holds every run under today's configs: nothing to train "
+              f"(to measure it again, move it away first)")
+    else:
+        st.data("thorough", workers=workers)
+        print(f"stored results/{st.name}.json")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -159,7 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=_HelpFormatter)
     v.add_argument("--only", help="comma-separated claim ids, e.g. M3,T7 (default: all)")
     v.add_argument("--profile", default="quick", help="quick or thorough")
-    v.add_argument("--out", help="where to write claims.json (default: figures/claims.json)")
+    v.add_argument("--out", help="where to write claims.json: a new file or a claims.json written "
+                                 "before (merged); any other file is refused (default: "
+                                 "figures/claims.json)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
     v.set_defaults(func=_verify)
@@ -202,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--preset", help="quick or full (default: the preset the study stores)")
     st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
                                                            "thread each")
-    st.add_argument("--dry-run", action="store_true", help="only count the runs to train")
+    st.add_argument("--dry-run", action="store_true",
+                    help="only count the runs: stored in results/NAME.json, cached, to train")
     st.add_argument("--store-done", action="store_true",
                     help="train nothing: store the runs the cache holds finished (a study "
                          "measured run by run)")

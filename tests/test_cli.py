@@ -133,7 +133,9 @@ def test_study_list_and_dry_run_count_runs(capsys):
         assert f"{name}: " in out and f"results/{name}.json" in out
     assert main(["study", "dvp_training", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "GRPO: " in out and "runs to train on the full preset" in out
+    assert "GRPO: " in out and re.search(r"runs on the full preset: \d+ stored in "
+                                         r"results/dvp_training.json, \d+ cached in the run "
+                                         r"cache, \d+ to train", out)
 
 
 def test_study_bad_input_is_one_line(capsys):
@@ -146,3 +148,141 @@ def test_study_bad_input_is_one_line(capsys):
 def test_study_store_done_needs_an_incremental_study(capsys):
     assert main(["study", "dvp_training", "--store-done"]) == 2
     assert "--store-done needs an incremental study" in capsys.readouterr().err
+
+
+# --- nothing a user made is lost (issue 28): --out refuses foreign files, damage is one line -----
+
+@pytest.mark.parametrize("foreign", ["notes.txt", "config.json"])
+def test_verify_out_refuses_a_file_it_did_not_write(foreign, tmp_path, capsys):
+    out = tmp_path / foreign
+    text = "my notes\n" if foreign == "notes.txt" else '{"model_type": "llama", "claims": []}\n'
+    out.write_text(text)
+    assert main(["verify", "--only", "M1", "--out", str(out), "--quiet"]) == 2
+    err = _one_line_error(capsys)
+    assert f"--out {out} exists and was not written by this tailtheory command" in err
+    assert out.read_text() == text
+
+
+def test_verify_out_on_a_folder_is_one_line(tmp_path, capsys):
+    assert main(["verify", "--only", "M1", "--out", str(tmp_path), "--quiet"]) == 2
+    assert f"--out {tmp_path} is a folder" in _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_out_replaces_its_own_files_only(tmp_path, capsys):
+    """``tailtheory plot`` rewrites the PNG and CSV it wrote; a PNG or CSV of anyone else, or a
+    folder, is refused before anything is drawn, and left as it was."""
+    from tailtheory.engine.checkpoint import read_metrics as lines
+
+    run = tmp_path / "run"
+    assert main([*TINY_TRAIN, "--steps", "1", "--out", str(run)]) == 0
+    assert len(lines(run)) == 1
+    png = tmp_path / "my.png"
+    assert main(["plot", str(run), "--out", str(png)]) == 0
+    assert main(["plot", str(run), "--out", str(png)]) == 0       # its own files: replaced
+    capsys.readouterr()
+    for name, other in (("mine.png", "mine.csv"), ("theirs.png", "theirs.png")):
+        png, csv = tmp_path / name, (tmp_path / name).with_suffix(".csv")
+        (tmp_path / other).write_bytes(b"\x89PNG\r\n\x1a\nsomeone else's")
+        before = {p: p.read_bytes() for p in (png, csv) if p.exists()}
+        assert main(["plot", str(run), "--out", str(png)]) == 2
+        err = _one_line_error(capsys)
+        assert f"{tmp_path / other} exists and was not written by this tailtheory" in err
+        assert {p: p.read_bytes() for p in (png, csv) if p.exists()} == before
+    (tmp_path / "dir.png").mkdir()
+    assert main(["plot", str(run), "--out", str(tmp_path / "dir.png")]) == 2
+    assert "is a folder" in _one_line_error(capsys)
+
+
+def test_damaged_weights_are_one_line_naming_the_file(tmp_path, capsys):
+    """A half-written ``model.safetensors`` (a copy cut short): exit 2 and one line naming the
+    file and the way out, no SafetensorError traceback."""
+    from tailtheory.core.models import tiny_lm
+
+    model = tmp_path / "model"
+    tiny_lm(layers=1).save_pretrained(model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()                               # save_pretrained's progress bar
+    assert main([*TINY_TRAIN, "--model", str(model), "--steps", "1",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = _one_line_error(capsys)
+    assert f"{weights}: damaged safetensors file, truncated or partly written" in err
+    assert "save_pretrained" in err and "SafetensorError" not in err
+
+
+@pytest.fixture
+def demo_study(monkeypatch, tmp_path):
+    """A registered incremental study of 2 arms x 3 seeds on the quick preset, its cache and
+    results in ``tmp_path``."""
+    from tailtheory.engine import study as study_mod
+    from tests.engine.test_incremental import _study
+
+    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
+    (tmp_path / "results").mkdir()
+    st = _study()
+    monkeypatch.setitem(study_mod._STUDIES, st.name, st)
+    return st
+
+
+def test_study_dry_run_counts_stored_runs(demo_study, monkeypatch, capsys):
+    """Runs stored in ``results/NAME.json`` are present although this machine's run cache lacks
+    them; ``tailtheory study NAME`` then trains only the rest."""
+    import shutil
+
+    from tailtheory.engine import incremental, runs
+    from tests.engine.test_incremental import _finish
+
+    grpo, ar = (a.configs for a in demo_study.plan("quick"))
+    _finish(grpo[0]), _finish(grpo[1])
+    incremental.store_done(demo_study)
+    shutil.rmtree(runs.runs_root())                   # a fresh clone: results/, no run cache
+    _finish(ar[0])
+    assert main(["study", demo_study.name, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "GRPO: 2 stored, 0 cached, 1 to train" in out
+    assert "AR: 0 stored, 1 cached, 2 to train" in out
+    assert (f"6 runs on the quick preset: 2 stored in results/{demo_study.name}.json, 1 cached "
+            f"in the run cache, 3 to train") in out
+    trained = []
+    monkeypatch.setattr(runs, "run_many", lambda cs, **kw: [trained.append(c) or _finish(c)
+                                                            for c in cs])
+    assert main(["study", demo_study.name]) == 0
+    assert trained == [grpo[2], ar[1], ar[2]]
+    assert f"stored 6 runs in results/{demo_study.name}.json" in capsys.readouterr().out
+
+
+def test_study_dry_run_counts_a_study_stored_whole(demo_study, monkeypatch, capsys):
+    from dataclasses import replace
+
+    from tailtheory.core.measurements import save_measurement
+    from tailtheory.engine import study as study_mod
+
+    st = replace(demo_study, incremental=False)
+    monkeypatch.setitem(study_mod._STUDIES, st.name, st)
+    save_measurement(st.name, st.identity("quick"), {"GRPO": [], "AR": []}, st.command)
+    assert main(["study", st.name, "--dry-run"]) == 0
+    assert "6 runs on the quick preset: 6 stored" in capsys.readouterr().out
+    assert main(["study", st.name]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--out", "FILE"], "is a file; choose a new folder"),
+    (["--rho", "0.1,x"], "--rho must be comma-separated numbers"),
+    (["--rho", "2"], "--rho values must lie in (0, 1]"),
+    (["--tail-p", "0.95"], "need 0 < --tail-p <= --head-p < 1"),
+    (["--batch-rows", "0"], "--batch-rows must be >= 1"),
+    (["--max-excluded", "2"], "--max-excluded must lie in [0, 1]"),
+    (["--trm-delta-max", "0"], "TRM thresholds must be > 0"),
+])
+def test_diagnose_bad_options_are_one_line(flags, message, tmp_path, capsys):
+    """Checked before any dump is read: one line, exit 2, nothing written (an --out file kept)."""
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    flags = [str(f) if a == "FILE" else a for a in flags]
+    out = [] if "--out" in flags else ["--out", str(tmp_path / "report")]
+    assert main(["diagnose", str(tmp_path / "no-dump.parquet"), *out, *flags, "--quiet"]) == 2
+    assert message in _one_line_error(capsys)
+    assert f.read_text() == "mine" and not (tmp_path / "report").exists()

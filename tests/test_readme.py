@@ -44,3 +44,27 @@ def test_readme_study_example_is_a_complete_study(monkeypatch):
     rows = lambda m: [{"seed": s, "final_reward": m + 0.01 * s} for s in range(3)]  # noqa: E731
     m = study.Measurement({"GRPO": rows(0.3), "TIS": rows(0.5)}, arms)
     assert ns["tis_evidence"](m).verdict == Verdict.TOY_SCALE
+
+
+BAD_INPUTS = README.parent / "docs" / "bad_inputs.md"
+
+
+def test_bad_inputs_table_names_existing_tests():
+    """Every ``tests/...py::name`` in ``docs/bad_inputs.md`` is a test function of that file (so
+    the table of bad inputs stays current), and README links the table."""
+    import ast
+
+    text = BAD_INPUTS.read_text(encoding="utf-8")
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", text)
+    assert len(named) > 40, "docs/bad_inputs.md names too few tests"
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    assert all(re.search(r"`tests/[\w/]+\.py::\w+`", ln.rsplit("|", 2)[1]) for ln in rows), \
+        "a row of docs/bad_inputs.md names no test in its last column"
+    root, missing = README.parent, []
+    for path, name in named:
+        f = root / path
+        tree = ast.parse(f.read_text(encoding="utf-8")) if f.exists() else ast.Module(body=[])
+        if name not in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}:
+            missing.append(f"{path}::{name}")
+    assert not missing, "docs/bad_inputs.md names tests that do not exist: " + ", ".join(missing)
+    assert "(docs/bad_inputs.md)" in README.read_text(encoding="utf-8")

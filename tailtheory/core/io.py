@@ -115,19 +115,69 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=float) + "\n")
 
 
-def save_figure(fig, name: str, data=None, directory: str | os.PathLike | None = None) -> Path:
+def save_figure(fig, name: str, data=None, directory: str | os.PathLike | None = None,
+                software: str | None = None) -> Path:
     """Save ``fig`` as ``NAME.png`` and ``data`` (a DataFrame) as ``NAME.csv``, atomically.
 
-    Returns the PNG path. ``directory`` defaults to :func:`figures_dir`.
+    Returns the PNG path. ``directory`` defaults to :func:`figures_dir`. ``software``: the PNG's
+    ``Software`` text (what :func:`png_software` reads back; a command's ``--out`` uses it to
+    recognise its own files); default none, so reruns give the same bytes on any version.
     """
     import io as _io
 
     d = Path(directory) if directory is not None else figures_dir()
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight",
-                metadata={"Software": None})  # no version stamp: reruns give the same bytes
+                metadata={"Software": software})  # no version stamp: reruns give the same bytes
     png = atomic_write_bytes(d / f"{name}.png", buf.getvalue())
     if data is not None:
         # 8 significant digits: enough to re-plot, a third of the bytes of full repr
         atomic_write_text(d / f"{name}.csv", data.to_csv(index=False, float_format="%.8g"))
     return png
+
+
+# ---- --out: never replace what the toolkit did not write --------------------------------------
+
+def png_software(path: str | os.PathLike) -> str | None:
+    """The ``Software`` text chunk of a PNG file (None for another file or a PNG without one);
+    reads the chunks before the image data only."""
+    import struct
+    import zlib
+
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return None
+        while True:
+            head = f.read(8)
+            if len(head) < 8:
+                return None
+            size, kind = struct.unpack(">I4s", head)
+            if kind in (b"IDAT", b"IEND") or size > 1 << 20:
+                return None
+            body = f.read(size + 4)[:size]                         # the chunk and its CRC
+            if kind in (b"tEXt", b"zTXt") and body.startswith(b"Software\0"):
+                text = body[len(b"Software\0"):]
+                if kind == b"zTXt":                               # a compression byte, then zlib
+                    text = zlib.decompress(text[1:])
+                return text.decode("latin-1")
+
+
+def check_out_file(path: str | os.PathLike, ours, what: str = "--out") -> Path:
+    """``path`` as a ``Path`` if a command may write its output file there: missing, or a file
+    that ``ours(path)`` recognises by its content as this command's own earlier output. A
+    folder, or any other file (a notes file, a model's ``config.json``), is a ``ValueError``
+    naming it, and nothing is written: the toolkit never replaces a file it did not write."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; name the file to write (a new one, or one "
+                         f"this command wrote before)")
+    if path.exists() or path.is_symlink():
+        try:
+            mine = path.is_file() and bool(ours(path))
+        except (OSError, ValueError, UnicodeDecodeError):
+            mine = False
+        if not mine:
+            raise ValueError(f"{what} {path} exists and was not written by this tailtheory "
+                             f"command; nothing was written: move it away or choose another "
+                             f"--out")
+    return path

@@ -83,6 +83,7 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
     ``ATTENTION`` (eager), as in :func:`tiny_lm`, so a reloaded model computes bitwise what it
     computed when saved.
     """
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(path)
@@ -95,10 +96,33 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
         model = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
                                                      dtype=dtype, attn_implementation=ATTENTION,
                                                      use_safetensors=True)  # no pickled weights
+    except SafetensorError as exc:                 # truncated or partly written weights
+        raise ValueError(damaged_weights(path, exc)) from None
     except (ValueError, OSError, KeyError) as exc:
         raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval()
+
+
+def damaged_weights(path: str | Path, exc: BaseException) -> str:
+    """The one-line error of a safetensors file (or a folder's weights) that cannot be read,
+    truncated or partly written: the file, what is wrong and the way out."""
+    from safetensors import SafetensorError, safe_open
+
+    path, bad = Path(path), []
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt"):
+                pass
+        except (SafetensorError, OSError):
+            bad.append(f)
+    what = ", ".join(str(f) for f in bad or files) or f"the weights in {path}"
+    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (f"{what}: damaged safetensors file, truncated or partly written ({why}); nothing "
+            f"was loaded: save or copy it there again (a model: save_pretrained), or, for a "
+            f"folder tailtheory made in its cache (a warm start under cache/sft), delete the "
+            f"folder and it is made again")
 
 
 def cache_keyword(model) -> str:

@@ -12,7 +12,7 @@ import json
 import numbers as _numbers
 from pathlib import Path
 
-from tailtheory.core.io import atomic_write_json
+from tailtheory.core.io import atomic_write_json, check_out_file
 from tailtheory.core.registry import ClaimResult
 
 
@@ -167,18 +167,29 @@ def claim_entry(result: ClaimResult, profile: str) -> dict:
     return dict(entry, profile=profile)
 
 
+def is_claims_json(path: Path) -> bool:
+    """Whether ``path`` holds a ``claims.json`` this toolkit writes: a JSON object whose only key
+    is ``claims``, a list of entries that each have a string ``id`` and a ``verdict``."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and set(doc) == {"claims"} and isinstance(doc["claims"], list)
+            and all(isinstance(c, dict) and isinstance(c.get("id"), str) and "verdict" in c
+                    for c in doc["claims"]))
+
+
 def write_claims_json(results: list[ClaimResult], path: Path, profile: str) -> Path:
     """Merge ``results`` into ``path`` (keeping other claims' entries) and write it atomically.
 
     Entries already in the file lose their :data:`RUN_NOISE` keys too, so an older file becomes
-    deterministic on its first rewrite."""
+    deterministic on its first rewrite. A folder, or a file that is not a ``claims.json``
+    (:func:`is_claims_json`), is a ``ValueError`` and left as it is."""
+    path = check_out_file(path, is_claims_json)
     existing: dict[str, dict] = {}
     if path.exists():
-        try:
-            existing = {c["id"]: {k: v for k, v in c.items() if k not in RUN_NOISE}
-                        for c in json.loads(path.read_text())["claims"]}
-        except (ValueError, KeyError, TypeError):
-            existing = {}  # an unreadable file is replaced, not merged
+        existing = {c["id"]: {k: v for k, v in c.items() if k not in RUN_NOISE}
+                    for c in json.loads(path.read_text())["claims"]}
     for r in results:
         existing[r.claim.id] = claim_entry(r, profile)
     from tailtheory.core.registry import _sort_key

@@ -4,7 +4,9 @@
 crash mid-write leaves the previous checkpoint intact. Before it is replaced, the previous one is
 hard-linked to ``RUN/checkpoint.prev.pt``, so a checkpoint damaged later (a full disk, a bad copy)
 still leaves one to fall back to. ``RUN/metrics.jsonl`` is truncated back to the checkpoint's
-step on resume, so an interrupted and resumed run writes exactly the lines of an uninterrupted one.
+step on resume, so an interrupted and resumed run writes exactly the lines of an uninterrupted one;
+lines missing before that step cannot be made again from the checkpoint, so resume refuses them,
+naming the gap, and :func:`read_metrics` refuses any file whose steps are not ``0 .. n-1``.
 
 Loading never runs code: the file holds tensors and plain data only (RNG states as tensors and
 lists, the config as a dict) and is read with ``torch.load(..., weights_only=True)``; a file that
@@ -17,6 +19,7 @@ import json
 import os
 import pickle
 import random
+import shlex
 import warnings
 from pathlib import Path
 
@@ -170,20 +173,84 @@ def parse_metrics(text: str, path: Path) -> tuple[list[tuple[str, dict]], bool]:
     return records, torn
 
 
+class MetricsGapError(ValueError):
+    """A ``metrics.jsonl`` whose steps are not ``0 .. n-1`` in order; the message names the gap."""
+
+
+def _spans(steps) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    out, steps = [], sorted(steps)
+    for s in steps:
+        if out and s == out[-1][1] + 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def step_gap(steps: list, upto: int | None = None) -> str | None:
+    """What keeps ``steps`` from being ``0 .. n-1`` in order (``n = upto`` when given, else one
+    past the largest step): e.g. ``"step(s) 19 missing (the lines hold 0-18, 20-21)"``; None when
+    they are."""
+    if not all(isinstance(s, int) for s in steps):
+        return "a line without an integer step"
+    n = (max(steps, default=-1) + 1) if upto is None else upto
+    if steps == list(range(n)):
+        return None
+    held = f"the lines hold {_spans(set(steps)) or 'none'}"
+    missing = sorted(set(range(n)) - set(steps))
+    if missing:
+        return f"step(s) {_spans(missing)} missing ({held})"
+    return f"steps repeated or out of order ({held})"
+
+
 def read_metrics(run: str | Path) -> list[dict]:
-    """The records of ``RUN/metrics.jsonl``, less a torn last line."""
+    """The records of ``RUN/metrics.jsonl``, less a torn last line; :class:`MetricsGapError` when
+    their steps are not ``0 .. n-1`` in order (a file that lost lines is never read as a curve)."""
     path = Path(run) / METRICS
-    return [m for _, m in parse_metrics(path.read_text(), path)[0]]
+    records = [m for _, m in parse_metrics(path.read_text(), path)[0]]
+    gap = step_gap([m.get("step") for m in records])
+    if gap:
+        raise MetricsGapError(f"{path}: {gap}; a run's lines are steps 0, 1, 2 ... without holes: "
+                              f"restore the file, or train the run again into a new --out (a run "
+                              f"of the run cache: delete its folder and it is trained again)")
+    return records
+
+
+def _gap_fix(run: Path, first_missing: int) -> str:
+    """The way out of a metrics gap before the checkpoint: the previous checkpoint if it
+    precedes the gap (its steps are then genuinely re-run), else training from step 0."""
+    ckpt, prev = run / CHECKPOINT, run / PREVIOUS
+    try:
+        prev_step = read_checkpoint(prev)["step"] if prev.exists() else None
+    except CheckpointError:
+        prev_step = None
+    if prev_step is not None and prev_step <= first_missing:
+        return (f"the previous checkpoint (step {prev_step}) precedes the gap: resume from it with "
+                f"`mv {shlex.quote(str(prev))} {shlex.quote(str(ckpt))}` and --resume again")
+    rm = " ".join(shlex.quote(str(p)) for p in (ckpt, prev) if p.exists())
+    return (f"restore the file, or train the run again from step 0 (`rm {rm}`, then --resume "
+            f"again) or into a new --out")
 
 
 def truncate_metrics(run: Path, step: int) -> str | None:
     """Keep only the metric lines of steps ``< step`` (those the checkpoint includes) and drop a
-    torn last line. Returns a one-line note of what was dropped, or None."""
+    torn last line. Returns a one-line note of what was dropped, or None. Lines missing before
+    ``step`` cannot be made again from the checkpoint: :class:`MetricsGapError` naming them and
+    the way out, and the file is left as it is."""
     path = Path(run) / METRICS
+    records, torn = parse_metrics(path.read_text(), path) if path.exists() else ([], False)
+    before = [(line, m) for line, m in records
+              if not isinstance(m.get("step"), int) or m["step"] < step]
+    kept = [line for line, _ in before]
+    gap = step_gap([m.get("step") for _, m in before], upto=step)
+    if gap:
+        first = min(set(range(step)) - {m.get("step") for _, m in records}, default=0)
+        raise MetricsGapError(f"--resume: {path}: {gap} before the checkpoint's step {step}; those "
+                              f"lines cannot be made again from this checkpoint, so nothing was "
+                              f"run and the file is unchanged: {_gap_fix(Path(run), first)}")
     if not path.exists():
         return None
-    records, torn = parse_metrics(path.read_text(), path)
-    kept = [line for line, m in records if m["step"] < step]
     atomic_write_text(path, "".join(line + "\n" for line in kept))
     past = len(records) - len(kept)
     if not (past or torn):

@@ -37,7 +37,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.io import REPO_ROOT, atomic_write_json
-from tailtheory.core.models import TinyLMConfig, load_lm, num_params, tiny_lm
+from tailtheory.core.models import TinyLMConfig, damaged_weights, load_lm, num_params, tiny_lm
 from tailtheory.engine.threads import resolve_threads, torch_threads
 from tailtheory.engine.warm_cache import CACHE_ENV
 
@@ -366,10 +366,14 @@ def load_corpus_lm(path: str | Path, device=None):
 
 def heldout_stream(path: str | Path) -> torch.Tensor:
     """The held-out token stream of a corpus-LM folder. Shapes: -> (N,) long."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     read_corpus_record(path)
-    return load_file(str(Path(path) / HELDOUT))["ids"].long()
+    try:
+        return load_file(str(Path(path) / HELDOUT))["ids"].long()
+    except SafetensorError as exc:                        # truncated or partly written
+        raise ValueError(damaged_weights(Path(path) / HELDOUT, exc)) from None
 
 
 def heldout_batch(path: str | Path, B: int, L: int, seed: int = 0) -> torch.Tensor:

@@ -128,7 +128,7 @@ def _bands(long):
 
 
 def band_table(df):
-    """Long table ``label, step, metric, mean, lo, hi, seeds`` of a :func:`load_runs` frame."""
+    """Long table ``label, metric, step, mean, lo, hi, seeds`` of a :func:`load_runs` frame."""
     return _bands(long_table(df))
 
 
@@ -171,25 +171,50 @@ def plot_runs(runs, steps: int | None = None):
     return fig, table
 
 
+SOFTWARE = "tailtheory plot"
+"""The ``Software`` text of the PNGs ``tailtheory plot`` writes: how it knows its own files."""
+CSV_HEADER = "label,metric,step,mean,lo,hi,seeds"
+"""The first line of the CSVs it writes (:func:`band_table`'s columns)."""
+
+
+def is_plot_png(path: Path) -> bool:
+    """Whether ``path`` is a PNG ``tailtheory plot`` wrote (its ``Software`` text chunk)."""
+    from tailtheory.core.io import png_software
+
+    return png_software(path) == SOFTWARE
+
+
+def is_plot_csv(path: Path) -> bool:
+    """Whether ``path`` is a CSV ``tailtheory plot`` wrote (its header line)."""
+    with open(path, encoding="utf-8") as f:
+        return f.readline().rstrip("\r\n") == CSV_HEADER
+
+
 def add_plot_arguments(p) -> None:
     """Options of ``tailtheory plot``."""
     p.add_argument("runs", nargs="+", help="run directories (tailtheory train --out)")
-    p.add_argument("--out", default="runs.png", help="PNG to write; its data goes beside it as "
-                                                      "CSV (default: runs.png)")
+    p.add_argument("--out", default="runs.png",
+                   help="PNG to write, its data beside it as CSV: new files, or files tailtheory "
+                        "plot wrote before (replaced); any other file is refused (default: "
+                        "runs.png)")
     p.add_argument("--steps", type=int, help="plot the first STEPS steps only")
 
 
 def plot_main(args) -> int:
-    """``tailtheory plot``: write the PNG and CSV and say where."""
+    """``tailtheory plot``: write the PNG and CSV and say where. Either file existing and not
+    written by ``tailtheory plot`` is refused before anything is read or drawn."""
+    from tailtheory.core.io import check_out_file, save_figure
+
     if not str(args.out).endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}")
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be >= 1, got {args.steps}")
-    from tailtheory.core.io import save_figure
-
-    out = Path(args.out)
+    out = check_out_file(args.out, is_plot_png)
+    check_out_file(out.with_suffix(".csv"), is_plot_csv, "--out's CSV")
     fig, table = plot_runs(args.runs, steps=args.steps)
-    save_figure(fig, out.stem, table, directory=out.parent)
+    check_out_file(out, is_plot_png)                       # again: drawing takes a while
+    check_out_file(out.with_suffix(".csv"), is_plot_csv, "--out's CSV")
+    save_figure(fig, out.stem, table, directory=out.parent, software=SOFTWARE)
     print(f"wrote {args.out} and {Path(args.out).with_suffix('.csv')} "
           f"({table['label'].nunique()} group(s), {len(args.runs)} run(s))")
     return 0

@@ -150,21 +150,55 @@ class Study:
                               progress=progress))
         return {label: [next(paths) for _ in cs] for label, cs in plan.items()}
 
-    def missing(self, preset: str) -> dict[str, int]:
-        """Label -> how many of the arm's runs the run cache lacks (or holds shorter)."""
-        from tailtheory.engine.runs import run_key, runs_root
+    def status(self, preset: str) -> dict[str, dict[str, list]]:
+        """Label -> the arm's configs by where their run is: ``stored`` (its row is in
+        ``results/<name>.json`` under today's config; only on :attr:`measure_preset`),
+        ``cached`` (else: the run cache holds it at full length) or ``train`` (neither: ``tailtheory
+        study`` trains it)."""
+        from tailtheory.engine.runs import _finished_steps, run_key, runs_root
 
-        def done(c) -> bool:
-            f = runs_root() / run_key(c) / "metrics.jsonl"
-            return f.exists() and len(f.read_text().splitlines()) >= c.steps
+        stored = self.stored_seeds(preset)
+        out = {}
+        for a in self.plan(preset):
+            where = {"stored": [], "cached": [], "train": []}
+            for c in a.configs:
+                done = _finished_steps(runs_root() / run_key(c)) >= c.steps
+                where["stored" if c.seed in stored.get(a.label, ()) else
+                      "cached" if done else "train"].append(c)
+            out[a.label] = where
+        return out
 
-        return {a.label: sum(not done(c) for c in a.configs) for a in self.plan(preset)}
+    def stored_seeds(self, preset: str) -> dict[str, set]:
+        """Label -> the seeds whose rows ``results/<name>.json`` holds under today's configs: every
+        seed of a study stored whole when its stored measurement is current, the matching rows of
+        an incremental one; none on another preset than :attr:`measure_preset`."""
+        from tailtheory.core.measurements import StaleMeasurement, load_measurement
+
+        if preset != self.measure_preset:
+            return {}
+        if not self.incremental:
+            try:
+                load_measurement(self.name, self.identity(preset))
+            except StaleMeasurement:
+                return {}
+            return {a.label: {c.seed for c in a.configs} for a in self.plan(preset)}
+        from tailtheory.engine.incremental import _identities, _stored
+
+        record, want = _stored(self.name), _identities(self, preset)
+        return {label: {r["seed"] for r, i in zip(rows, record["config"].get(label, []))
+                        if want.get(label, {}).get(r["seed"]) == i}
+                for label, rows in record.get("data", {}).items()}
 
     def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
         """One run's numbers: summary, curves, the study's series and (if it dumped its tokens
         and the arm takes them) its token numbers."""
+        from tailtheory.engine.trainer import read_provenance
+
         lines = read_lines(run, cfg.steps)
         out = {**run_summary(run, cfg.steps), **run_curves(run, cfg.steps)}
+        prov = read_provenance(run)
+        if prov is not None:
+            out["provenance"] = prov
         for name, key in self.series.items():
             out[name] = [key(m) if callable(key) else m[key] for m in lines]
         if self.tokens and cfg.dump_tokens and (arm is None or arm.tokens):

@@ -71,9 +71,11 @@ def test_claims_json_merges_in_claim_order_without_timings(tmp_path):
     before = path.read_text()
     write_claims_json([later], path, "quick")
     assert path.read_text() == before                       # the same results, the same file
-    path.write_text("not json")
-    write_claims_json([later], path, "quick")               # an unreadable file is replaced
-    assert [c["id"] for c in json.loads(path.read_text())["claims"]] == ["T7"]
+    for foreign in ("not json", '{"claims": [1]}', '{"claims": [], "model_type": "x"}'):
+        path.write_text(foreign)                            # not a claims.json: left alone
+        with pytest.raises(ValueError, match="exists and was not written by this tailtheory"):
+            write_claims_json([later], path, "quick")
+        assert path.read_text() == foreign
 
 
 def test_run_claim_keeps_the_stored_measurements_a_check_read(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Checkpoints and the metrics file (``tailtheory/engine/checkpoint.py``): loading never runs code,
 a damaged checkpoint is one clear error with a fallback kept, a torn metrics line does not block
-``--resume``."""
+``--resume``, and lines lost before the checkpoint are refused (never resumed over or plotted)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import torch
 from tailtheory.cli import main
 from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.checkpoint import (CHECKPOINT, METRICS, PREVIOUS, CheckpointError,
-                                          load_checkpoint, read_checkpoint, read_metrics,
-                                          save_checkpoint, truncate_metrics)
+                                          MetricsGapError, load_checkpoint, read_checkpoint,
+                                          read_metrics, save_checkpoint, truncate_metrics)
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rundir import MARKER
 from tailtheory.engine.trainer import train
@@ -157,3 +157,81 @@ def test_resume_after_a_torn_metrics_line_matches_a_straight_run(tmp_path, capsy
           progress=False, task=DenseKK())
     assert "torn by an interrupted write" in capsys.readouterr().err
     assert no_time(read_metrics(cut.out)) == no_time(read_metrics(straight.out))
+
+
+# --- holes in metrics.jsonl: refused, never resumed over or read as a curve (issue 28) ----------
+
+def test_read_metrics_refuses_a_file_with_holes_naming_the_gap(tmp_path):
+    _write_metrics(tmp_path, [*range(19), 20, 21])
+    with pytest.raises(MetricsGapError,
+                       match=r"step\(s\) 19 missing \(the lines hold 0-18, 20-21\)"):
+        read_metrics(tmp_path)
+    _write_metrics(tmp_path, [0, 1, 1, 2])
+    with pytest.raises(MetricsGapError, match="repeated or out of order"):
+        read_metrics(tmp_path)
+
+
+def test_plot_refuses_a_run_with_holes(tmp_path, capsys):
+    run = tmp_path / "run"
+    _write_metrics(run, [*range(7), 20, 21])
+    (run / "config.json").write_text(json.dumps({"seed": 0, "method": "grpo"}))
+    assert main(["plot", str(run), "--out", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "step(s) 7-19 missing" in err and "Traceback" not in err
+    assert not (tmp_path / "p.png").exists()
+
+
+RUN_ARGS = ["train", "--model", "tiny", "--task", "kk", "--n-people", "2", "--prompts-per-step",
+            "2", "--group-size", "2", "--checkpoint-every", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """A run of 3 steps checkpointed after every step (``checkpoint.pt`` at 3, the previous at 2)
+    and its lines."""
+    run = tmp_path_factory.mktemp("straight") / "run"
+    assert main([*RUN_ARGS, "--steps", "3", "--out", str(run)]) == 0
+    return run, read_metrics(run)
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    (dst / ".tailtheory-lock").unlink(missing_ok=True)
+    return dst
+
+
+@pytest.mark.parametrize("damage", ["lost", "torn"])
+def test_resume_over_a_gap_before_the_checkpoint_is_refused(damage, three_steps, tmp_path,
+                                                            capsys):
+    """Lines lost (or torn) before the checkpoint's step cannot be made again from it: one line
+    naming the gap and the way out, the file unchanged, no step run."""
+    run = _copy_run(three_steps[0], tmp_path / "run")
+    (run / PREVIOUS).unlink()                       # only the step-3 checkpoint: train from 0
+    lines = (run / METRICS).read_text().splitlines()
+    kept = [lines[0], lines[2]] if damage == "lost" else [lines[0], lines[1][:20]]
+    (run / METRICS).write_text("\n".join(kept) + ("\n" if damage == "lost" else ""))
+    before = (run / METRICS).read_bytes()
+    capsys.readouterr()
+    assert main([*RUN_ARGS, "--steps", "4", "--out", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    gap = "step(s) 1 missing" if damage == "lost" else "step(s) 1-2 missing"
+    assert gap in err and "before the checkpoint's step 3" in err
+    assert f"rm {run / CHECKPOINT}" in err and "--resume" in err
+    assert (run / METRICS).read_bytes() == before and not (run / PREVIOUS).exists()
+
+
+def test_a_gap_after_the_previous_checkpoint_is_rerun_from_it(three_steps, tmp_path, capsys):
+    """Step 2's line lost, the previous checkpoint at step 2: the error says to resume from it,
+    and doing so runs step 2 again, giving the lines of the uninterrupted run."""
+    run = _copy_run(three_steps[0], tmp_path / "run")
+    lines = (run / METRICS).read_text().splitlines()
+    (run / METRICS).write_text("\n".join(lines[:2]) + "\n")
+    argv = [*RUN_ARGS, "--steps", "3", "--out", str(run), "--resume"]
+    assert main(argv) == 2
+    assert "previous checkpoint (step 2) precedes the gap" in capsys.readouterr().err
+    os.replace(run / PREVIOUS, run / CHECKPOINT)      # the command the error gives
+    assert main(argv) == 0
+    assert no_time(read_metrics(run)) == no_time(three_steps[1])

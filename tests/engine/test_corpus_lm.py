@@ -138,3 +138,18 @@ def test_missing_or_foreign_folder_is_a_clear_error(tmp_path):
         load_corpus_lm(tmp_path)
     with pytest.raises(FileNotFoundError, match="corpus-LM folder"):
         heldout_batch(tmp_path / "nope", 1, 8)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", clm.HELDOUT])
+def test_a_truncated_safetensors_file_is_a_clear_error(name, tiny_path, tmp_path):
+    """A copy cut short: a ``ValueError`` naming the file and the way out, not safetensors'
+    own error."""
+    import shutil
+
+    copy = tmp_path / "lm"
+    shutil.copytree(tiny_path, copy)
+    f = copy / name
+    f.write_bytes(f.read_bytes()[:64])
+    with pytest.raises(ValueError, match=rf"{name}: damaged safetensors file, truncated or "
+                                         rf"partly written .* delete the folder"):
+        load_corpus_lm(copy) if name == "model.safetensors" else heldout_stream(copy)
