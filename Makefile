@@ -3,12 +3,13 @@ VENV    ?= .venv
 PY      := $(CURDIR)/$(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 FIGS    := $(CURDIR)/figures
+REPRO   := $(CURDIR)/build/repro
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.py))
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro test test-thorough test-verl bench sync render lab test-lab clean
+.PHONY: repro figures test test-thorough test-verl bench sync render lab test-lab clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,13 +30,28 @@ $(STAMP): pyproject.toml
 	fi
 	touch $(STAMP)
 
-## repro: verify every claim (quick profile) and regenerate every figure into figures/
+# verify every claim (quick profile), then run every notebook as a script; figures and
+# claims.json into $(1)
+define regenerate
+TAILTHEORY_FIGURES=$(1) $(VENV)/bin/tailtheory verify --profile quick
+@for nb in $(NOTEBOOKS); do \
+  echo "== $$nb"; \
+  (cd notebooks && TAILTHEORY_FIGURES=$(1) $(PY) $$(basename $$nb)) || exit 1; \
+done
+endef
+
+## repro: verify every claim and regenerate every figure into the ignored build/repro/, then
+## compare with the committed figures/ (the reference): a changed verdict fails; numbers, CSVs
+## and PNGs may differ across CPUs and are listed (tailtheory/core/repro.py)
 repro: $(STAMP)
-	TAILTHEORY_FIGURES=$(FIGS) $(VENV)/bin/tailtheory verify --profile quick
-	@for nb in $(NOTEBOOKS); do \
-	  echo "== $$nb"; \
-	  (cd notebooks && TAILTHEORY_FIGURES=$(FIGS) $(PY) $$(basename $$nb)) || exit 1; \
-	done
+	rm -rf $(REPRO)
+	$(call regenerate,$(REPRO))
+	$(PY) -m tailtheory.core.repro $(FIGS) $(REPRO)
+
+## figures: the same regeneration into the committed figures/, for when the reference is meant
+## to change (maintainers; commit the result)
+figures: $(STAMP)
+	$(call regenerate,$(FIGS))
 
 ## test: the whole suite, notebooks included (quick preset)
 test: $(STAMP)
@@ -72,7 +88,7 @@ sync: $(STAMP)
 	$(VENV)/bin/jupytext --sync $(NOTEBOOKS)
 
 ## render: execute every notebook (quick preset) in a Jupyter kernel into docs/notebooks/*.ipynb,
-## outputs and images included (the figures they save refresh figures/, as `make repro` does;
+## outputs and images included (the figures they save refresh figures/, as `make figures` does;
 ## explorers drawn as static figures, which code hosts can show);
 ## `make render NB="01 04"` renders some
 render: $(STAMP)

@@ -3,7 +3,8 @@
 ``tailtheory verify [--only ID,ID] [--profile quick|thorough]`` runs the claim checks, prints a
 table (with timings) and writes ``figures/claims.json`` (without them: the same code gives the
 same file on one CPU kind); it exits 1 when a check raises or a HOLDS claim fails. Bad input
-anywhere is one line on stderr and exit status 2; Ctrl-C is exit status 130, with the command that continues a run.
+anywhere is one line on stderr and exit status 2; Ctrl-C is exit status 130, with the command
+that continues a run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import shlex
 import sys
 
 from tailtheory.core.io import figures_dir
+from tailtheory.probe.cli import PROBE_EPILOG
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -245,6 +247,16 @@ def build_parser() -> argparse.ArgumentParser:
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
     add_diagnose_arguments(dg)
     dg.set_defaults(func=diagnose_main)
+    pr = sub.add_parser("probe", help="a per-model probe (mismatch, pruning, gradient) on any "
+                                      "checkpoint",
+                        description="Run a per-model probe on a checkpoint, on text windows "
+                                    "read with its own tokenizer: mismatch (M7/V2), pruning "
+                                    "(P4) or gradient (L1/L4/L5); write the notebooks' figures "
+                                    "and tables into --out and print a summary.",
+                        epilog=PROBE_EPILOG, formatter_class=_HelpFormatter)
+    from tailtheory.probe.cli import add_probe_arguments, probe_main
+    add_probe_arguments(pr)
+    pr.set_defaults(func=probe_main)
     return p
 
 

@@ -11,9 +11,9 @@ The cells are read from the py:percent source (the same cells as its paired ``.i
 ``notebooks/`` as in JupyterLab: no ``$MPLBACKEND``, no ``$TAILTHEORY_PRESET`` (each notebook's
 parameters cell says ``quick``), one thread per library. Widget progress bars are kept with their
 final state (the render stores the widgets' state; a host that cannot draw widgets shows the
-bar's text). Figures are saved where ``--figures`` says, by default ``figures/`` as ``make repro``
-does (the same notebooks on the same preset give the same bytes), so each caption's "Saved as
-figures/NAME.png" names a committed file. A render is written only when its notebook ran without
+bar's text). Figures are saved where ``--figures`` says, by default ``figures/`` as ``make figures``
+does (the same notebooks on the same preset give the same bytes on one CPU kind), so each
+caption's "Saved as figures/NAME.png" names a committed file. A render is written only when its notebook ran without
 an error.
 """
 
