@@ -198,9 +198,11 @@ def test_damaged_weights_are_one_line_naming_the_file(tmp_path, capsys):
     """A half-written ``model.safetensors`` (a copy cut short): exit 2 and one line naming the
     file and the way out, no SafetensorError traceback."""
     from tailtheory.core.models import tiny_lm
+    from tailtheory.engine.tokenizer import build_tokenizer
 
     model = tmp_path / "model"
     tiny_lm(layers=1).save_pretrained(model)
+    build_tokenizer().save_pretrained(model)          # a folder that is complete, but for that
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     capsys.readouterr()                               # save_pretrained's progress bar

@@ -2,12 +2,14 @@
 
 Nothing is downloaded: ``tiny_lm`` builds a randomly initialised Qwen2- or Llama-architecture
 model from a ``transformers`` config; ``load_lm`` reads any causal LM saved in Hugging Face
-format at a local path.
+format at a local path, ``load_tokenizer`` the tokenizer saved beside it, and
+``checkpoint_fingerprint`` names what such a folder holds (weights, config and tokenizer).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -74,6 +76,31 @@ def num_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def lm_config(path: str | Path):
+    """The ``transformers`` config of the model saved at a local ``path``, read without its
+    weights; the errors of :func:`load_lm` for a missing path or a folder without a config."""
+    from transformers import AutoConfig
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    if not (path / "config.json").exists():
+        raise ValueError(f"{path} is not a Hugging Face checkpoint (no config.json)")
+    try:
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    except (ValueError, OSError, KeyError) as exc:
+        raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
+
+
+def skeleton_lm(config):
+    """The causal LM of ``config`` with its weights on the ``meta`` device: its modules and
+    config, no memory and no weights read (what a model is, before it is loaded)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 def load_lm(path: str | Path, device: str | torch.device | None = None,
             dtype: torch.dtype = torch.float32):
     """Load a causal LM saved with ``save_pretrained`` at a local ``path``.
@@ -84,15 +111,10 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
     computed when saved.
     """
     from safetensors import SafetensorError
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint path {path} does not exist")
-    if not (path / "config.json").exists():
-        raise ValueError(f"{path} is not a Hugging Face checkpoint (no config.json)")
+    config = lm_config(path)
     try:
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True,
                                                      dtype=dtype, attn_implementation=ATTENTION,
                                                      use_safetensors=True)  # no pickled weights
@@ -102,6 +124,84 @@ def load_lm(path: str | Path, device: str | torch.device | None = None,
         raise ValueError(f"{path} does not hold a causal LM: {exc}") from exc
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval()
+
+
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+"""``tokenizer_class`` of a tokenizer saved from a ``tokenizers`` object (this toolkit's word-level
+tokenizer, a BPE trained by hand): its ``tokenizer.json`` is the whole pipeline. ``AutoTokenizer``
+in ``transformers`` 5 maps such a folder to the model type's class (``Qwen2Tokenizer`` beside a
+Qwen2 model), which rebuilds Qwen's byte-level BPE from the vocabulary and so changes every id of
+a word-level tokenizer; :func:`load_tokenizer` reads those folders with the generic class."""
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                   "chat_template.jinja", "chat_template.json")
+"""Files a saved tokenizer may consist of (``save_pretrained`` writes some of them)."""
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer saved beside a model at a local ``path`` (``save_pretrained``), read with
+    ``local_files_only=True`` and never with remote code.
+
+    A folder saved from a ``tokenizers`` object (:data:`GENERIC_TOKENIZERS`) is read exactly as
+    saved; any other through ``AutoTokenizer``. Raises ``FileNotFoundError`` when ``path`` does
+    not exist and ``ValueError`` (one line, naming the fix) when it holds no tokenizer or one that
+    cannot be read.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json",
+                                             "tokenizer.model", "vocab.json")):
+        raise ValueError(f"{path} holds no tokenizer (no tokenizer.json or "
+                         f"tokenizer_config.json): the tasks speak text, so the model's own "
+                         f"tokenizer is needed; save its tokenizer beside it: "
+                         f"tokenizer.save_pretrained({str(path)!r})")
+    try:
+        config = path / "tokenizer_config.json"
+        kind = json.loads(config.read_text()).get("tokenizer_class") if config.exists() else None
+        if kind in GENERIC_TOKENIZERS and (path / "tokenizer.json").exists():
+            return PreTrainedTokenizerFast.from_pretrained(path, local_files_only=True)
+        return AutoTokenizer.from_pretrained(path, local_files_only=True,
+                                             trust_remote_code=False)
+    except (ValueError, OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"cannot read the tokenizer in {path} ({why}); save it there again: "
+                         f"tokenizer.save_pretrained({str(path)!r})") from None
+
+
+def checkpoint_fingerprint(path: str | Path) -> str:
+    """16 hex digits of SHA-256 over the files that make a saved model what it is: its
+    ``config.json``, its ``*.safetensors`` weights and its tokenizer's files
+    (:data:`TOKENIZER_FILES`), by name and content. Equal fingerprints: the same weights and the
+    same tokenizer (a run's identity when it starts from a folder; the run cache keys on it)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint path {path} does not exist")
+    names = ["config.json", *TOKENIZER_FILES]
+    files = sorted({*(path / n for n in names if (path / n).is_file()),
+                    *path.glob("*.safetensors")})
+    stats = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _files_fingerprint(stats)
+
+
+@lru_cache(maxsize=64)
+def _files_fingerprint(stats: tuple) -> str:
+    """The hash of :func:`checkpoint_fingerprint`, once per files of the same size and time
+    (a large model's weights are read once per process, however many keys name them)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, size, _ in stats:
+        h.update(f"{Path(name).name}|{size}|".encode())
+        with open(name, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def damaged_weights(path: str | Path, exc: BaseException) -> str:

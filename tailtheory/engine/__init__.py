@@ -1,6 +1,7 @@
 """A small GRPO engine on Hugging Face causal LMs with a real training-inference mismatch.
 
-Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems, rewards, warm start), ``rollout`` (the
+Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems as text, rewards read from decoded text,
+warm start), ``start`` (the model a run starts from, with its tokenizer, checked), ``rollout`` (the
 inference copy and its sampler), ``types`` / ``registry`` / ``methods`` / ``advantages`` (the
 batch and parameter types, the method registry, the engine's own losses, the group advantages),
 ``config`` / ``trainer`` / ``checkpoint`` (the loop). The engine imports no paper section: each

@@ -62,7 +62,9 @@ class TrainConfig(MethodParams):
     scores 1/8)."""
     model: str = "warm"
     """``warm`` (the task's supervised warm start), ``tiny`` (random tiny LM, for tests) or a
-    path to a saved causal LM."""
+    path to a causal LM saved with its tokenizer beside it (``save_pretrained``); the task's text
+    goes through that tokenizer (and its chat template), and the run cache keys on what the
+    folder holds."""
     method: str = "grpo"
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
@@ -76,8 +78,9 @@ class TrainConfig(MethodParams):
     rollout_backend: str = "fast"
     """Decoder of the rollouts and of the held-out evaluation: ``fast`` (the inference engine of
     ``tailtheory.engine.inference``, a forward of its own: the real mismatch source of the
-    non-exact paths; models it cannot run fall back to ``hf`` with a warning) or ``hf`` (the
-    Hugging Face model's own KV-cache forward; runs cached before the field existed used it)."""
+    non-exact paths: Qwen2 and Llama architectures; a run of any other model is refused before
+    it starts, naming ``hf``) or ``hf`` (the Hugging Face model's own KV-cache forward; runs
+    cached before the field existed used it)."""
     pi_old: str = "recompute"
     """``recompute`` or ``bypass`` (TIM, V3)."""
     steps: int = field(default=200, metadata={"identity": "length"})

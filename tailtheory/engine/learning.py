@@ -63,11 +63,10 @@ def median_length(run: str | Path, final: bool = True, n: int = 256) -> float:
     from tailtheory.engine.config import TrainConfig
     from tailtheory.engine.evaluate import _held_out
     from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
-    from tailtheory.engine.trainer import load_model, load_task
+    from tailtheory.engine.trainer import load_start
 
     cfg = TrainConfig(**json.loads((Path(run) / "config.json").read_text()))
-    task = load_task(cfg)
-    model = load_model(cfg, task)
+    model, task = load_start(cfg)
     if final:
         model.load_state_dict(read_checkpoint(Path(run) / CHECKPOINT)["model"])
     problems = list(_held_out(task, n))

@@ -93,6 +93,37 @@ def open_run(out: str | Path, resume: bool) -> Iterator[Path]:
         yield run
 
 
+def wait_for_writer(run: Path) -> None:
+    """Block until no process holds ``run``'s lock (returns at once when none does)."""
+    if not (run / LOCK).exists():
+        return
+    fd = os.open(run / LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # granted when the writer's process ends or finishes
+    finally:
+        os.close(fd)
+
+
+def clear_run(run: Path) -> None:
+    """Delete everything in a cached run but its lock file, holding the lock: a process that
+    trains into ``run`` meanwhile is waited for, never deleted under (its lock file stays the
+    one every process locks)."""
+    import shutil
+
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        for p in run.iterdir():
+            if p.name == LOCK:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def _locked(run: Path) -> Iterator[None]:
     fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT, 0o666)

@@ -3,7 +3,9 @@
 A run is deterministic given its config, so it is cached under ``cache/runs/<key>/`` where the
 key hashes every field that changes what the run computes (all but the run's length, its
 directory, checkpoint spacing and thread count), the resolved device and, for ``model="warm"``,
-the warm start's own cache key. A notebook that asks again gets the finished run back; one that
+the warm start's own cache key; for a model saved in a folder, the folder's
+:func:`~tailtheory.core.models.checkpoint_fingerprint` (its weights and tokenizer: another model
+saved at the same path is another run). A notebook that asks again gets the finished run back; one that
 asks for more steps continues it (``--resume``; the first ``n`` lines of a longer run are those of
 a run of ``n`` steps); a cached directory whose stored config differs from the one asked for is
 recomputed, never silently reused.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -41,7 +42,8 @@ def runs_root() -> Path:
 
 
 def _identity(cfg: TrainConfig) -> dict:
-    """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start."""
+    """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start
+    (or the saved model's fingerprint)."""
     from tailtheory.engine.devices import resolve_device
 
     ident = {k: v for k, v in without_added_defaults(asdict(cfg)).items() if k not in NOT_IN_KEY}
@@ -51,6 +53,10 @@ def _identity(cfg: TrainConfig) -> dict:
         from tailtheory.engine.trainer import warm_config
 
         ident["warm_start"] = config_hash(warm_config(cfg))
+    elif cfg.model != "tiny":  # a folder: what it holds, not only its name
+        from tailtheory.core.models import checkpoint_fingerprint
+
+        ident["checkpoint"] = checkpoint_fingerprint(cfg.model)
     return {"version": RUNS_CACHE_VERSION, **ident}
 
 
@@ -94,16 +100,19 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
 
     ``cfg.out`` is ignored: the run lives in ``runs_root() / run_key(cfg)``.
     """
+    from tailtheory.engine.rundir import clear_run, wait_for_writer
     from tailtheory.engine.trainer import train
 
     out = runs_root() / run_key(cfg)
     cfg = replace(cfg, out=str(out))
+    if out.exists():
+        wait_for_writer(out)  # another process (a worker, a notebook) may be training this run
     done = _finished_steps(out) if out.exists() else 0
     if out.exists() and not (done and _same_config(out, cfg) and _same_start(out, cfg)):
         if done:
             print(f"tailtheory: cached run {out} holds another config or starts from another "
                   f"model than today's warm start; recomputing it", file=sys.stderr)
-        shutil.rmtree(out)  # another config, or stopped before its first line: start afresh
+        clear_run(out)  # another config, or stopped before its first line: start afresh
         done = 0
     if done >= cfg.steps:
         return out

@@ -177,8 +177,8 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     t0 = time.perf_counter()
     task = cfg.make_task()
     X, Y, held_out = sft_data(cfg, task)
+    lengths = packed_lengths(Y)                         # (N,) on the CPU: pad may equal EOS
     X, Y = X.to(device), Y.to(device)
-    lengths = (X != task.pad_id).sum(-1).cpu()                            # (N,) right-padded
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     low = cfg.acc_floor(task)
@@ -188,8 +188,9 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     for step in bar:
         idx = torch.randint(len(X), (cfg.batch_size,), generator=g)        # (batch,) on the CPU
         width = int(lengths[idx].max())     # the batch's longest sequence: no all-pad columns
+        attn = torch.arange(width) < lengths[idx][:, None]                 # (batch, width)
         idx = idx.to(device)
-        loss = sft_step(model, opt, X[idx, :width], Y[idx, :width], task.pad_id)
+        loss = sft_step(model, opt, X[idx, :width], Y[idx, :width], attn.to(device))
         if step % cfg.eval_every == 0 or step == cfg.max_steps:
             acc = sampled_accuracy(model, task, held_out, cfg.temperature, seed=cfg.seed + step)
             history.append({"step": step, "loss": loss, "accuracy": acc})
@@ -213,9 +214,11 @@ def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
     return model.eval(), task, record
 
 
-def sft_step(model, opt, x: torch.Tensor, y: torch.Tensor, pad_id: int) -> float:
-    """One AdamW step on the mean response-token cross-entropy. Shapes: x, y (B, L)."""
-    loss = model(input_ids=x, attention_mask=(x != pad_id).long(), labels=y).loss
+def sft_step(model, opt, x: torch.Tensor, y: torch.Tensor, attn: torch.Tensor) -> float:
+    """One AdamW step on the mean response-token cross-entropy. Shapes: x, y, attn (B, L); attn
+    is True on each row's tokens, False on its right padding (from the rows' lengths, never from
+    comparing with the pad id, which may be the EOS id)."""
+    loss = model(input_ids=x, attention_mask=attn.long(), labels=y).loss
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -241,6 +244,13 @@ def pack_sft_batch(task: Task, problems: list[Problem]) -> tuple[torch.Tensor, t
         X[i, : n + m] = torch.tensor(prompt + target)
         Y[i, n: n + m] = torch.tensor(target)
     return X, Y
+
+
+def packed_lengths(Y: torch.Tensor) -> torch.Tensor:
+    """Length of each right-padded row of :func:`pack_sft_batch`: one past its last labelled
+    position (every row ends on its target's EOS). Shapes: Y (N, L) -> (N,)."""
+    L = Y.shape[1]
+    return L - (Y != IGNORE_INDEX).flip(-1).long().argmax(-1)
 
 
 @torch.no_grad()

@@ -1,7 +1,11 @@
 """Verifiable tasks for the GRPO engine, drawn from ``reasoning-gym`` generators (offline, seeded).
 
-Each task renders a generator's problem as a sequence of words from
-:mod:`tailtheory.engine.tokenizer`, so that a ~1M-parameter model can learn it on a CPU:
+A task speaks text (STYLE rule 19): it renders a generator's problem as a prompt of short words
+and reads an answer from the words of a response. The model's tokenizer turns the text into ids
+(through its chat template when it has one) and the reward reads the decoded response. The
+toolkit's own tiny models speak the word-level tokenizer of :mod:`tailtheory.engine.tokenizer`
+(one token a word, so that a ~1M-parameter model can learn a task on a CPU); a user's checkpoint
+speaks its own (``Task(..., tokenizer=load_tokenizer(PATH))``). The renderings:
 
 - ``kk`` — Knights and Knaves (2 to 6 people) built from the generator's ``metadata``
   (``statements`` as prefix trees, ``solution`` as booleans), not from its English text::
@@ -33,7 +37,9 @@ Each task renders a generator's problem as a sequence of words from
       prompt   <bos> 1 2 + 7 - 3 0 =
       response - 1 1 <eos>
 
-Reward (``Task.reward``), on the response up to its first ``<eos>``:
+Reward (``Task.reward``), on the words of the response up to its first EOS (its ids decoded and
+split on whitespace; an id past the tokenizer's own tokens, a padding row of the model's
+embedding, makes the response unreadable):
 
 ========================================  =====
 response                                  total
@@ -54,6 +60,14 @@ then ``so`` and that hypothesis. Only the expressions, the lookups in the prompt
 only the final answer is scored. Tokens after the first ``<eos>`` are ignored (they are padding).
 The puzzles' rendering, search and parsing live in :mod:`tailtheory.engine.knights_knaves`.
 
+Ids (:class:`Task`): the prompt is the tokenizer's chat template applied to the prompt text as
+one user message, with the generation prompt (``apply_chat_template``), or, without a template,
+BOS (when the tokenizer has one) then the encoded text; the ideal response is the encoded
+``target`` (after a space when there is no template: it follows the prompt's last word) then
+EOS. Padding is the tokenizer's pad token, or EOS when it has none (pad may equal EOS, as in
+Qwen2.5's base tokenizers: lengths and masks are never found by comparing with it). For the
+word-level tokenizer these are exactly the ids the tasks had before they spoke text.
+
 Seeds: ``problems(n, seed)`` reads generator indices ``seed * SEED_STREAM + [0, n)``, so two
 different seeds never share an index (the generators seed each problem by its index).
 """
@@ -69,7 +83,8 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.knights_knaves import (kk_value_len, parse_kk_trace, render_kk_trace,
                                               render_statement)
-from tailtheory.engine.tokenizer import DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer
+from tailtheory.engine.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer,
+                                         check_tokenizer, tokens_per_word)
 
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
@@ -89,6 +104,8 @@ class Problem:
     prompt_ids: list[int]
     answer: str
     meta: dict = field(default_factory=dict)
+    prompt: str = ""
+    """The prompt's text (what ``prompt_ids`` encode, before any chat template)."""
 
 
 @dataclass(frozen=True)
@@ -101,32 +118,58 @@ class Reward:
 
 
 class Task:
-    """A reasoning-gym generator, a rendering into words, and a verifiable reward."""
+    """A reasoning-gym generator, a rendering into words, and a verifiable reward.
+
+    ``tokenizer``: the model's (``None``: the toolkit's word-level one of ``vocab_size`` ids);
+    ``vocab_size``: the model's embedding rows, at least the tokenizer's length (``None``: that
+    length, or :data:`DEFAULT_VOCAB_SIZE` for the word-level tokenizer). A given tokenizer must
+    pass :func:`~tailtheory.engine.tokenizer.check_tokenizer`.
+    """
 
     name: str = ""
     rg_name: str = ""
 
-    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, **rg_kwargs: Any):
+    def __init__(self, seed: int = 0, vocab_size: int | None = None, *, tokenizer=None,
+                 **rg_kwargs: Any):
         self.seed = check_positive_int(seed, "seed", minimum=0)
         self.rg_kwargs = rg_kwargs
-        self.tokenizer = build_tokenizer(vocab_size)
-        self.vocab_size = vocab_size
-        self.eos_id = self.tokenizer.eos_token_id
-        self.pad_id = self.tokenizer.pad_token_id
-        self.bos_id = self.tokenizer.bos_token_id
+        own = tokenizer is None
+        if own:
+            tokenizer = build_tokenizer(DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size)
+        self.tokenizer = tokenizer
+        self.vocab_size = check_positive_int(len(tokenizer) if vocab_size is None else vocab_size,
+                                             "vocab_size")
+        if not own:
+            check_tokenizer(tokenizer, self.vocab_size)
+        self.n_tokens = len(tokenizer)  # ids it knows; [n_tokens, vocab_size): padding rows
+        self.eos_id = tokenizer.eos_token_id
+        self.pad_id = self.eos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+        self.bos_id = tokenizer.bos_token_id
+        self.chat = bool(getattr(tokenizer, "chat_template", None))  # prompts via the template
+        # a response's first word follows the prompt's last word (a space), or a chat template's
+        # generation prompt, which ends in a newline (nothing)
+        self.response_prefix = "" if self.chat else " "
+        self.tokens_per_word = tokens_per_word(tokenizer)
 
     # --- rendering (subclasses) ---
-    max_response_len: int = 0
-    """Longest well-formed response, ``<eos>`` included (the rollout's ``max_new_tokens``)."""
+    max_response_words: int = 0
+    """Most words of a well-formed response, EOS not counted."""
     chance_accuracy: float = 0.0
     """Accuracy of a model that knows only the answer format and guesses uniformly."""
+
+    @property
+    def max_response_len(self) -> int:
+        """Longest well-formed response in tokens, EOS included (the rollout's
+        ``max_new_tokens``): :attr:`max_response_words` times the most tokens a task word takes
+        (:attr:`tokens_per_word`, 1 for the word-level tokenizer), plus EOS."""
+        return self.max_response_words * self.tokens_per_word + 1
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
         """``(prompt words, answer words, meta)`` of one generator entry."""
         raise NotImplementedError
 
     def well_formed(self, words: list[str]) -> bool:
-        """Whether ``words`` (the response before ``<eos>``) is a syntactically valid answer."""
+        """Whether ``words`` (the response before EOS) is a syntactically valid answer."""
         raise NotImplementedError
 
     def final_answer(self, words: list[str]) -> str | None:
@@ -135,7 +178,7 @@ class Task:
         return " ".join(words) if self.well_formed(words) else None
 
     def target(self, problem: Problem) -> str:
-        """Words of the ideal response before ``<eos>``: the answer itself for the short tasks."""
+        """Words of the ideal response before EOS: the answer itself for the short tasks."""
         return problem.answer
 
     # --- shared ---
@@ -154,28 +197,51 @@ class Task:
             prompt, answer, meta = self.render(entry)
             meta = {"rg_answer": entry["answer"], "rg_index": seed * SEED_STREAM
                     + entry["metadata"]["source_index"], **meta}
-            out.append(Problem([self.bos_id] + self.encode(prompt), answer, meta))
+            out.append(Problem(self.prompt_ids(prompt), answer, meta, prompt))
         return out
 
+    def prompt_ids(self, text: str) -> list[int]:
+        """The ids of a prompt's text: the chat template's (one user message, generation prompt
+        added) when the tokenizer has one, else BOS (when it has one) and the encoded text."""
+        if self.chat:
+            out = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                     add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)
+            return [int(i) for i in (out["input_ids"] if hasattr(out, "keys") else out)]
+        return ([] if self.bos_id is None else [self.bos_id]) + self.encode(text)
+
     def encode(self, text: str) -> list[int]:
-        """Word ids of ``text`` (no special tokens added)."""
+        """Token ids of ``text`` (no special tokens added)."""
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, ids) -> str:
-        """Words of ``ids`` joined by single spaces (special tokens kept)."""
-        return self.tokenizer.decode(_as_id_list(ids, self.vocab_size, "ids"))
+        """Text of ``ids`` (special tokens kept; the word-level tokenizer joins words by single
+        spaces)."""
+        return self.tokenizer.decode(_as_id_list(ids, self.vocab_size, "ids"),
+                                     skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def target_ids(self, problem: Problem) -> list[int]:
-        """The ideal response: ``target`` ids then ``<eos>`` (the supervised warm-start target)."""
-        return self.encode(self.target(problem)) + [self.eos_id]
+        """The ideal response: ``target`` ids then EOS (the supervised warm-start target)."""
+        return self.encode(self.response_prefix + self.target(problem)) + [self.eos_id]
 
-    def reward(self, problem: Problem, response_ids) -> Reward:
-        """Reward of ``response_ids`` (list or 1-D tensor; anything after the first EOS ignored)."""
+    def response_words(self, response_ids) -> list[str] | None:
+        """The words of a response: its ids up to the first EOS, decoded and split on whitespace;
+        None without an EOS or with an id the tokenizer does not know (a padding row of the
+        model's embedding: it decodes to nothing, so it must not vanish from the answer)."""
         ids = _as_id_list(response_ids, self.vocab_size, "response_ids")
         if self.eos_id not in ids:
-            return Reward(0.0, False, False)
-        words = self.tokenizer.convert_ids_to_tokens(ids[: ids.index(self.eos_id)])
-        answer = self.final_answer(words)
+            return None
+        ids = ids[: ids.index(self.eos_id)]
+        if any(i >= self.n_tokens for i in ids):
+            return None
+        return self.tokenizer.decode(ids, skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False).split()
+
+    def reward(self, problem: Problem, response_ids) -> Reward:
+        """Reward of ``response_ids`` (list or 1-D tensor; anything after the first EOS ignored),
+        read from its decoded words (:meth:`response_words`)."""
+        words = self.response_words(response_ids)
+        answer = None if words is None else self.final_answer(words)
         if answer is None:
             return Reward(0.0, False, False)
         correct = answer == problem.answer
@@ -200,16 +266,16 @@ class KnightsKnaves(Task):
 
     name, rg_name = "kk", "knights_knaves"
 
-    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, n_people: int = 3,
-                 depth_constraint: int = 2, width_constraint: int = 2):
+    def __init__(self, seed: int = 0, vocab_size: int | None = None, n_people: int = 3,
+                 depth_constraint: int = 2, width_constraint: int = 2, *, tokenizer=None):
         if check_positive_int(n_people, "n_people", minimum=2) > KK_MAX_PEOPLE:
             raise ValueError(f"n_people must be <= {KK_MAX_PEOPLE}, got {n_people}")
         check_positive_int(depth_constraint, "depth_constraint")
         check_positive_int(width_constraint, "width_constraint")
-        super().__init__(seed, vocab_size, n_people=n_people, depth_constraint=depth_constraint,
-                         width_constraint=width_constraint)
+        super().__init__(seed, vocab_size, tokenizer=tokenizer, n_people=n_people,
+                         depth_constraint=depth_constraint, width_constraint=width_constraint)
         self.n_people = n_people
-        self.max_response_len = n_people + 1
+        self.max_response_words = n_people
         self.chance_accuracy = 2.0 ** -n_people
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
@@ -230,17 +296,18 @@ class KnightsKnavesTrace(KnightsKnaves):
 
     name = "kk_trace"
 
-    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, n_people: int = 3,
-                 depth_constraint: int = 2, width_constraint: int = 2):
+    def __init__(self, seed: int = 0, vocab_size: int | None = None, n_people: int = 3,
+                 depth_constraint: int = 2, width_constraint: int = 2, *, tokenizer=None):
         if check_positive_int(n_people, "n_people", minimum=2) > KK_TRACE_MAX_PEOPLE:
             raise ValueError(f"n_people must be <= {KK_TRACE_MAX_PEOPLE} for kk_trace (its "
                              f"search tries up to 2**n_people assignments), got {n_people}")
-        super().__init__(seed, vocab_size, n_people, depth_constraint, width_constraint)
+        super().__init__(seed, vocab_size, n_people, depth_constraint, width_constraint,
+                         tokenizer=tokenizer)
         self.depth = depth_constraint
         # every assignment fails at the last check at worst: 2^n attempts of
-        # "try" n ":" and n checks "Pi <value> is v ok", then "so" n and <eos>
+        # "try" n ":" and n checks "Pi <value> is v ok", then "so" n (EOS not counted)
         check = kk_value_len(depth_constraint, width_constraint) + 4
-        self.max_response_len = 2**n_people * (n_people + 2 + n_people * check) + n_people + 2
+        self.max_response_words = 2**n_people * (n_people + 2 + n_people * check) + n_people + 1
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
         prompt, answer, meta = super().render(entry)
@@ -264,18 +331,19 @@ class ChainSum(Task):
 
     name, rg_name = "chain_sum", "chain_sum"
 
-    def __init__(self, seed: int = 0, vocab_size: int = DEFAULT_VOCAB_SIZE, min_terms: int = 2,
-                 max_terms: int = 3, min_digits: int = 1, max_digits: int = 2):
+    def __init__(self, seed: int = 0, vocab_size: int | None = None, min_terms: int = 2,
+                 max_terms: int = 3, min_digits: int = 1, max_digits: int = 2, *,
+                 tokenizer=None):
         for v, nm in ((min_terms, "min_terms"), (max_terms, "max_terms"),
                       (min_digits, "min_digits"), (max_digits, "max_digits")):
             check_positive_int(v, nm)
         if max_terms < min_terms or max_digits < min_digits:
             raise ValueError(f"need min_terms <= max_terms and min_digits <= max_digits; got terms "
                              f"[{min_terms}, {max_terms}], digits [{min_digits}, {max_digits}]")
-        super().__init__(seed, vocab_size, min_terms=min_terms, max_terms=max_terms,
-                         min_digits=min_digits, max_digits=max_digits)
-        # |result| <= max_terms * (10**max_digits - 1): its digits, a sign and <eos>
-        self.max_response_len = len(str(max_terms * (10**max_digits - 1))) + 2
+        super().__init__(seed, vocab_size, tokenizer=tokenizer, min_terms=min_terms,
+                         max_terms=max_terms, min_digits=min_digits, max_digits=max_digits)
+        # |result| <= max_terms * (10**max_digits - 1): its digits and a sign
+        self.max_response_words = len(str(max_terms * (10**max_digits - 1))) + 1
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
         expr = entry["metadata"]["expression"]

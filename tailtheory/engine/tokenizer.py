@@ -8,6 +8,11 @@ that tail, the vocabulary is filled with ``<unused_i>`` tokens up to the model's
 
 Words are separated by whitespace; ``decode`` joins them with single spaces, so
 ``decode(encode(text)) == " ".join(text.split())`` for any text made of known words.
+
+The tasks speak text (STYLE rule 19): any tokenizer that can write their words serves, a user's
+byte-level BPE as well as this one. :func:`check_tokenizer` is what a tokenizer must satisfy
+(an EOS, no more tokens than the model has rows, every task word written back as itself), and
+:func:`tokens_per_word` how many tokens a task word takes at most (1 here).
 """
 
 from __future__ import annotations
@@ -65,3 +70,49 @@ def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE, words: tuple[str, ...]
 def n_used(tokenizer) -> int:
     """Number of ids that are not ``<unused_i>`` padding (specials included)."""
     return sum(1 for w in tokenizer.get_vocab() if not w.startswith("<unused_"))
+
+
+def tokens_per_word(tokenizer, words: tuple[str, ...] = WORDS) -> int:
+    """The most tokens any of ``words`` takes, encoded after a space (as inside a response) or
+    alone (a response's first word after a chat template's newline); 1 for
+    :func:`build_tokenizer`'s. A response of ``n`` words takes at most ``n`` times this for
+    tokenizers that split text at spaces before merging (byte-level BPE, word level)."""
+    return max(len(tokenizer.encode(form, add_special_tokens=False))
+               for w in words for form in (f" {w}", w))
+
+
+def check_tokenizer(tokenizer, vocab_size: int, path: str | None = None,
+                    words: tuple[str, ...] = WORDS) -> None:
+    """Raise ``ValueError`` (one line, naming the fix) unless the tasks can speak to a model of
+    ``vocab_size`` embedding rows through ``tokenizer``: it has an EOS token, no more tokens than
+    the model has rows, and ``decode(encode(" " + w))`` gives back every task word ``w`` (a word
+    it cannot write, e.g. one that becomes ``<unk>``, would make every answer unreadable).
+    ``path``: the folder it was read from, for the messages."""
+    where = f"the tokenizer in {path}" if path else "the tokenizer"
+    save = f"tokenizer.save_pretrained({str(path)!r})" if path else "tokenizer.save_pretrained(PATH)"
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"{where} has no EOS token, so no response can end: set the one the "
+                         f"model was trained to stop with (tokenizer.eos_token = '...') and save "
+                         f"it: {save}")
+    n = len(tokenizer)
+    if n > vocab_size:
+        raise ValueError(f"{where} has {n:,} tokens, more than the model's vocabulary of "
+                         f"{vocab_size:,} rows (ids {vocab_size:,} and up have no embedding): "
+                         f"save the tokenizer the model was trained with beside it ({save}), or "
+                         f"grow the model's rows to match (model.resize_token_embeddings(len("
+                         f"tokenizer)), then save_pretrained)")
+    bad = [w for w in words if _written_back(tokenizer, w) != [w]]
+    if bad:
+        shown = ", ".join(f"{w!r} -> {' '.join(_written_back(tokenizer, w)) or 'nothing'!r}"
+                          for w in bad[:4])
+        raise ValueError(f"{where} cannot write {len(bad)} of the tasks' {len(words)} words "
+                         f"({shown}{', ...' if len(bad) > 4 else ''}): decode(encode(text)) does "
+                         f"not give them back, so no answer could be read; use a tokenizer that "
+                         f"writes any text (a byte-level BPE such as Qwen's or Llama's)")
+
+
+def _written_back(tokenizer, word: str) -> list[str]:
+    """The words ``decode(encode(" " + word))`` gives, unknown tokens kept as written."""
+    ids = tokenizer.encode(f" {word}", add_special_tokens=False)
+    return tokenizer.decode(ids, skip_special_tokens=False,
+                            clean_up_tokenization_spaces=False).split()

@@ -38,6 +38,10 @@ from tailtheory.engine.forward_stats import (TrainingDiverged, check_finite, for
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.registry import advantages, correction_weight, passes
 from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine
+from tailtheory.engine.start import (check_same_folder, from_folder, load_start,
+                                     record_provenance, warm_config)
+from tailtheory.engine.start import (PROVENANCE, load_model, load_task,  # noqa: F401 (re-exported)
+                                     read_provenance, start_key)
 from tailtheory.engine.step_metrics import METRIC_KEYS  # noqa: F401 (re-exported)
 from tailtheory.engine.step_metrics import (monitor_metrics, pass_mean, rel_change,
                                             zero_variance_groups)
@@ -46,42 +50,6 @@ from tailtheory.engine.types import PolicyBatch
 PROBLEM_SEED = 1000
 """Problem stream of step ``s``: generator seed ``PROBLEM_SEED + 100_000 * seed + s`` (the warm
 start uses seeds 100 and 101, so RL never trains on its problems)."""
-
-
-def load_task(cfg: TrainConfig):
-    from tailtheory.engine.tasks import get_task
-
-    return get_task(cfg.task, seed=cfg.seed, **_task_kwargs(cfg))
-
-
-def _task_kwargs(cfg: TrainConfig) -> dict:
-    kk = cfg.task in ("kk", "kk_trace")
-    return {"n_people": cfg.n_people} if kk and cfg.n_people != 3 else {}
-
-
-def warm_config(cfg: TrainConfig):
-    """The :class:`~tailtheory.engine.sft.SFTConfig` of the warm start ``model="warm"`` uses."""
-    from tailtheory.engine.sft import SFTConfig
-
-    return SFTConfig.for_task(cfg.task, task_kwargs=_task_kwargs(cfg))
-
-
-def load_model(cfg: TrainConfig, task, warm: str | Path | None = None):
-    """The float32 trainer model named by ``cfg.model`` (see :class:`TrainConfig`); ``warm``: the
-    warm start's directory when the caller found it already (:func:`train`), else it is found (or
-    trained) here."""
-    from tailtheory.core.models import load_lm, tiny_lm
-
-    if cfg.model == "tiny":
-        model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
-                        seed=cfg.seed)
-    elif cfg.model == "warm":
-        from tailtheory.engine.warm_cache import warm_start
-
-        model = load_lm(warm or warm_start(warm_config(cfg)), device="cpu")
-    else:
-        model = load_lm(cfg.model, device="cpu")
-    return model.float().eval()
 
 
 def rollout_config(cfg: TrainConfig, task, *, exact_from_trainer: bool = True) -> RolloutConfig:
@@ -262,9 +230,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
           share_forward: bool = True, exact_from_trainer: bool = True) -> Path:
     """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
-    The directory is checked, locked and marked first (rules in :mod:`tailtheory.engine.rundir`);
-    then the warm start of a ``warm`` model is found or trained (one outside its accuracy window
-    raises :class:`~tailtheory.engine.warm_cache.WarmStartMissed`). The device, the warm start and
+    A model saved in a folder is read and checked first (its tokenizer, its vocabulary, its
+    architecture: :func:`~tailtheory.engine.start.load_start`; on ``resume``, that it still holds
+    the run's starting model), before anything is written. The directory is then checked,
+    locked and marked (rules in :mod:`tailtheory.engine.rundir`); then the warm start of a
+    ``warm`` model is found or trained (one outside its accuracy window raises
+    :class:`~tailtheory.engine.warm_cache.WarmStartMissed`). The device, the warm start and
     torch's thread count (which depends on the model's size) are resolved once, here, and passed
     on; the thread count is restored on return. ``task`` replaces the task named by ``cfg.task``
     (tests pass one with a denser reward). ``share_forward`` and ``exact_from_trainer`` choose
@@ -276,57 +247,21 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     from tailtheory.engine.threads import resolve_threads, torch_threads
 
     device = resolve_device(cfg.device)  # cuda without a GPU fails before any work
+    if resume and from_folder(cfg):
+        check_same_folder(Path(cfg.out), cfg)
+    start = load_start(cfg, task=task) if from_folder(cfg) else None  # before --out is touched
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         warm = None
         if cfg.model == "warm":
             from tailtheory.engine.warm_cache import warm_start
 
             warm = warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
-        task = task or load_task(cfg)
-        model = load_model(cfg, task, warm)
+        model, task = start or load_start(cfg, warm, task)
         record_provenance(Path(cfg.out), cfg, model, resume)
         model = model.to(device)
         torch.set_num_threads(resolve_threads(cfg.threads, num_params(model), device))
         return _train(cfg, resume, progress, task, model, device, share_forward=share_forward,
                       exact_from_trainer=exact_from_trainer)
-
-
-PROVENANCE = "provenance.json"
-"""A run's starting model and CPU (:func:`record_provenance`), read into every stored row."""
-
-
-def start_key(cfg: TrainConfig) -> str | None:
-    """The key of the model a run starts from: the warm start's config hash, ``path:<dir>`` for a
-    checkpoint, ``None`` for a model built from the run's seed."""
-    if cfg.model == "warm":
-        from tailtheory.engine.sft import config_hash
-
-        return config_hash(warm_config(cfg))
-    return None if cfg.model == "tiny" else f"path:{Path(cfg.model).resolve()}"
-
-
-def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
-    """Write ``RUN/provenance.json`` at a run's start: the fingerprint of the weights it starts
-    from and the CPU (:mod:`tailtheory.core.provenance`). A resumed run keeps its record and adds
-    the CPU it continues on when that is another one."""
-    from tailtheory.core.provenance import cpu_model, provenance, weights_fingerprint
-
-    path = run / PROVENANCE
-    if resume and path.exists():
-        prov = json.loads(path.read_text())
-        if cpu_model() not in [prov["cpu"], *prov.get("resumed_on", [])]:
-            prov["resumed_on"] = [*prov.get("resumed_on", []), cpu_model()]
-            atomic_write_json(path, prov)
-        return prov
-    prov = provenance(start_key(cfg), weights_fingerprint(model))
-    atomic_write_json(path, prov)
-    return prov
-
-
-def read_provenance(run: str | Path) -> dict | None:
-    """A run's :data:`PROVENANCE` record (``None`` for a run made before runs recorded one)."""
-    path = Path(run) / PROVENANCE
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _train(cfg: TrainConfig, resume: bool, progress: bool, task, model, device: str, *,

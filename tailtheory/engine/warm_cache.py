@@ -148,11 +148,14 @@ def read_record(path: str | Path) -> dict:
 
 
 def load_warm_start(path: str | Path, device=None):
-    """``(model, task)`` of a warm-start folder: the model via ``load_lm``, the task rebuilt."""
+    """``(model, task)`` of a warm-start folder: the model via ``load_lm``, the task rebuilt,
+    speaking the tokenizer saved beside the weights (``load_tokenizer``)."""
+    from tailtheory.core.models import load_tokenizer
+
     rec = read_record(path)
     model = load_lm(path, device=device)
     task = get_task(rec["config"]["task"], vocab_size=model.config.vocab_size,
-                    **rec["config"]["task_kwargs"])
+                    tokenizer=load_tokenizer(path), **rec["config"]["task_kwargs"])
     return model, task
 
 

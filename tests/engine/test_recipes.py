@@ -29,7 +29,7 @@ def test_bad_recipe_input_is_one_clear_line(argv, message, capsys, monkeypatch):
     def no_model(*args, **kw):
         raise AssertionError("the model was loaded before the recipe was checked")
 
-    monkeypatch.setattr(trainer, "load_model", no_model)
+    monkeypatch.setattr(trainer, "load_start", no_model)
     assert main(["train", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err

@@ -171,3 +171,29 @@ def test_run_of_an_earlier_version_is_named_as_such(tmp_path):
             with open_run(old, resume):
                 pass
     assert sorted(p.name for p in old.iterdir()) == [CHECKPOINT]
+
+
+def test_a_cached_run_being_trained_is_waited_for_never_deleted_under(tmp_path):
+    """The run cache clears a stale run only holding its lock, and keeps the lock file: two
+    processes asking for one cached run (a notebook beside a worker) never write into one folder
+    (their steps interleaved before: 0, 1, 0, 2, 1, ...)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from tailtheory.engine.rundir import clear_run, wait_for_writer
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "tokens").mkdir()
+    (run / "config.json").write_text("{}")
+    fd = os.open(run / LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)                     # a writer holds the run
+    threading.Timer(0.4, os.close, (fd,)).start()      # ... and finishes 0.4 s later
+    t0 = time.perf_counter()
+    wait_for_writer(run)
+    assert time.perf_counter() - t0 >= 0.3
+    clear_run(run)
+    assert sorted(p.name for p in run.iterdir()) == [LOCK]
+    wait_for_writer(tmp_path)                          # no lock file: returns at once

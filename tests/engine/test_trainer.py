@@ -226,7 +226,7 @@ def test_cli_bad_config_is_one_clear_line(flags, message, capsys, monkeypatch):
     def no_model(*args, **kw):
         raise AssertionError("the model was loaded before the config was checked")
 
-    monkeypatch.setattr(trainer, "load_model", no_model)
+    monkeypatch.setattr(trainer, "load_start", no_model)
     assert main(["train", "--model", "tiny", *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
