@@ -2,7 +2,9 @@
 figure cell shows its figures as images and the verdict cell renders an HTML table.
 
 Notebook 01 (about 20 s on a 2-core CPU) stands for all: every notebook makes its figures with
-``show_figure`` and closes with ``verdict_report``."""
+``show_figure`` and closes with ``verdict_report``. Its explorer runs as a widget, as in
+JupyterLab. Every wait on the kernel is bounded (``notebook_kernel.KERNEL_LIMITS``: 2 minutes a
+cell), and the conftest fixes nbclient's lost wake-up after an explorer's cell (issue 28)."""
 
 import os
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from notebook_kernel import KERNEL_LIMITS
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -22,8 +25,8 @@ def executed_01(tmp_path_factory):
                TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("TAILTHEORY_PRESET", None)
     env.pop("MPLBACKEND", None)  # the kernel's own backend, as in JupyterLab
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(NB_DIR)}}).execute(env=env)
+    NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}},
+                   **KERNEL_LIMITS).execute(env=env)
     return nb, figures
 
 
