@@ -33,7 +33,14 @@
 # PRESET  "quick": smaller samples, the claims' quick profile; about 20 s on a 2-core CPU (what
 #                  `make test` runs).
 #         "full":  larger samples, the claims' thorough profile; tens of minutes (not timed here).
+# MODEL   None: the toolkit's own models. A path: a local Hugging Face checkpoint with its
+#         tokenizer; sections (1) and (4) then probe it (`tailtheory probe mismatch|pruning
+#         --model MODEL`, on standard-library text, 4 x 128 tokens quick, 8 x 512 full); the
+#         other sections and the verdict stay on the toolkit's models.
+# DEVICE  where the checkpoint's probes run: "auto" (a GPU when there is one), "cpu", "cuda".
 PRESET = "quick"
+MODEL = None
+DEVICE = "auto"
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure
@@ -55,6 +62,7 @@ from tailtheory.pruning.figures import plot_pruning_tradeoff
 from tailtheory.softmax.figures import plot_layer_wedge, plot_score_norm
 from tailtheory.pruning.sweep import P4_VOCAB, pruning_sweep
 from tailtheory.mismatch.real import M7_PATHS, m7_model, paired_logits, random_input_ids
+from tailtheory.probe.run import show_probe
 
 # %% [markdown]
 # The real mismatch source: M7's tiny Qwen2-style LM (random init, lm_head sharpened so that it
@@ -71,8 +79,11 @@ z, z_bf16 = pairs["bf16"]
 # ## (1) |Δ| against p, with M3's exact and first-order bounds (M3, M7)
 
 # %%
-fig, df_m3 = plot_mismatch_vs_p(pairs)  # bf16 and fp16 copies, KV-cache decoding
-show_figure(fig, "token_tail_mismatch_vs_p", df_m3, provenance("measured", PRESET))
+if MODEL is None:
+    fig, df_m3 = plot_mismatch_vs_p(pairs)  # bf16 and fp16 copies, KV-cache decoding
+    show_figure(fig, "token_tail_mismatch_vs_p", df_m3, provenance("measured", PRESET))
+# MODEL: the checkpoint's probe, as `tailtheory probe mismatch --model MODEL` (figure, table)
+None if MODEL is None else show_probe("mismatch", MODEL, DEVICE, PRESET)
 
 # %% [markdown]
 # ### Explore M3: slide ε and p
@@ -104,10 +115,13 @@ show_figure(fig, "token_tail_accumulation", df_acc, provenance("measured", PRESE
 # The safe set is the sampler's (min-p on the bf16 logits), applied to both sides.
 
 # %%
-sweep = pruning_sweep(z, z_bf16)
-fig, df_p4 = plot_pruning_tradeoff(sweep, mass_negligible=MASS_NEGLIGIBLE)
-show_figure(fig, "token_tail_pruning_tradeoff", df_p4, provenance("measured", PRESET))
-df_p4[["rho", "mass_mean", "kept_frac", "seq_kl_left", "abs_delta_max_left"]]
+if MODEL is None:
+    sweep = pruning_sweep(z, z_bf16)
+    fig, df_p4 = plot_pruning_tradeoff(sweep, mass_negligible=MASS_NEGLIGIBLE)
+    show_figure(fig, "token_tail_pruning_tradeoff", df_p4, provenance("measured", PRESET))
+# MODEL: the checkpoint's probe, as `tailtheory probe pruning --model MODEL` (figures, table)
+(df_p4[["rho", "mass_mean", "kept_frac", "seq_kl_left", "abs_delta_max_left"]]
+ if MODEL is None else show_probe("pruning", MODEL, DEVICE, PRESET))
 
 # %% [markdown]
 # ## (5) Score norm against 1 − p (S4) and the per-layer wedge (S5)

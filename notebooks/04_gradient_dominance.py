@@ -53,8 +53,15 @@
 #                  the warm start and the runs are cached, so about 20 s after that.
 #         "full":  the evidence: probes, then 30 runs of 40 steps, stored in results/; about
 #                  40 minutes with 2 workers on a 2-core CPU (README, "Training figures").
+# MODEL   None: the toolkit's task models. A path: a local Hugging Face checkpoint with its
+#         tokenizer; section (1) then probes it on standard-library text (`tailtheory probe
+#         gradient --model MODEL`; 4 x 128 tokens quick, 8 x 512 full); section (2) trains the
+#         toolkit's task models and is skipped; the stored evidence and the verdict stay.
+# DEVICE  where the checkpoint's probes run: "auto" (a GPU when there is one), "cpu", "cuda".
 PRESET = "quick"
 WORKERS = 2  # training processes run at once (one torch thread each)
+MODEL = None
+DEVICE = "auto"
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure
@@ -69,6 +76,7 @@ CLAIMS = ["L1", "L2", "L3", "L4", "L5", "L6"]
 from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.lopti import figures, measurement, training
+from tailtheory.probe.run import show_probe
 
 # %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
@@ -81,16 +89,24 @@ from tailtheory.lopti import figures, measurement, training
 # `Δπ` per bin after updating all bins / only the lowest / only the highest, the fraction of
 # `Â > 0` tokens whose probability rose after a GRPO, AR (α 0.3) or Lopti (η 0.5) step, and the
 # parameter-gradient norm of a few tokens per bin (L1). Bars: seed mean, min–max over seeds.
+#
+# With `MODEL` set, the same probes run on that checkpoint instead, on one batch of
+# standard-library text: `π_old` is the model's own probability of each token, and with no
+# reward the advantages are +1 on half the sequences and −1 on the other half (how the network
+# routes the surrogate's gradient by bin, not a task's update); the stored figures follow.
 
 # %%
-probes = measurement.notebook_probe_data(PRESET)
-fig, df_fig1 = figures.plot_figure1(probes)
-show_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", df_fig1,
-            provenance("runs", PRESET))
-fig, df_fig3 = figures.plot_figure3(probes)
-show_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", df_fig3,
-            provenance("runs", PRESET))
-if PRESET == "quick":  # the stored full-preset measurement, the one the verdicts read
+if MODEL is None:
+    probes = measurement.notebook_probe_data(PRESET)
+    fig, df_fig1 = figures.plot_figure1(probes)
+    show_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", df_fig1,
+                provenance("runs", PRESET))
+    fig, df_fig3 = figures.plot_figure3(probes)
+    show_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", df_fig3,
+                provenance("runs", PRESET))
+else:  # the checkpoint's probe, as `tailtheory probe gradient --model MODEL`
+    print(show_probe("gradient", MODEL, DEVICE, PRESET).to_string(index=False))
+if PRESET == "quick" or MODEL is not None:  # the stored full measurement the verdicts read
     stored = measurement.probe_data("quick")
     fig, df_fig1 = figures.plot_figure1(stored)
     show_figure(fig, "lopti_figure1", df_fig1,
@@ -134,12 +150,14 @@ for policy in learn_probes.POLICIES:
 # no method moves the policy. The methods are compared on the `full` preset's runs, section (3).
 
 # %%
-# quick: the five methods only; the sweeps' evidence is the full preset's
-shown = list(training.LOPTI_METHODS) if PRESET == "quick" else None
-runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
-fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-show_figure(fig, f"lopti_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
-df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()[["mean", "min", "max"]]
+if MODEL is None:  # quick: the five methods only; the sweeps' evidence is the full preset's
+    shown = list(training.LOPTI_METHODS) if PRESET == "quick" else None
+    runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
+    fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
+    show_figure(fig, f"lopti_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
+(df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()
+ [["mean", "min", "max"]] if MODEL is None
+ else "skipped: these runs train the toolkit's task models, not MODEL")
 
 # %% [markdown]
 # ## (3) The full preset's evidence: reward and held-out accuracy, α and η sweeps

@@ -51,8 +51,15 @@
 #                  20 s on a 2-core CPU after notebook 04, whose GRPO runs it reuses.
 #         "full":  the evidence: 15 runs of 40 steps, stored in results/; about 20 minutes with
 #                  2 workers on a 2-core CPU (README, "Training figures").
+# MODEL   None: the toolkit's models. A path: a local Hugging Face checkpoint with its
+#         tokenizer; section (1) then adds P4's sweep on it (`tailtheory probe pruning --model
+#         MODEL`, standard-library text, 4 x 128 tokens quick, 8 x 512 full); section (2) trains
+#         the toolkit's task models and is skipped; the stored evidence and the verdict stay.
+# DEVICE  where the checkpoint's probe runs: "auto" (a GPU when there is one), "cpu", "cuda".
 PRESET = "quick"
 WORKERS = 2  # training processes run at once (one torch thread each)
+MODEL = None
+DEVICE = "auto"
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure
@@ -68,6 +75,7 @@ from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_runs
 from tailtheory.pruning import figures, trained_tails, training
 from tailtheory.pruning.sweep import p4_measurement
+from tailtheory.probe.run import show_probe
 
 # %% [markdown]
 # ## (1) P4 where the tail is real: the ρ sweep on trained models
@@ -91,18 +99,27 @@ show_figure(fig, "p4_mass_shares", df_shares, P4_STORED)
 df_shares.head(12)
 
 # %% [markdown]
+# With `MODEL` set: the same sweep and mass shares on that checkpoint, its bf16 copy against its
+# float32 forward on standard-library text (what `tailtheory probe pruning --model MODEL` writes).
+
+# %%
+None if MODEL is None else show_probe("pruning", MODEL, DEVICE, PRESET)
+
+# %% [markdown]
 # ## (2) This preset's runs: GRPO and DVP with bf16 rollouts
 #
 # Every metric against step, seeds as a band (`tailtheory plot` draws the same for any runs);
 # `dvp/pruned_mass` is the mean pruned mass per response token.
 
 # %%
-shown = ["GRPO", "DVP rho=0.0001"] if PRESET == "quick" else None  # quick: one rho
-runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
-fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-show_figure(fig, f"dvp_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
-df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
+if MODEL is None:
+    shown = ["GRPO", "DVP rho=0.0001"] if PRESET == "quick" else None  # quick: one rho
+    runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
+    fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
+    show_figure(fig, f"dvp_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
+(df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
     ["metric", "label"])["mean"].mean()
+ if MODEL is None else "skipped: these runs train the toolkit's task models, not MODEL")
 
 # %% [markdown]
 # ## (3) The full preset's evidence: bias bound, sampled-token mismatch and reward per step (P5)

@@ -34,7 +34,7 @@ SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """The paper sections, one folder each."""
 
 FLOORS = {"core": 0, "engine": 1, **{s: 2 for s in SECTIONS}, "cli": 3, "diagnose": 3,
-          "integrations": 3}
+          "integrations": 3, "probe": 3}
 """The floor of each top-level folder (or module) of the package: imports run down or
 sideways, never up."""
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tailtheory.lopti.probes import N_BINS, prob_bins, sequence_logp
+from tailtheory.lopti.probes import N_BINS, fused_sequence_logp, prob_bins, sequence_logp
 from tailtheory.lopti.reweight import advantage_reweight, lopti_passes
 
 SGD_LR = 0.01
@@ -59,6 +59,18 @@ METHODS = ("GRPO", "AR", "Lopti")
 
 UPDATE_BINS = {"all": None, "lowest": 0, "highest": N_BINS - 1}
 """Figure 1 (c), (e), (f): which bin keeps its advantages (None: all)."""
+
+HEADS = {"full": sequence_logp, "fused": fused_sequence_logp}
+"""How every forward here turns hidden states into log-probs: ``full`` (the model's logits
+``(B, L, V)``, then ``token_stats``: the reference, and what the stored measurements used) or
+``fused`` (``fused_sequence_logp``: no ``(B, L, V)`` tensor, for large vocabularies; equal to
+float32 rounding, tested)."""
+
+
+def _logp_fn(head: str):
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {tuple(HEADS)}, got {head!r}")
+    return HEADS[head]
 
 
 @dataclass(frozen=True)
@@ -107,16 +119,19 @@ def _rows(pb: ProbeBatch, idx: torch.Tensor, width: int):
 
 
 @torch.no_grad()
-def chunked_probs(model, pb: ProbeBatch, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
+def chunked_probs(model, pb: ProbeBatch, chunk_rows: int = CHUNK_ROWS,
+                  head: str = "full") -> torch.Tensor:
     """``pi(y_t)`` of every token under ``model`` (0 off ``mask``). Shapes: -> (B, L) float64."""
-    out = torch.zeros(pb.mask.shape, dtype=torch.float64)
+    logp = _logp_fn(head)
+    out = torch.zeros(pb.mask.shape, dtype=torch.float64, device=pb.mask.device)
     for idx, w in _chunks(pb.mask, chunk_rows):
         ids, attn, m, _, _ = _rows(pb, idx, w)
-        out[idx, :w] = sequence_logp(model, ids, attn).exp().double() * m
+        out[idx, :w] = logp(model, ids, attn).exp().double() * m
     return out
 
 
-def surrogate_grads(model, pb: ProbeBatch, terms, chunk_rows: int = CHUNK_ROWS):
+def surrogate_grads(model, pb: ProbeBatch, terms, chunk_rows: int = CHUNK_ROWS,
+                    head: str = "full"):
     """Flat gradients of ``L = -(1/N) sum_t sel_t A_t pi_theta(y_t) / pi_old(y_t)``, one per
     ``(A, sel)`` of ``terms``, from one forward per chunk; ``N`` counts every response token.
 
@@ -124,12 +139,12 @@ def surrogate_grads(model, pb: ProbeBatch, terms, chunk_rows: int = CHUNK_ROWS):
     (tested). Shapes: terms [(A (B, L), sel (B, L) bool)] -> [(n,)], n parameters.
     """
     params = [q for q in model.parameters() if q.requires_grad]
-    n_tok = pb.mask.sum()
-    out = [torch.zeros(sum(q.numel() for q in params)) for _ in terms]
+    n_tok, seq_logp = pb.mask.sum(), _logp_fn(head)
+    out = [torch.zeros(sum(q.numel() for q in params), device=params[0].device) for _ in terms]
     for idx, w in _chunks(pb.mask, chunk_rows):
         ids, attn, m, _, p = _rows(pb, idx, w)
         with torch.enable_grad():
-            logp = sequence_logp(model, ids, attn)                          # (b, w)
+            logp = seq_logp(model, ids, attn)                               # (b, w)
             ratio = torch.exp(logp - p.log().to(logp.dtype))
             for i, (adv, sel) in enumerate(terms):
                 loss = -(ratio * adv[idx, :w] * (m & sel[idx, :w])).sum() / n_tok
@@ -151,25 +166,25 @@ def stepped(model, grad: torch.Tensor, lr: float):
 
 
 def update_probes(model, pb: ProbeBatch, lr: float = SGD_LR, alpha: float = ALPHA,
-                  eta: float = ETA, chunk_rows: int = CHUNK_ROWS):
+                  eta: float = ETA, chunk_rows: int = CHUNK_ROWS, head: str = "full"):
     """Figure 1 (c)-(f) and Figure 3 on one batch: ``(norms, delta_pi)``.
 
     ``norms``: ``{"all": ||grad L_all||, "bins": (4,) ||grad L_b||}``; ``delta_pi``: per-token
     ``Delta pi`` (B, L) after one SGD step with all / the lowest / the highest bin (``all``,
     ``lowest``, ``highest``), after an AR step (``AR``) and after Lopti's two passes (``Lopti``:
     ``pi_old < eta`` first, ``pi_old`` fixed, each pass over all ``N`` tokens). ``model`` is
-    not modified. Source: LOPTI (L2, L3, L4, L5).
+    not modified. ``head``: a key of :data:`HEADS`. Source: LOPTI (L2, L3, L4, L5).
     """
     bins = prob_bins(pb.pi_old)
     (_, low), (_, high) = lopti_passes(pb.pi_old.log(), pb.mask, eta)
     adv_ar = advantage_reweight(pb.adv.double(), pb.pi_old.log(), alpha).to(pb.adv.dtype)
     terms = [(pb.adv, bins == b) for b in range(N_BINS)] + [(adv_ar, pb.mask), (pb.adv, low)]
-    *g_bins, g_ar, g_low = surrogate_grads(model, pb, terms, chunk_rows)
+    *g_bins, g_ar, g_low = surrogate_grads(model, pb, terms, chunk_rows, head)
     g_all = torch.stack(g_bins).sum(0)
-    before = chunked_probs(model, pb, chunk_rows)
-    after = lambda m: chunked_probs(m, pb, chunk_rows) - before  # noqa: E731
+    before = chunked_probs(model, pb, chunk_rows, head)
+    after = lambda m: chunked_probs(m, pb, chunk_rows, head) - before  # noqa: E731
     first = stepped(model, g_low, lr)
-    g_high, = surrogate_grads(first, pb, [(pb.adv, high)], chunk_rows)
+    g_high, = surrogate_grads(first, pb, [(pb.adv, high)], chunk_rows, head)
     delta = {u: after(stepped(model, g_all if b is None else g_bins[b], lr))
              for u, b in UPDATE_BINS.items()}
     delta["AR"] = after(stepped(model, g_ar, lr))
@@ -177,13 +192,26 @@ def update_probes(model, pb: ProbeBatch, lr: float = SGD_LR, alpha: float = ALPH
     return {"all": g_all.norm(), "bins": torch.stack(g_bins).norm(dim=1)}, delta
 
 
-def token_grad_norms(model, pb: ProbeBatch, rows: torch.Tensor, cols: torch.Tensor):
+def _token_logits(model, ids: torch.Tensor, attn: torch.Tensor, t: torch.Tensor, head: str):
+    """Logits ``(k, V)`` at positions ``t - 1`` of one row ``ids (1, w)``, differentiable:
+    ``full`` slices the row's full logits, ``fused`` applies the head to those k positions only."""
+    from tailtheory.core.forward import full_forward, hidden_forward
+
+    _logp_fn(head)
+    if head == "full":
+        return full_forward(model, ids, attn)[0, t - 1].float()
+    h = hidden_forward(model, ids, attn)[0, t - 1]                       # (k, H)
+    return model.get_output_embeddings()(h).float()
+
+
+def token_grad_norms(model, pb: ProbeBatch, rows: torch.Tensor, cols: torch.Tensor,
+                     head: str = "full"):
     """L1: ``(||grad_theta log pi(y_t)||, ||e_k - softmax(z_{t-1})||)`` of the tokens
-    ``(rows[i], cols[i])``; one forward per row, one backward per token.
+    ``(rows[i], cols[i])``; one forward per row, one backward per token (``head``: a key of
+    :data:`HEADS`; ``fused`` forms the logits of the k tokens only).
 
     Source: LOPTI (L1), S4 for the logit-space norm. Shapes: rows, cols (K,) -> ((K,), (K,)).
     """
-    from tailtheory.core.forward import full_forward
     from tailtheory.softmax.scores import score_norm
 
     params = [q for q in model.parameters() if q.requires_grad]
@@ -192,14 +220,15 @@ def token_grad_norms(model, pb: ProbeBatch, rows: torch.Tensor, cols: torch.Tens
         at = (rows == r).nonzero()[:, 0]                                     # (k,)
         t, w = cols[at], int(cols[at].max()) + 1
         with torch.enable_grad():
-            z = full_forward(model, pb.input_ids[r:r + 1, :w], pb.attention_mask[r:r + 1, :w])
-            zt, yt = z[0, t - 1].float(), pb.input_ids[r, t]                 # (k, V), (k,)
+            zt = _token_logits(model, pb.input_ids[r:r + 1, :w],
+                               pb.attention_mask[r:r + 1, :w], t, head)      # (k, V)
+            yt = pb.input_ids[r, t]                                          # (k,)
             lp = torch.log_softmax(zt, -1).gather(-1, yt[:, None])[:, 0]     # (k,)
             for j, i in enumerate(at.tolist()):
                 g = torch.autograd.grad(lp[j], params, retain_graph=True, allow_unused=True)
                 param_norm[i] = torch.sqrt(sum((gi.double() ** 2).sum() for gi in g
                                                if gi is not None))
-        logit_norm[at] = score_norm(zt.detach(), yt).float()
+        logit_norm[at.cpu()] = score_norm(zt.detach(), yt).float().cpu()
     return param_norm, logit_norm
 
 
@@ -215,19 +244,21 @@ def _sample_tokens(pb: ProbeBatch, per_bin: int, generator: torch.Generator):
 
 def _bin_sums(x: torch.Tensor, bins: torch.Tensor, sel: torch.Tensor) -> list[float]:
     """Per-bin sum of ``x`` over ``sel``. Shapes: (B, L) each -> 4 floats."""
-    s = torch.zeros(N_BINS, dtype=torch.float64).index_add_(0, bins[sel], x[sel].double())
+    s = torch.zeros(N_BINS, dtype=torch.float64, device=x.device)
+    s.index_add_(0, bins[sel], x[sel].double())
     return s.tolist()
 
 
 def batch_stats(model, pb: ProbeBatch, lr: float = SGD_LR, l1_per_bin: int = L1_PER_BIN,
-                generator: torch.Generator | None = None) -> dict:
+                generator: torch.Generator | None = None, head: str = "full") -> dict:
     """The stored numbers of one batch: per-bin token counts and sums (never means, so pooling
-    batches is exact), gradient norms, and the L1 token sample."""
+    batches is exact), gradient norms, and the L1 token sample (``head``: a key of
+    :data:`HEADS`)."""
     bins, m, a = prob_bins(pb.pi_old), pb.mask, pb.adv
     pos, neg, ones = m & (a > 0), m & (a < 0), torch.ones_like(pb.pi_old)
-    norms, delta = update_probes(model, pb, lr)
+    norms, delta = update_probes(model, pb, lr, head=head)
     rows, cols = _sample_tokens(pb, l1_per_bin, generator or torch.Generator().manual_seed(0))
-    param_norm, logit_norm = token_grad_norms(model, pb, rows, cols)
+    param_norm, logit_norm = token_grad_norms(model, pb, rows, cols, head)
     return {"tokens": int(m.sum()), "count": _bin_sums(ones, bins, m),
             "count_pos": _bin_sums(ones, bins, pos), "count_neg": _bin_sums(ones, bins, neg),
             "adv_sum_pos": _bin_sums(a, bins, pos), "adv_sum_neg": _bin_sums(a, bins, neg),

@@ -63,6 +63,26 @@ def sequence_logp(model, input_ids: torch.Tensor, attention_mask: torch.Tensor |
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
 
 
+def fused_sequence_logp(model, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None):
+    """:func:`sequence_logp` without the ``(B, L, V)`` logits: the last hidden states through the
+    fused LM head (``tailtheory.core.fused.fused_token_stats``, whose backward recomputes its
+    tiles). Differentiable in every parameter; equal to :func:`sequence_logp` to float32
+    rounding (tested). Refuses a model whose logits are not ``h W^T + b``.
+
+    Shapes: input_ids (B, L) -> (B, L).
+    """
+    from tailtheory.core.forward import hidden_forward, lm_head
+    from tailtheory.core.fused import fused_token_stats
+
+    attn = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
+            else attention_mask)
+    W, b = lm_head(model)
+    h = hidden_forward(model, input_ids, attn)                         # (B, L, H)
+    lp = fused_token_stats(h[:, :-1], W, input_ids[:, 1:], b)["logp"]   # (B, L-1)
+    return torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
+
+
 def _check_batch(model, input_ids, mask, adv, pi_old, attention_mask):
     ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.as_tensor(input_ids)
     if ids.is_floating_point() or ids.ndim != 2 or ids.shape[1] < 2:

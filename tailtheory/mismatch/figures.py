@@ -42,20 +42,33 @@ def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 5_000, seed
     """``|Delta|`` of tokens against ``1 - p`` (log axes), with M3's exact and first-order bounds.
 
     Source: DVP (M2, M3), TIM (M7). ``pairs`` maps a label (``"bf16"``) to
-    ``(trainer_logits, inference_logits)``, each ``(B, T, V)``. The bounds are drawn at the
-    largest measured ``eps`` (an envelope for every point) and at the median ``eps``. All tokens
-    with ``p > 0.01`` are drawn, plus ``max_points`` random others.
+    ``(trainer_logits, inference_logits)``, each ``(B, T, V)``. All tokens with ``p > 0.01``
+    are drawn, plus ``max_points`` random others (:func:`plot_mismatch_points` draws them).
 
     Returns ``(fig, df)`` with one row per plotted token (columns label, p, abs_Delta, eps,
     bound_exact, bound_first).
     """
+    frames = [_points(z, z_inf, max_points, seed).assign(label=label)
+              for label, (z, z_inf) in pairs.items()]
+    return plot_mismatch_points(pd.concat(frames, ignore_index=True))
+
+
+def plot_mismatch_points(points: pd.DataFrame):
+    """The figure of :func:`plot_mismatch_vs_p` from its table: one panel per ``label``.
+
+    Source: DVP (M2, M3), TIM (M7). ``points`` has columns label, p, abs_Delta, eps,
+    bound_exact, bound_first (``plot_mismatch_vs_p``'s, or the chunked probe's of
+    ``tailtheory.mismatch.chunked.mismatch_probe``). The bounds are drawn at the largest
+    measured ``eps`` (an envelope for every point) and at the median ``eps``.
+
+    Returns ``(fig, df)``: the figure and ``points`` in those columns.
+    """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
-    frames = []
-    for ax, (label, (z, z_inf)) in zip(axes[0], pairs.items()):
-        df = _points(z, z_inf, max_points, seed).assign(label=label)
-        frames.append(df)
+    labels = list(dict.fromkeys(points.label))
+    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.6), squeeze=False)
+    for ax, label in zip(axes[0], labels):
+        df = points[points.label == label]
         grid = 1 - np.logspace(np.log10(max(1 - df.p.max(), 1e-12)), 0, 300)  # p values
         nz = df[df.abs_Delta > 0]
         ax.scatter(1 - nz.p, nz.abs_Delta, s=2, alpha=0.3, color="tab:blue", label="tokens")
@@ -69,8 +82,8 @@ def plot_mismatch_vs_p(pairs: Mapping[str, tuple], max_points: int = 5_000, seed
     axes[0, 0].set_ylabel("|Delta| = |log p' - log p|")
     axes[0, -1].legend(fontsize=6, loc="lower left")
     fig.tight_layout()
-    return fig, pd.concat(frames, ignore_index=True)[["label", "p", "abs_Delta", "eps",
-                                                       "bound_exact", "bound_first"]]
+    return fig, points.reset_index(drop=True)[["label", "p", "abs_Delta", "eps", "bound_exact",
+                                               "bound_first"]]
 
 
 def plot_selection_bias(sigma: float = 0.3, V: int = 64, n_contexts: int = 20_000,

@@ -154,7 +154,7 @@ def _share_rows(z, zp, edges) -> torch.Tensor:
     em1 = torch.expm1(D)
     kl = p * ((D - em1) + D * em1)           # p phi(e^D) = p (D e^D - e^D + 1), no cancellation
     idx = torch.bucketize(p, edges, right=True)                           # (r, V) bin of p
-    out = torch.zeros(z.shape[0], 3, len(edges) + 1, dtype=torch.float64)
+    out = torch.zeros(z.shape[0], 3, len(edges) + 1, dtype=torch.float64, device=z.device)
     for i, v in enumerate((q, q * D.abs(), kl)):
         out[:, i].scatter_add_(1, idx, v)
     return out

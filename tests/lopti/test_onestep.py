@@ -142,3 +142,30 @@ def test_probe_batch_is_the_trainers_rollout_of_that_step():
     assert torch.equal(pb.mask[:, rb.prompt_len:], rb.mask) and not pb.mask[:, :rb.prompt_len].any()
     assert (pb.pi_old[~pb.mask] == 1).all() and (pb.adv[~pb.mask] == 0).all()
     assert (pb.adv != 0).any()
+
+
+def test_fused_head_equals_full_head_L1_L4_L5(model_batch):
+    """The fused LM head (no (B, L, V) logits) gives the reference's numbers to float32 rounding:
+    norms to 1e-4 relative, summed Delta pi to 1e-5 absolute (each Delta pi is a difference of
+    float32 probabilities), rise counts to one token in a bin (a Delta pi near 0 may change
+    sign), L1's norms to 1e-4 relative."""
+    model, pb = model_batch
+    full = ob.batch_stats(model, pb, LR, 2, torch.Generator().manual_seed(0), head="full")
+    fused = ob.batch_stats(model, pb, LR, 2, torch.Generator().manual_seed(0), head="fused")
+    assert fused["count"] == full["count"] and fused["adv_sum_pos"] == full["adv_sum_pos"]
+    assert fused["norm_all"] == pytest.approx(full["norm_all"], rel=1e-4)
+    assert fused["norm_bins"] == pytest.approx(full["norm_bins"], rel=1e-4)
+    for u in ob.UPDATE_BINS:
+        for g in ("pos", "neg"):
+            assert fused["dpi_sum"][u][g] == pytest.approx(full["dpi_sum"][u][g], abs=1e-5)
+    for m in ob.METHODS:
+        assert all(abs(a - b) <= 1 for a, b in zip(fused["rise"][m], full["rise"][m]))
+    assert fused["l1"]["p"] == full["l1"]["p"]
+    for k in ("param_norm", "logit_norm"):
+        assert fused["l1"][k] == pytest.approx(full["l1"][k], rel=1e-4)
+
+
+def test_unknown_head_is_refused(model_batch):
+    model, pb = model_batch
+    with pytest.raises(ValueError, match="head must be one of"):
+        ob.chunked_probs(model, pb, head="sparse")
