@@ -329,8 +329,12 @@ def test_bypass_corrections_see_the_mismatch(tmp_path):
 
 def test_exact_path_reuses_the_trainer_forward(tmp_path):
     """V1: on ``exact`` the rollout log-probs (and TRM's rollout logits) are the trainer's pi_old
-    forward, run once; the same run with the engine's own second forward is bitwise the same
-    (metrics and weights), with pi_train = pi_roll exactly."""
+    forward, run once, so pi_train = pi_roll exactly (bitwise, any CPU). The same run with the
+    engine's own second forward computes the same function on the rows in another order (the
+    trainer sorts them by length): equal to float32 rounding only, so it is held to the drift
+    check's tolerances, with the ``kv`` path's rounding floor on the mismatch, and the weights
+    after two AdamW steps of lr 3e-3 to 1e-4 absolute (a last-bit difference in a gradient moves
+    an Adam update by up to lr where the gradient is near 0)."""
     runs = {}
     for reuse in (True, False):
         cfg = TrainConfig(**SMALL, method="ar+trm+tis", rollout="exact", trm_mode="both",
@@ -340,11 +344,13 @@ def test_exact_path_reuses_the_trainer_forward(tmp_path):
         train(cfg, progress=False, task=DenseKK(), exact_from_trainer=reuse)
         runs[reuse] = (no_time(read_metrics(cfg.out)),
                        torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"])
-    assert runs[True][0] == runs[False][0]
+    floors = mismatch_floors({"rollout": "kv"})
+    for line, other in zip(runs[True][0], runs[False][0]):
+        assert not drift(other, line, floors), drift(other, line, floors)
     assert all(m["mismatch/abs_max"] == 0.0 and m["trm/kept_frac"] == 1.0 for m in runs[True][0])
     assert runs[True][0][-1]["grad/norm"] > 0
     for name, w in runs[False][1].items():
-        assert torch.equal(runs[True][1][name], w), name
+        torch.testing.assert_close(w, runs[True][1][name], rtol=0, atol=1e-4, msg=name)
 
 
 def test_trm_monitor_and_k2k3_method_share_one_acceptance(tmp_path):
