@@ -38,7 +38,7 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.copies import FP8_SCALING
 from tailtheory.mismatch.real import (BOUND_ATOL, BOUND_RTOL, HEAD_P, PATHS, TAIL_P,
-                                      _check_input_ids, mismatch_tokens)
+                                      _check_input_ids, kv_decode, mismatch_tokens)
 
 CHUNK_ELEMENTS = 2**20
 """Logits per chunk of statistics: ``max(1, CHUNK_ELEMENTS // V)`` positions (V = 151,936: 6
@@ -64,17 +64,7 @@ def chunk_rows(V: int) -> int:
 
 def _kv_hidden(model, ids: torch.Tensor) -> torch.Tensor:
     """The backbone decoding one token at a time with the KV cache. -> (B, T, H)."""
-    from tailtheory.core.models import cache_keyword, output_cache
-
-    backbone = model.get_decoder()
-    kw = cache_keyword(backbone)
-    out = backbone(input_ids=ids[:, :1], use_cache=True)
-    cache, steps = output_cache(out), [out.last_hidden_state]
-    for t in range(1, ids.shape[1]):
-        out = backbone(input_ids=ids[:, t:t + 1], use_cache=True, **{kw: cache})
-        cache = output_cache(out)
-        steps.append(out.last_hidden_state)
-    return torch.cat(steps, dim=1)                                    # (B, T, H)
+    return kv_decode(model.get_decoder(), ids, "last_hidden_state")
 
 
 def _sides(model, ids: torch.Tensor, path: str, scaling: str):

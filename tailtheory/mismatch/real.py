@@ -56,18 +56,25 @@ def _check_input_ids(input_ids, vocab_size: int) -> torch.Tensor:
     return t.long()
 
 
-def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """Decode one token at a time, reusing the KV cache: position t sees keys 0..t."""
+def kv_decode(module, input_ids: torch.Tensor, field: str = "logits") -> torch.Tensor:
+    """Decode one token at a time, reusing the KV cache: position t sees keys 0..t. ``module`` is
+    a causal LM (``field="logits"``: (B, T, V)) or its backbone (``"last_hidden_state"``:
+    (B, T, H))."""
     from tailtheory.core.models import cache_keyword, output_cache
 
-    kw = cache_keyword(model)
-    out = model(input_ids=input_ids[:, :1], use_cache=True)
-    cache, steps = output_cache(out), [out.logits]
+    kw = cache_keyword(module)
+    out = module(input_ids=input_ids[:, :1], use_cache=True)
+    cache, steps = output_cache(out), [getattr(out, field)]
     for t in range(1, input_ids.shape[1]):
-        out = model(input_ids=input_ids[:, t:t + 1], use_cache=True, **{kw: cache})
+        out = module(input_ids=input_ids[:, t:t + 1], use_cache=True, **{kw: cache})
         cache = output_cache(out)
-        steps.append(out.logits)
-    return torch.cat(steps, dim=1)  # (B, T, V)
+        steps.append(getattr(out, field))
+    return torch.cat(steps, dim=1)
+
+
+def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """:func:`kv_decode` of the model's logits. -> (B, T, V)."""
+    return kv_decode(model, input_ids)
 
 
 @torch.no_grad()

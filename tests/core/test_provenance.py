@@ -19,14 +19,7 @@ from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.runs import run_key, runs_root
 from tailtheory.engine.study import Arm, Study
 from tailtheory.engine.trainer import PROVENANCE, read_provenance, train
-
-
-@pytest.fixture
-def places(monkeypatch, tmp_path):
-    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
-    (tmp_path / "results").mkdir()
-    return tmp_path
+from tests.engine.test_incremental import places  # noqa: F401 (the fixture: cache and results)
 
 
 def _row(seed, weights, start="3fe2ba9c7ca5", cpu="CPU A (AVX512)"):
