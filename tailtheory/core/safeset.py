@@ -120,6 +120,13 @@ def check_rule(rule: Any, threshold: Any) -> float:
     return x
 
 
+def keep_from_logp(logp: torch.Tensor, rule: str, threshold: float) -> torch.Tensor:
+    """:func:`safe_vocab_mask`'s rule applied to log-probabilities already computed (float64
+    ``log_softmax`` of the logits, as it computes them): for callers that hold ``logp`` and sweep
+    thresholds. Shapes: logp (..., V) -> mask (..., V) bool."""
+    return _RULE_FNS[rule](logp, check_threshold(rule, threshold))
+
+
 def safe_vocab_mask(logits, rule: str = "min_p", threshold: float = RHO_DEFAULT) -> torch.Tensor:
     """The safe set ``S(s)`` of each state as a keep-mask; never empty.
 

@@ -35,7 +35,8 @@ COMMAND = "python -m tailtheory.engine.learning"
 
 def summarize(run: str | Path) -> dict:
     """One run's numbers: warm-start and final held-out accuracy, gain, reward at both ends."""
-    from tailtheory.engine.trainer import read_metrics, read_provenance
+    from tailtheory.engine.start import read_provenance
+    from tailtheory.engine.trainer import read_metrics
 
     lines = read_metrics(run)
     evals = [(m["step"], m["eval/accuracy"]) for m in lines if m.get("eval/accuracy") is not None]

@@ -50,7 +50,7 @@ def _identity(cfg: TrainConfig) -> dict:
     ident["device"] = resolve_device(cfg.device)
     if cfg.model == "warm":
         from tailtheory.engine.sft import config_hash
-        from tailtheory.engine.trainer import warm_config
+        from tailtheory.engine.start import warm_config
 
         ident["warm_start"] = config_hash(warm_config(cfg))
     elif cfg.model != "tiny":  # a folder: what it holds, not only its name
@@ -85,7 +85,7 @@ def _same_config(run: Path, cfg: TrainConfig) -> bool:
 def _same_start(run: Path, cfg: TrainConfig) -> bool:
     """Whether a cached run started from the warm start cached here today (a cache shared between
     machines can hold runs from another CPU's warm start under the same key)."""
-    from tailtheory.engine.trainer import read_provenance, warm_config
+    from tailtheory.engine.start import read_provenance, warm_config
     from tailtheory.engine.warm_cache import warm_weights
 
     prov = read_provenance(run)

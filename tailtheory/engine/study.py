@@ -192,7 +192,7 @@ class Study:
     def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
         """One run's numbers: summary, curves, the study's series and (if it dumped its tokens
         and the arm takes them) its token numbers."""
-        from tailtheory.engine.trainer import read_provenance
+        from tailtheory.engine.start import read_provenance
 
         lines = read_lines(run, cfg.steps)
         out = {**run_summary(run, cfg.steps), **run_curves(run, cfg.steps)}

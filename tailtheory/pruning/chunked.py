@@ -23,15 +23,13 @@ Shapes: chunks of N = B T flattened positions: z_train, z_infer (n, V).
 
 from __future__ import annotations
 
-import math
 from typing import Iterable
 
 import torch
 
-from tailtheory.core.safeset import check_threshold
+from tailtheory.core.safeset import check_threshold, keep_from_logp
 from tailtheory.pruning.sweep import RHO_SWEEP
 from tailtheory.pruning.trained_tails import P_BIN_EDGES, _share_rows
-from tailtheory.pruning.vocab import safe_vocab_mask
 
 SWEEP_KEYS = ("mass_mean", "mass_max", "seq_mass", "kept_frac", "abs_delta_mean",
               "abs_delta_max", "bias_mean", "seq_kl")
@@ -59,16 +57,6 @@ def sweep_rows(lp: torch.Tensor, lq: torch.Tensor, keep: torch.Tensor) -> torch.
     return torch.stack([m, (q_s * a).sum(-1), a.amax(-1), kl], -1)
 
 
-def _keep(lq: torch.Tensor, zi: torch.Tensor, rule: str, rho: float) -> torch.Tensor:
-    """The sampler's safe set: ``min_p`` read off ``lq`` as ``safe_vocab_mask`` computes it
-    (its log-softmax is this ``lq``, bitwise); other rules through ``safe_vocab_mask``."""
-    if rule == "min_p":
-        if rho == 0:
-            return torch.ones_like(lq, dtype=torch.bool)
-        return lq - lq.amax(-1, keepdim=True) >= math.log(rho)
-    return safe_vocab_mask(zi, rule, rho)
-
-
 def sweep_from_chunks(chunks: Iterable, n_seq: int, rhos=RHO_SWEEP, rule: str = "min_p",
                       edges=P_BIN_EDGES):
     """P4's sweep and the mass shares, folded in chunk by chunk: ``(sweep, shares)``.
@@ -93,7 +81,7 @@ def sweep_from_chunks(chunks: Iterable, n_seq: int, rhos=RHO_SWEEP, rule: str = 
         n += z.shape[0]
         lp, lq = torch.log_softmax(z, -1), torch.log_softmax(zi, -1)
         for a, rho in zip(acc, rho_all):
-            keep = _keep(lq, zi, rule, rho)
+            keep = keep_from_logp(lq, rule, rho)                      # safe_vocab_mask's S
             m, a_mean, a_max, kl = sweep_rows(lp, lq, keep).unbind(-1)
             for j, x in enumerate((m.sum(), a_mean.sum(), kl.sum(), torch.count_nonzero(keep))):
                 a[j] += float(x)

@@ -18,7 +18,8 @@ from tailtheory.engine import incremental as inc
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.runs import run_key, runs_root
 from tailtheory.engine.study import Arm, Study
-from tailtheory.engine.trainer import PROVENANCE, read_provenance, train
+from tailtheory.engine.start import PROVENANCE, read_provenance
+from tailtheory.engine.trainer import train
 from tests.engine.test_incremental import places  # noqa: F401 (the fixture: cache and results)
 
 

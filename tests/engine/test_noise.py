@@ -19,6 +19,7 @@ from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.engine import trainer
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.copies import fp8_weight_names
+from tailtheory.engine.start import load_model
 from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, noise_seed,
                                      noisy_weights)
 from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, response_logits,
@@ -244,7 +245,7 @@ def test_held_out_evaluation_is_noise_free(tmp_path, monkeypatch):
         monkeypatch.setattr(RolloutNoise, name,
                             lambda self, *a, _r=real: drawn.append(1) or _r(self, *a))
     task = DenseKK()
-    model = trainer.load_model(TrainConfig(**SMALL), task)
+    model = load_model(TrainConfig(**SMALL), task)
     for path in NOISE_PATHS:
         cfg = TrainConfig(**SMALL, rollout=path, rollout_noise=1.0, eval_n=32)
         assert trainer._evaluate(0, cfg, task, model) == acc

@@ -35,7 +35,7 @@ def test_learn_preset_is_the_learning_recipe():
     """``learn``: the recipe's config (five seeds) and the recipe's own warm start."""
     from tailtheory.engine.recipes import recipe_config
     from tailtheory.engine.sft import config_hash
-    from tailtheory.engine.trainer import warm_config
+    from tailtheory.engine.start import warm_config
 
     assert presets.train_config("learn") == recipe_config("learn")
     assert presets.train_config("learn", method="ar", seed=3) == recipe_config(

@@ -15,7 +15,8 @@ from tailtheory.core.models import checkpoint_fingerprint, tiny_lm
 from tailtheory.engine import start, trainer
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.tokenizer import build_tokenizer
-from tailtheory.engine.trainer import read_metrics, read_provenance
+from tailtheory.engine.start import read_provenance
+from tailtheory.engine.trainer import read_metrics
 from tests.checkpoints import bpe_tokenizer, user_checkpoint
 
 FLAGS = ["--task", "kk", "--n-people", "2", "--prompts-per-step", "2", "--group-size", "2",

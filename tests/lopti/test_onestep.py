@@ -128,7 +128,8 @@ def test_probe_batch_is_the_trainers_rollout_of_that_step():
     from dataclasses import replace
 
     from tailtheory.engine.rollout import RolloutEngine
-    from tailtheory.engine.trainer import load_model, rollout_config, rollout_step
+    from tailtheory.engine.start import load_model
+    from tailtheory.engine.trainer import rollout_config, rollout_step
     from tests.lopti.test_measurement import DenseKK, tiny_config
 
     cfg, task = tiny_config(), DenseKK()

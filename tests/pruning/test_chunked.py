@@ -11,6 +11,7 @@ torch does in float32).
 import pytest
 import torch
 
+from tailtheory.core.safeset import keep_from_logp
 from tailtheory.mismatch import real as rm
 from tailtheory.mismatch.chunked import paired_logit_chunks
 from tailtheory.pruning import chunked as pc
@@ -61,7 +62,8 @@ def test_sweep_rows_equals_remaining_rows(pair):
     lp, lq = torch.log_softmax(z, -1), torch.log_softmax(zi, -1)
     for rho in (0.0, 1e-6, 1e-2, 0.9):
         keep = safe_vocab_mask(zi, "min_p", rho)
-        assert torch.equal(keep, pc._keep(lq, zi, "min_p", rho))
+        # the same rule on the same float64 log-softmax of the same rows: bitwise
+        assert torch.equal(keep, keep_from_logp(torch.log_softmax(zi.double(), -1), "min_p", rho))
         torch.testing.assert_close(pc.sweep_rows(lp, lq, keep), _remaining_rows(z, zi, keep),
                                    rtol=1e-9, atol=1e-14)
 
