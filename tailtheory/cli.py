@@ -97,9 +97,6 @@ def _study(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     if args.store_done:
-        if not st.incremental:
-            raise ValueError(f"study {st.name!r} is stored whole, not run by run: "
-                             f"--store-done needs an incremental study")
         from tailtheory.engine.incremental import store_done
 
         stored = store_done(st, preset)
@@ -130,21 +127,15 @@ def _study_train(st, preset: str, status: dict, workers: int) -> None:
         st.measure(preset, workers=workers)
         print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
               f"{st.measure_preset} preset's)")
-    elif st.incremental:                                  # train what is neither stored nor cached
-        from tailtheory.engine.incremental import store_done
-        from tailtheory.engine.runs import run_many
+        return
+    from tailtheory.engine.incremental import store_done   # train what is neither stored nor cached
+    from tailtheory.engine.runs import run_many
 
-        for s in status.values():
-            if s["train"]:
-                run_many(s["train"], workers=workers)
-                store_done(st, preset)                    # after each arm, as it finishes
-        print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
-    elif all(not s["cached"] and not s["train"] for s in status.values()):
-        print(f"results/{st.name}.json holds every run under today's configs: nothing to train "
-              f"(to measure it again, move it away first)")
-    else:
-        st.data("thorough", workers=workers)
-        print(f"stored results/{st.name}.json")
+    for s in status.values():
+        if s["train"]:
+            run_many(s["train"], workers=workers)
+            store_done(st, preset)                        # after each arm, as it finishes
+    print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

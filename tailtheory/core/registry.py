@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
+from tailtheory.core.io import REPO_ROOT
 from tailtheory.core.measurements import PROFILES, recording
 
 
@@ -63,13 +64,32 @@ class Evidence:
 
         return replace(self, numbers={**self.numbers, **extra})
 
-    def superseding(self, old: "Evidence") -> "Evidence":
+    def superseding(self, claim: str, key: str = "no-learning regime (superseded): verdict"
+                    ) -> "Evidence":
         """This (learning-testbed) evidence, first numbered ``measured on: learn recipe``, with
-        ``old``'s verdict beside it, labelled as the superseded no-learning regime's; ``old``'s
-        numbers are not carried over."""
+        the verdict ``claim`` had in the superseded no-learning regime beside it under ``key``
+        (recorded once, :func:`superseded`; never recomputed)."""
         return Evidence(self.verdict, {"measured on": "learn recipe", **self.numbers,
-                                       "no-learning regime (superseded): verdict": str(old.verdict)},
-                        self.note)
+                                       key: superseded(claim)["verdict"]}, self.note)
+
+
+SUPERSEDED = REPO_ROOT / "results" / "superseded" / "verdicts.json"
+"""The no-learning regime's verdicts, as recorded when the claims moved to the learning testbed:
+per claim its verdict, the numbers and note of its check then, and its stored runs (kept beside
+it in ``results/superseded/``, their figures in ``figures/superseded/``). Nothing recomputes
+them: GRPO did not learn on those runs (held-out accuracy drifted down in every arm)."""
+
+
+def superseded(claim: str) -> dict:
+    """The recorded no-learning verdict of ``claim`` (:data:`SUPERSEDED`): ``verdict``,
+    ``numbers``, ``note`` and ``stored``."""
+    import json
+
+    record = json.loads(SUPERSEDED.read_text())
+    if claim not in record:
+        raise KeyError(f"no superseded verdict recorded for {claim!r}; recorded: "
+                       f"{', '.join(sorted(record))}")
+    return record[claim]
 
 
 @dataclass(frozen=True)

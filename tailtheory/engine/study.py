@@ -5,10 +5,11 @@ that compares arms with one rule.
   (``{"method": "ar"}``, ``{"path": "fp8", "pi_old": "bypass"}``): code selects arms by tag,
   never by parsing labels.
 - A :class:`Study` names its arms per preset, the per-step series it keeps of each run, optional
-  numbers computed from token dumps, the stored measurement it writes (``results/<name>.json``)
-  and the command that regenerates it. :meth:`Study.measure` trains what the run cache lacks
-  (:mod:`tailtheory.engine.runs`) and reads every run into plain numbers;
-  :meth:`Study.data` reads the stored measurement (``quick``) or measures afresh (``thorough``).
+  numbers computed from token dumps, and the stored measurement it writes run by run
+  (``results/<name>.json``, :mod:`tailtheory.engine.incremental`; ``tailtheory study NAME``
+  trains what is missing). :meth:`Study.measure` trains what the run cache lacks
+  (:mod:`tailtheory.engine.runs`) and reads every run into plain numbers; :meth:`Study.data`
+  reads the stored runs (``quick``) or trains and stores what is missing first (``thorough``).
 - A :class:`Measurement` holds those numbers (label -> one row per seed) with the arms' tags;
   :meth:`Measurement.compare` is the one verdict rule of every training claim:
 
@@ -32,7 +33,7 @@ Example (a complete study: two arms, a measurement, a verdict)::
         return [Arm(name, tuple(replace(base, method=m, seed=s) for s in SEEDS[preset]),
                     {"method": m}) for name, m in (("GRPO", "grpo"), ("AR", "ar"))]
 
-    study = Study("ar_vs_grpo", arms, notebook="my_notebook.py")
+    study = Study("ar_vs_grpo", arms, measure_preset="quick")
     m = study.measure("quick")                 # trains (or finds) 2 arms x seeds
     m.compare("AR", "GRPO", "final_reward")    # Comparison(delta, se, verdict)
 """
@@ -88,18 +89,13 @@ class Study:
     """The stored measurement ``results/<name>.json`` (letters, digits, ``_``, ``-``)."""
     arms: Callable[[str], list]
     """Preset -> the study's :class:`Arm` s (labels unique)."""
-    notebook: str = ""
-    """The notebook whose full preset regenerates the stored measurement."""
     series: Mapping = field(default_factory=dict)
     """Per-step series kept beside the summary and the reward / held-out curves (:data:`Series`)."""
     tokens: Mapping = field(default_factory=dict)
     """Name -> function of a run's token table (:func:`read_tokens`) to a dict of numbers, for
     the runs that dump their tokens."""
-    measure_preset: str = "full"
-    """The preset whose runs the stored measurement holds."""
-    incremental: bool = False
-    """Store every finished run as it completes (:mod:`tailtheory.engine.incremental`): for
-    sweeps too long to wait for their last run; the measurement says which seeds are missing."""
+    measure_preset: str = "learn"
+    """The preset whose runs the stored measurement holds (the learning testbed's)."""
 
     def plan(self, preset: str) -> list[Arm]:
         """The arms of ``preset``, checked (unique labels, every config a ``TrainConfig``)."""
@@ -169,21 +165,12 @@ class Study:
         return out
 
     def stored_seeds(self, preset: str) -> dict[str, set]:
-        """Label -> the seeds whose rows ``results/<name>.json`` holds under today's configs: every
-        seed of a study stored whole when its stored measurement is current, the matching rows of
-        an incremental one; none on another preset than :attr:`measure_preset`."""
-        from tailtheory.core.measurements import StaleMeasurement, load_measurement
+        """Label -> the seeds whose rows ``results/<name>.json`` holds under today's configs;
+        none on another preset than :attr:`measure_preset`."""
+        from tailtheory.engine.incremental import _identities, _stored
 
         if preset != self.measure_preset:
             return {}
-        if not self.incremental:
-            try:
-                load_measurement(self.name, self.identity(preset))
-            except StaleMeasurement:
-                return {}
-            return {a.label: {c.seed for c in a.configs} for a in self.plan(preset)}
-        from tailtheory.engine.incremental import _identities, _stored
-
         record, want = _stored(self.name), _identities(self, preset)
         return {label: {r["seed"] for r, i in zip(rows, record["config"].get(label, []))
                         if want.get(label, {}).get(r["seed"]) == i}
@@ -225,42 +212,28 @@ class Study:
 
     @property
     def command(self) -> str:
-        """The command that regenerates the stored measurement."""
-        return (f"TAILTHEORY_PRESET={self.measure_preset} python notebooks/{self.notebook}"
-                if self.notebook else f"tailtheory study {self.name}")
+        """The command that trains what the stored measurement lacks and stores it."""
+        return f"tailtheory study {self.name}"
 
     def data(self, profile: str, workers: int = 2) -> Measurement:
-        """``quick``: the stored measurement of :attr:`measure_preset`'s runs (refused when stale);
-        ``thorough``: measured afresh (``workers`` runs at a time) and stored. An incremental
-        study trains arm by arm under ``thorough``, storing after each arm."""
-        from tailtheory.core.measurements import PROFILES, measured
+        """``quick``: the stored runs of :attr:`measure_preset` (``results/<name>.json``, every
+        row checked against today's config); ``thorough``: first trains what the run cache lacks,
+        arm by arm (``workers`` runs at a time), storing after each arm. A seed not stored is an
+        error naming it and :attr:`command` (a verdict never rests on part of its seeds)."""
+        from tailtheory.core.measurements import PROFILES, StaleMeasurement, measurement_path
+        from tailtheory.engine.incremental import load_done, store_done
 
-        if self.incremental:
-            from tailtheory.engine.incremental import load_done, store_done
-
-            if profile not in PROFILES:
-                raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-            if profile == "thorough":
-                for arm in self.plan(self.measure_preset):
-                    self.run(self.measure_preset, workers, labels=[arm.label])
-                    store_done(self)
-            return load_done(self)
-
-        data = measured(self.name, self.identity(self.measure_preset),
-                        lambda: self.measure(self.measure_preset, workers=workers).data, profile,
-                        self.command)
-        return self.measurement(data)
-
-    def complete_data(self, profile: str, workers: int = 2) -> Measurement | None:
-        """:meth:`data` when every arm has all its seeds stored; ``None`` when nothing is stored
-        yet or seeds are missing (a claim then keeps its earlier evidence)."""
-        from tailtheory.core.measurements import StaleMeasurement
-
-        try:
-            data = self.data(profile, workers=workers)
-        except StaleMeasurement:
-            return None
-        return None if getattr(data, "missing", None) else data
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+        if profile == "thorough":
+            for arm in self.plan(self.measure_preset):
+                self.run(self.measure_preset, workers, labels=[arm.label])
+                store_done(self)
+        m = load_done(self)
+        if m.missing:
+            raise StaleMeasurement(f"{measurement_path(self.name)} lacks runs (arm: seeds) "
+                                   f"{m.missing}; train and store them with: {self.command}")
+        return m
 
 
 # ---- the studies of every section, by name ----------------------------------------------------

@@ -15,19 +15,19 @@ from tailtheory.lopti import training
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
           "GRPO", expected=Verdict.NOT_REPRODUCED)
 def _l2(profile: str) -> Evidence:
-    return _learn(training.l2_evidence, profile)
+    return training.l2_evidence(training.STUDY.data(profile)).superseding("L2")
 
 
 @register("L3", paper="LOPTI", statement="Lopti (low-probability tokens first, eta 0.5) trains "
           "better than GRPO and than its reversed order", expected=Verdict.NOT_REPRODUCED)
 def _l3(profile: str) -> Evidence:
-    return _learn(training.l3_evidence, profile)
+    return training.l3_evidence(training.STUDY.data(profile)).superseding("L3")
 
 
 @register("L6", paper="LOPTI", statement="GRPO -> +AR+Lopti raises held-out K&K accuracy "
           "(0.39 -> 0.57 at 3B)", expected=Verdict.NOT_REPRODUCED)
 def _l6(profile: str) -> Evidence:
-    return _learn(training.l6_evidence, profile)
+    return training.l6_evidence(training.STUDY.data(profile)).superseding("L6")
 
 
 # L1, L4, L5: one SGD step on GRPO batches of the kk_trace warm start (tailtheory.lopti.onestep,
@@ -48,24 +48,17 @@ def _l1(profile: str) -> Evidence:
           "updating only the lowest bin moves every bin like updating all, the highest alone "
           "moves little", expected=Verdict.NOT_REPRODUCED)
 def _l4(profile: str) -> Evidence:
-    from tailtheory.lopti import learn_probes, measurement
+    from tailtheory.lopti import learn_probes
 
-    return learn_probes.l4_learn_evidence(learn_probes.learn_probe_data(profile)).superseding(
-        measurement.l4_evidence(measurement.probe_data(profile)))
+    return learn_probes.l4_learn_evidence(learn_probes.learn_probe_data(profile)).superseding("L4")
 
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
           expected=Verdict.REFUTED)
 def _l5(profile: str) -> Evidence:
-    from tailtheory.lopti import learn_probes, measurement
+    from tailtheory.lopti import learn_probes
 
-    return learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)).superseding(
-        measurement.l5_evidence(measurement.probe_data(profile)))
+    return learn_probes.l5_learn_evidence(learn_probes.learn_probe_data(profile)).superseding("L5")
 
 
-def _learn(evidence, profile: str) -> Evidence:
-    """``evidence`` on the learning testbed's runs, the no-learning regime's verdict (the
-    ``full`` preset's runs, ``results/lopti_training.json``) beside it as superseded."""
-    return evidence(training.learn_data(profile)).superseding(
-        evidence(training.STUDY.data(profile)))

@@ -15,7 +15,7 @@ from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.otb.baselines import self_inclusion_residual, token_energy
 from tailtheory.core.tabular import TabularPolicy
-from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.core.registry import Evidence, Verdict, pick, register, superseded
 
 FD_H = 1e-5
 """Central finite-difference step for dJ/dB: exact on a quadratic up to rounding."""
@@ -259,16 +259,11 @@ def check_o6(profile: str) -> Evidence:
     # can turn N = 4 into N = 32 when V(mean) / V(opt) < 32 / 4 on every policy
     best_gain = max(r["ratio_mean"] / r["ratio_opt"] for r in variance_table(profile))
     trained = training.o6_training_evidence(training.STUDY.data(profile))
-    learn = _o6_learn(profile)
-    superseded = {}
-    if learn is not None:            # (b) on the learning testbed, the old regime's beside it
-        superseded = {"b (no-learning regime, superseded): verdict": trained.verdict.value}
-        trained = learn
     verdict = (Verdict.REFUTED if Verdict.REFUTED in (one_step, trained.verdict) else
                Verdict.TOY_SCALE if one_step == trained.verdict == Verdict.TOY_SCALE else
                Verdict.NOT_REPRODUCED)
     return Evidence(verdict,
-                    {**({"b:measured on": "learn recipe"} if learn is not None else {}),
+                    {"b:measured on": "learn recipe",
                      "a:verdict": one_step.value, "a:cos_otb_N4": cell[("otb", 4)]["cosine"],
                      "a:cos_grpo_N32": cell[("grpo", 32)]["cosine"],
                      "a:N_match_cos_otb": str(n_otb), "a:N_match_mse_otb": str(by_mse["otb"]),
@@ -277,21 +272,12 @@ def check_o6(profile: str) -> Evidence:
                      "a:relmse_rloo_N32": cell[("rloo", 32)]["rel_mse"],
                      "a:max_V_mean_over_V_opt": best_gain,
                      "b:verdict": trained.verdict.value,
-                     **{f"b:{k}": v for k, v in trained.numbers.items()}, **superseded},
+                     **{f"b:{k}": v for k, v in trained.numbers.items()},
+                     "b (no-learning regime, superseded): verdict": superseded("O6")["verdict"]},
                     "(a) tabular policies (V 3-4, T 4-5, with and without EOS), binary rewards, "
                     "Monte Carlo over groups; cosine is scale-free (GRPO, Dr. GRPO and RLOO share "
                     "one direction per group); a zero update counts as cosine 0; the variance-optimal "
                     f"baseline cuts V(mean) by at most {best_gain:.3g}x < 32/4 on the O3/O4 sweep, "
                     "so no position-dependent baseline reaches it. (b) kk_trace GRPO runs, "
-                    + ("the learn recipe (32 prompts x N per step, 120 steps, 5 seeds); "
-                       if learn is not None else "2 prompts x N per step, 20 steps, 3 seeds; ")
+                    "the learn recipe (32 prompts x N per step, 120 steps, 5 seeds); "
                     + trained.note)
-
-
-def _o6_learn(profile: str) -> Evidence | None:
-    """O6 (b) on the learning testbed (study ``otb_learn``) once every arm has its seeds stored;
-    ``None`` before (nothing stored, or seeds missing)."""
-    from tailtheory.otb import training
-
-    data = training.LEARN_STUDY.complete_data(profile)
-    return None if data is None else training.o6_training_evidence(data)

@@ -2,12 +2,11 @@
 
 Source: OTB (Li et al., arXiv 2602.07078), abstract: "N = 4 with OTB matches N = 32 without;
 over 65% fewer tokens". The claim is about training: the score reached for the tokens spent.
-Here: task ``kk_trace`` (responses of ~100 tokens) from the full preset's warm start, bf16
-rollouts, recompute ``pi_old``, lr 2e-4, :data:`O6_PROMPTS` prompts per step for
-:data:`O6_STEPS` steps, 3 seeds; OTB at N = 4, GRPO at N = 4 and at N = :data:`LARGE_N` (the
-largest group that fits this CPU: 32 responses a step, the main runs' batch; N = 32 would double
-it). At equal steps OTB N = 4 spends ``4 / LARGE_N`` of GRPO N = 16's tokens; reward and
-held-out accuracy are also drawn against the tokens consumed (``rollout/tokens`` summed).
+Here: task ``kk_trace`` on the ``learn`` recipe (``exact`` rollouts, 32 prompts a step, 120
+steps, seeds 1-5); OTB at N = 4, GRPO at N = 4 and at N = :data:`LARGE_N` (N = 32 would double
+the largest batch this CPU trains). At equal steps OTB N = 4 spends ``4 / LARGE_N`` of GRPO
+N = 16's tokens; reward and held-out accuracy are also drawn against the tokens consumed
+(``rollout/tokens`` summed).
 
 Verdict (fixed before measuring), with ``compare`` the 2-standard-error rule of
 :mod:`tailtheory.engine.study` on final reward (mean of the last 10 steps):
@@ -23,7 +22,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.comparison import Measurement
 from tailtheory.engine.study import Arm, Study, register_study
 
 OTB_N = 4
@@ -31,12 +29,6 @@ OTB_N = 4
 
 LARGE_N = 16
 """The large GRPO group (the claim's is 32; 16 keeps a step at the main runs' 32 responses)."""
-
-O6_PROMPTS = 2
-"""Prompts per step of every O6 run (half the main runs' 4, so that N = 16 fits)."""
-
-O6_STEPS = 20
-"""Steps of every O6 run (half the full preset's 40: the CPU budget)."""
 
 O6_CONFIGS = {f"OTB N={OTB_N}": ("otb", OTB_N), f"GRPO N={OTB_N}": ("grpo", OTB_N),
               f"GRPO N={LARGE_N}": ("grpo", LARGE_N)}
@@ -49,13 +41,11 @@ RECIPE_N = 8
 
 
 def o6_arms(preset: str) -> list[Arm]:
-    """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (full: 2 prompts, 20 steps;
-    learn: the recipe's 32 prompts, 120 steps, zero-mismatch rollouts, plus ``GRPO N=8``)."""
+    """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (learn: the recipe's 32 prompts,
+    120 steps, zero-mismatch rollouts, plus ``GRPO N=8``)."""
     from tailtheory.engine.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
-    if preset == "full":
-        base = replace(base, prompts_per_step=O6_PROMPTS, steps=O6_STEPS)
     configs = dict(O6_CONFIGS)
     if preset == "learn":
         configs[f"GRPO N={RECIPE_N}"] = ("grpo", RECIPE_N)
@@ -65,21 +55,18 @@ def o6_arms(preset: str) -> list[Arm]:
             for label, (m, n) in configs.items()]
 
 
-STUDY = register_study(Study("otb_training", o6_arms, notebook="06_mismatch_in_training.py",
-                             series={"tokens": "rollout/tokens"}))
-"""O6 (b): per run its summary, reward and held-out curves and response tokens per step."""
-
-LEARN_STUDY = register_study(Study(
-    "otb_learn", o6_arms, series=STUDY.series, measure_preset="learn", incremental=True))
+STUDY = register_study(Study("otb_learn", o6_arms, series={"tokens": "rollout/tokens"}))
 """O6 (b) on the learning testbed (preset ``learn``: the recipe, ``exact`` rollouts, 32 prompts
-a step, 120 steps, seeds 1-5), stored run by run in ``results/otb_learn.json``
-(``tailtheory study otb_learn``); same rule, ``GRPO N=8`` (the recipe's own) beside it."""
+a step, 120 steps, seeds 1-5), stored run by run in ``results/otb_learn.json`` (``tailtheory
+study otb_learn``): per run its summary, reward and held-out curves and response tokens per
+step; ``GRPO N=8`` (the recipe's own) beside the verdict."""
 
 
 def o6_training_evidence(data) -> Evidence:
     """O6 (b) from the study's numbers (rule in the module docstring)."""
-    m = Measurement(data)
-    otb, small, large = O6_CONFIGS
+    m = STUDY.measurement(data)
+    otb, small, large = (m.label(method=k, group_size=n, role="main")
+                         for k, n in (("otb", OTB_N), ("grpo", OTB_N), ("grpo", LARGE_N)))
     size = m.compare(large, small, "final_reward")
     match = m.compare(otb, large, "final_reward")
     gain = m.compare(otb, small, "final_reward")

@@ -225,16 +225,9 @@ def _p4_trained_numbers(name: str, knee: dict, setting: dict) -> dict:
 @register("P5", paper="DVP", statement="in GRPO with bf16 rollouts, pruning at rho <= 1e-4 keeps "
           "the P2 bias bound small and trains as well as no pruning", expected=Verdict.NOT_REPRODUCED)
 def _p5(profile: str) -> Evidence:
-    """P5 on the learning testbed (study ``dvp_learn``) once every arm has its seeds stored,
-    with DVP where a controlled mismatch hurts (V6's study) beside it and the no-learning
-    regime's verdict as superseded; until then the no-learning regime's."""
-    from tailtheory.engine.study import get_study
+    """P5 on the learning testbed (study ``dvp_learn``), with DVP where a controlled mismatch
+    hurts (V6's study) beside it and the no-learning regime's recorded verdict."""
     from tailtheory.pruning import training
 
-    old = training.p5_evidence(training.STUDY.data(profile))
-    learn = training.LEARN_STUDY.complete_data(profile)
-    if learn is None:
-        return old
-    dose = get_study(training.DOSE_STUDY).data(profile)
-    return (training.p5_evidence(learn).with_numbers(training.restore_numbers(dose))
-            .superseding(old))
+    return (training.p5_evidence(training.STUDY.data(profile))
+            .with_numbers(training.restore_numbers(profile)).superseding("P5"))

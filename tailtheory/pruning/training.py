@@ -23,8 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.comparison import Measurement
-from tailtheory.engine.study import Arm, Study, get_study, register_study
+from tailtheory.engine.study import Arm, Study, register_study
 
 P5_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """min-p thresholds of the sweep (THEORY: 1e-8 ... 1e-2)."""
@@ -60,27 +59,24 @@ def bias_bound(line: dict) -> float:
 
 
 STUDY = register_study(Study(
-    "dvp_training", p5_arms, notebook="05_pruning_in_training.py",
-    series={"pruned_mass": "dvp/pruned_mass", "bias_bound": bias_bound,
-            "mismatch_abs_mean": "mismatch/abs_mean"}))
-"""P5: per run its summary, reward curve, per-step pruned mass, P2 bound and mismatch."""
-
-LEARN_STUDY = register_study(Study(
-    "dvp_learn", p5_arms, series=STUDY.series, measure_preset="learn", incremental=True))
+    "dvp_learn", p5_arms, series={"pruned_mass": "dvp/pruned_mass", "bias_bound": bias_bound,
+                                  "mismatch_abs_mean": "mismatch/abs_mean"}))
 """P5 on the learning testbed (preset ``learn``: the recipe on bf16 rollouts, seeds 1-5), stored
-run by run in ``results/dvp_learn.json`` (``tailtheory study dvp_learn``); same rule."""
+run by run in ``results/dvp_learn.json`` (``tailtheory study dvp_learn``): per run its summary,
+reward curve, per-step pruned mass, P2 bound and mismatch."""
 
 
 def p5_evidence(data) -> Evidence:
     """P5's verdict from the study's numbers (rule in the module docstring)."""
-    m = Measurement(data)
+    m = STUDY.measurement(data)
     mism = lambda label: sum(sum(r["mismatch_abs_mean"]) / len(r["mismatch_abs_mean"])  # noqa
-                             for r in data[label]) / len(data[label])
-    nums, small, worse = {"GRPO:mismatch_abs_mean": mism("GRPO")}, True, False
+                             for r in m[label]) / len(m[label])
+    grpo = m.label(method="grpo")
+    nums, small, worse = {f"{grpo}:mismatch_abs_mean": mism(grpo)}, True, False
     for rho in P5_RHOS:
-        label = f"DVP rho={rho:g}"
-        bound = max(max(r["bias_bound"]) for r in data[label])
-        c = m.compare(label, "GRPO", "final_reward")
+        label = m.label(method="dvp", rho=rho)
+        bound = max(max(r["bias_bound"]) for r in m[label])
+        c = m.compare(label, grpo, "final_reward")
         nums[f"rho={rho:g}:max_bias_bound"] = bound
         nums[f"rho={rho:g}:delta_final_reward"] = c.delta
         nums[f"rho={rho:g}:se"] = c.se
@@ -95,15 +91,14 @@ def p5_evidence(data) -> Evidence:
 
 
 
-DOSE_STUDY = "mismatch_dose"
-"""V6's study: its DVP arm runs where a controlled mismatch harms GRPO (``tim.dose``)."""
+def restore_numbers(profile: str) -> dict:
+    """Does pruning restore training where mismatch hurts? DVP's arm of V6's dose study
+    (:data:`tailtheory.tim.dose.STUDY`, where a controlled mismatch harms GRPO) against GRPO at
+    the same dose and against ``exact``, on final held-out accuracy and final reward (delta and
+    se of each difference). Reported beside P5's verdict, not in it."""
+    from tailtheory.tim.dose import STUDY as DOSE
 
-
-def restore_numbers(dose_data) -> dict:
-    """Does pruning restore training where mismatch hurts? DVP's arm of :data:`DOSE_STUDY`
-    against GRPO at the same dose and against ``exact``, on final held-out accuracy and final
-    reward (delta and se of each difference). Reported beside P5's verdict, not in it."""
-    m = get_study(DOSE_STUDY).measurement(dose_data)
+    m = DOSE.data(profile)
     dvp = m.label(role="remedy", method="dvp")
     base = m.label(role="dose", kind=m.tags[dvp]["kind"], sigma=m.tags[dvp]["sigma"])
     exact = m.label(role="baseline")

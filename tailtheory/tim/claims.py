@@ -129,53 +129,39 @@ def _corpus_batches(cfg):
     return batches
 
 
-# V3-V5: GRPO runs that differ only in the rollout path (tailtheory.tim.training); the quick
-# profile reads the measurement notebook 06's full preset stored in results/, thorough re-runs
-# (or finds in the run cache) every run and stores the numbers again.
+# V3-V5: GRPO runs on the learning testbed that differ only in the rollout path (V3:
+# tailtheory.tim.training; V4, V5: the real-path arms of tailtheory.tim.dose); the quick profile
+# reads the runs stored in results/, thorough trains what the run cache lacks and stores it.
 
 @register("V3", paper="TIM", statement="recompute vs bypass pi_old: C = -(r - 1) A split by the "
           "sign of A coincides at zero mismatch and skews by sign under mismatch",
           expected=Verdict.REFUTED)
 def _v3(profile: str) -> Evidence:
     from tailtheory.tim import training
-
-    old = training.v3_evidence(training.STUDY.data(profile))
-    learn = training.LEARN_STUDY.complete_data(profile)
-    if learn is None:                 # judged on the learning testbed once every arm is complete
-        return old
     from tailtheory.tim.rho_sign import rho_sign_table
 
-    ev = training.v3_evidence(learn)
+    data = training.STUDY.data(profile)
     signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
-                for lb, t in rho_sign_table(learn, ["bf16 bypass", "fp8 bypass"]).items()
+                for lb, t in rho_sign_table(data, ["bf16 bypass", "fp8 bypass"]).items()
                 for k, v in t.items()}
-    return ev.with_numbers(signfree).superseding(old)
+    return training.v3_evidence(data).with_numbers(signfree).superseding("V3")
 
 
 @register("V4", paper="TIM", statement="mismatch alone (bf16 / fp8 rollouts, recompute or bypass) "
           "destabilises GRPO training; remedies from the same start",
           expected=Verdict.NOT_REPRODUCED)
 def _v4(profile: str) -> Evidence:
-    return _learn_or_old(profile, 0)
+    from tailtheory.tim import dose
+
+    return dose.real_path_evidence(dose.STUDY.data(profile))[0].superseding("V4")
 
 
 @register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
           "degrades", expected=Verdict.NOT_REPRODUCED)
 def _v5(profile: str) -> Evidence:
-    return _learn_or_old(profile, 1)
+    from tailtheory.tim import dose
 
-
-def _learn_or_old(profile: str, which: int) -> Evidence:
-    """V4 (``which`` 0) or V5 (1): from the learning testbed's real-path runs (``tim.dose``) once
-    one has 3 seeds stored, the no-learning regime's numbers beside it as superseded; until then
-    from the no-learning regime (``tim.training``)."""
-    from tailtheory.tim import dose, training
-
-    old = (training.v4_evidence, training.v5_evidence)[which](training.STUDY.data(profile))
-    learn = dose.real_path_evidence(dose.STUDY.data(profile))
-    if learn is None:
-        return old
-    return learn[which].superseding(old)
+    return dose.real_path_evidence(dose.STUDY.data(profile))[1].superseding("V5")
 
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed

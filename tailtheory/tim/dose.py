@@ -57,6 +57,15 @@ WEIGHT_SIGMAS = (0.1, 0.3, 1.0)
 DOSE_SEEDS = (1, 2, 3)
 """Seeds of every swept point, real path and remedy (the ``exact`` arm has the recipe's five)."""
 
+SCREEN_SEEDS = (1,)
+"""Seeds of the screened points: run at seed 1 only, so pending in every rule (fewer than
+:data:`MIN_SEEDS`); drawn, never compared."""
+
+SCREENED = (("logit", 4.0), ("kv", "recompute"), ("fp16", "recompute"))
+"""The screened points: logit noise at sigma 4 (its seed-1 rollouts were ill-formed, mean
+``reward/format`` 0) and the ``kv`` and ``fp16`` real paths (their seed-1 runs placed them on the
+axis; their other seeds were not run)."""
+
 PATH_SEEDS = (1, 2, 3, 4, 5)
 """Seeds of the bf16 and fp8 paths (the recipe's five, as V3-V5 ask; their first three runs are
 the ones first stored with :data:`DOSE_SEEDS`, the same configs)."""
@@ -119,11 +128,13 @@ def dose_arms(preset: str) -> list[Arm]:
     for kind, path, sigmas in (("logit", "logit_noise", LOGIT_SIGMAS),
                                ("weight", "weight_noise", WEIGHT_SIGMAS)):
         arms += [arm(_label("GRPO", kind, s), {"kind": kind, "sigma": s, "path": path,
-                                               "role": "dose"}, rollout=path, rollout_noise=s)
+                                               "role": "dose"}, rollout=path, rollout_noise=s,
+                     seeds=SCREEN_SEEDS if (kind, s) in SCREENED else DOSE_SEEDS)
                  for s in sigmas]
     arms += [arm(_label("GRPO", f"{p} {m}"), {"kind": "real", "path": p, "pi_old": m,
                                               "role": "real"}, rollout=p, pi_old=m,
-                 dump_tokens=True, seeds=PATH_SEEDS if p in FIVE_SEED_PATHS else DOSE_SEEDS)
+                 dump_tokens=True, seeds=PATH_SEEDS if p in FIVE_SEED_PATHS else
+                 SCREEN_SEEDS if (p, m) in SCREENED else DOSE_SEEDS)
              for p, m in REAL_PATHS]
     arms += [arm(_label(name, "logit", REMEDY_SIGMA),
                  {"method": method, "kind": "logit", "sigma": REMEDY_SIGMA, "path": "logit_noise",
@@ -132,8 +143,7 @@ def dose_arms(preset: str) -> list[Arm]:
     return arms
 
 
-STUDY = register_study(Study("mismatch_dose", dose_arms, series=SERIES, measure_preset="learn",
-                             incremental=True))
+STUDY = register_study(Study("mismatch_dose", dose_arms, series=SERIES))
 """V6: stored run by run in ``results/mismatch_dose.json`` (``tailtheory study mismatch_dose``)."""
 
 
@@ -224,8 +234,6 @@ def v6_evidence(data) -> Evidence:
     t = threshold(grpo)
     nums.update({f"logit:{k}": v for k, v in t.items() if k != "pending"})
     nums["logit:pending_sigmas"] = ", ".join(f"{s:g}" for s in t["pending"]) or "none"
-    if m.missing:
-        nums["missing"] = "; ".join(f"{lb}: {s}" for lb, s in m.missing.items())
     found = not math.isnan(t["k3_harm"]) and t["monotone"] and t["well_formed"]
     if t["pending"] and not found:
         note = "pending: GRPO's logit-noise sweep lacks seeds at sigma " + nums[
@@ -286,22 +294,21 @@ def harmed_below_threshold(data) -> list[str]:
             and r["k3"] < logit["k3_safe"]]
 
 
-def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
+def real_path_evidence(data) -> tuple[Evidence, Evidence]:
     """V4 and V5 on the learning testbed, from this study's real-path arms against ``exact``
     (rules in the ledger: V4 harmed = final reward below exact's by > 2 se; V5 flat = mean k3 of
-    the last 10 steps within x2 of the first 10, over V4's harmed paths). ``None`` while no real
-    path has :data:`MIN_SEEDS` seeds stored. The harmed logit-noise points' k3 ratios are reported
+    the last 10 steps within x2 of the first 10, over V4's harmed paths); a path with fewer than
+    :data:`MIN_SEEDS` seeds is pending. The harmed logit-noise points' k3 ratios are reported
     beside V5, not counted."""
     from tailtheory.engine.run_numbers import FINAL_WINDOW, window_means
 
     m = STUDY.measurement(data)
     ref = m.label(role="baseline")
-    real = [lb for lb in m.labels(role="real") if len(m[lb]) >= MIN_SEEDS]
-    if not real:
-        return None
+    names = {lb: f"{m.tags[lb]['path']} {m.tags[lb]['pi_old']}" for lb in m.labels(role="real")}
+    real = [lb for lb in names if len(m[lb]) >= MIN_SEEDS]
     v4, v5, harmed, flat = {}, {}, [], []
     for lb in real:
-        name = lb.split(" | ")[1]
+        name = names[lb]
         r, e = m.compare(ref, lb, "final_reward"), m.compare(ref, lb, "final_eval")
         v4.update({f"{name}:gap_reward": r.delta, f"{name}:se": r.se,
                    f"{name}:gap_heldout": e.delta, f"{name}:se_heldout": e.se,
@@ -313,9 +320,7 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence] | None:
             flat.append(1 / 2 <= (last / first if first > 0 else math.inf) <= 2)
     v4["harmed"] = v5["harmed"] = ", ".join(harmed) or "none"
     v4["exact:final_reward"] = m.mean(ref, "final_reward")
-    pending = [lb.split(" | ")[1] for lb in m.labels(role="real") if lb not in real]
-    pending += [f"{p} {mode}" for p, mode in REAL_PATHS
-                if _label("GRPO", f"{p} {mode}") not in m]
+    pending = [names[lb] for lb in names if lb not in real]
     v4["pending"] = ", ".join(pending) or "none"
     for r in dose_table(m):
         if r["role"] == "dose" and r["harmed"]:

@@ -200,12 +200,10 @@ def _t13(profile: str) -> Evidence:
           "follows (1-q)^T in response length, and sequence masking keeps training stable where "
           "PPO clipping alone does not", expected=Verdict.REFUTED)
 def _t14(profile: str) -> Evidence:
-    """T14 on the learning testbed (``tailtheory.trm.training.t14_learn_evidence``: V3's and
-    V6's stored runs), the no-learning regime's verdict (notebook 06's runs) beside it."""
-    from tailtheory.engine.study import get_study
+    """T14 on the learning testbed (:func:`tailtheory.trm.training.t14_evidence`: V3's and
+    V6's stored runs), the no-learning regime's recorded verdict beside it."""
+    from tailtheory.tim import dose, training as paths
     from tailtheory.trm import training
 
-    old = training.t14_evidence(get_study(training.MISMATCH_STUDY).data(profile))
-    learn = training.t14_learn_evidence(get_study(training.LEARN_LAW_STUDY).data(profile),
-                                        get_study(training.LEARN_BASE_STUDY).data(profile))
-    return learn.superseding(old)
+    return training.t14_evidence(paths.STUDY.data(profile),
+                                 dose.STUDY.data(profile)).superseding("T14")

@@ -6,20 +6,20 @@ divergence stays under ``delta_max``; with sampled-token log-ratios the max filt
 ``k2 = (log rho)^2 / 2`` (T12). With an i.i.d. per-token violation rate ``q`` a sequence of
 ``T`` tokens is kept with probability ``(1 - q)^T``: long responses are masked more.
 
-Data: the token dumps of the GRPO runs of TIM's study ``mismatch_training`` (``tailtheory.tim``;
-``bf16`` and ``fp8`` rollouts, both ``pi_old`` modes; ``log_rho = log pi_train - log pi_roll``),
-read through the study registry (:func:`tailtheory.engine.study.get_study`) and the run cache,
-without importing TIM's module; :func:`t14_token_numbers` is what that study keeps of each
-dump for T14. Per run and
-threshold ``delta`` of :data:`T14_DELTAS`: ``q`` = fraction of response tokens with
-``k2 > delta``; per length bin (:data:`LEN_EDGES`) the fraction of sequences kept against the
-mean over the bin's sequences of ``(1 - q)^T``.
+Data: the token dumps of TIM's study ``mismatch_learn`` (:data:`tailtheory.tim.training.STUDY`:
+``bf16`` and ``fp8`` rollouts on the learning testbed, both ``pi_old`` modes; ``log_rho =
+log pi_train - log pi_roll``), whose rows keep
+:func:`tailtheory.tim.length_acceptance.t14_token_numbers` of each dump. Per run and threshold
+``delta`` of ``T14_DELTAS``: ``q`` = fraction of response tokens with ``k2 > delta``; per length
+bin (``LEN_EDGES``) the fraction of sequences kept against the mean over the bin's sequences of
+``(1 - q)^T``. Stability (b) is read on V6's dose study (:data:`tailtheory.tim.dose.STUDY`),
+whose remedies (TRM among them) run with GRPO at the logit-noise dose where GRPO is first harmed.
 
 Verdict (fixed before measuring): (a) *length law*: over the mismatch runs, every length bin
 with at least :data:`MIN_SEQS` sequences and every ``delta`` with ``q > 0`` has
 ``|kept - predicted| <= ACCEPT_TOL``; (b) *stability*: on the base the remedies run on (the arm of
-the TRM remedy), when that configuration is harmed (GRPO's final reward below exact
-recompute's by > 2 se, as V4 judges it), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
+the TRM remedy), when that configuration is harmed (GRPO's final reward below ``exact``'s by
+> 2 se), TRM's final reward above GRPO's by > 2 se (``TOY-SCALE``) or
 below it by > 2 se (``REFUTED``). T14 is ``TOY-SCALE`` when (a) holds and (b) is TOY-SCALE,
 ``REFUTED`` when (a) fails or (b) is REFUTED, else ``NOT-REPRODUCED`` (in particular when the
 base is not harmed: there is no instability for masking to remove).
@@ -29,17 +29,7 @@ from __future__ import annotations
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.engine.comparison import Measurement
-from tailtheory.engine.study import get_study
-
-MISMATCH_STUDY = "mismatch_training"
-"""The study whose runs T14 reads (TIM's rollout paths and remedies)."""
-
-T14_DELTAS = (5e-2, 5e-3, 5e-4)
-"""Thresholds on ``k2``: the engine's ``trm_delta_max`` (0.05) and two lower ones, so that the
-length law is seen where violations are not rare."""
-
-LEN_EDGES = (0, 50, 100, 150, 200, 100_000)
-"""Response-length bins ``[lo, hi)`` in tokens."""
+from tailtheory.tim.length_acceptance import LEN_EDGES, T14_DELTAS
 
 MIN_SEQS = 30
 """A length bin enters the verdict with at least this many sequences (pooled over seeds)."""
@@ -48,49 +38,9 @@ ACCEPT_TOL = 0.1
 """(a): measured and predicted acceptance agree within 0.1 (absolute)."""
 
 
-def t14_token_numbers(df) -> dict:
-    """Per ``delta``: tokens, violating tokens, and per length bin the sequences, kept sequences,
-    the sum over them of ``(1 - q)^T`` (``q`` of this run), the bin's tokens and violations, and
-    the sum of ``(1 - q_bin)^T`` with the bin's own rate (a diagnostic beside the verdict: it
-    separates "long responses violate more often" from "violations cluster"). ``df``: a token
-    dump."""
-    import numpy as np
-
-    k2 = 0.5 * df["log_rho"].to_numpy() ** 2
-    group = df.groupby(["step", "seq"]).ngroup().to_numpy()            # sequence of each token
-    T = np.bincount(group)
-    kmax = np.full(len(T), -np.inf)
-    np.maximum.at(kmax, group, k2)
-    bins = np.digitize(T, LEN_EDGES[1:-1])                            # bin of each sequence
-    nbins = range(len(LEN_EDGES) - 1)
-    out = {}
-    for delta in T14_DELTAS:
-        q = float((k2 > delta).mean())
-        kept, pred = kmax <= delta, (1 - q) ** T
-        # the bin's own rate: violations over tokens of the bin's sequences
-        v_seq = np.bincount(group, weights=k2 > delta, minlength=len(T))
-        q_bin = [float(v_seq[bins == b].sum() / T[bins == b].sum()) if (bins == b).any() else 0.0
-                 for b in nbins]
-        out[f"{delta:g}"] = {
-            "tokens": int(len(k2)), "violations": int((k2 > delta).sum()),
-            "n": [int((bins == b).sum()) for b in nbins],
-            "kept": [int(kept[bins == b].sum()) for b in nbins],
-            "pred": [float(pred[bins == b].sum()) for b in nbins],
-            "bin_tokens": [int(T[bins == b].sum()) for b in nbins],
-            "bin_violations": [int(v_seq[bins == b].sum()) for b in nbins],
-            "pred_bin_q": [float(((1 - q_bin[b]) ** T[bins == b]).sum()) for b in nbins]}
-    return out
-
-
-def _measurement(data, study: str = MISMATCH_STUDY) -> Measurement:
-    """``data`` (label -> rows) with the arms and tags of ``study`` (a ``Measurement`` as is)."""
-    return get_study(study).measurement(data)
-
-
 def _mismatch_labels(m: Measurement) -> list[str]:
-    """Main and knob arms with a mismatch (not the ``exact`` path)."""
-    return [lb for lb in m.labels(role="main") + m.labels(role="knob")
-            if m.tags[lb]["path"] != "exact"]
+    """The arms with a mismatch (not the ``exact`` path)."""
+    return [lb for lb in m if m.tags[lb]["path"] != "exact"]
 
 
 def length_acceptance_table(data, labels=None):
@@ -99,7 +49,9 @@ def length_acceptance_table(data, labels=None):
     mismatch); ``predicted`` uses the run's rate ``q``, ``predicted_bin_q`` the bin's own."""
     import pandas as pd
 
-    m = _measurement(data)
+    from tailtheory.tim.training import STUDY
+
+    m = STUDY.measurement(data)
     labels = labels or [lb for lb in _mismatch_labels(m) if "t14" in m[lb][0]]
     out = []
     for label in labels:
@@ -156,38 +108,16 @@ def _criterion(base: str) -> str:
             f"reward above GRPO's by > 2 se")
 
 
-def t14_evidence(data) -> Evidence:
-    """T14 from the numbers of :data:`MISMATCH_STUDY` (rule in the module docstring)."""
-    m = _measurement(data)
-    law_ok, nums = _length_law(m)
-    trm = m.label(role="remedy", method="trm")
-    on = {k: m.tags[trm][k] for k in ("path", "pi_old")}
-    base = m.label(role="main", **on)
-    harm = m.compare(m.label(role="main", path="exact", pi_old="recompute"), base,
-                     "final_reward")
-    harmed = harm.verdict == Verdict.TOY_SCALE
-    c = m.compare(trm, m.label(role="remedy", method="grpo", **on), "final_reward")
-    nums.update({"base": base, "base_harmed": "yes" if harmed else "no",
-                 "base_gap_vs_exact": harm.delta, "base_gap_se": harm.se,
-                 "trm_minus_grpo": c.delta, "trm_minus_grpo_se": c.se})
-    return Evidence(_verdict(law_ok, harmed, c), nums, _criterion(base))
+def t14_evidence(law_data, base_data) -> Evidence:
+    """T14 on the learning testbed (rule in the module docstring): (a) over the mismatch runs of
+    V3's study (``law_data``); (b) on the base of the dose study's TRM remedy (``base_data``):
+    its GRPO arm harmed against ``exact`` on final reward, then TRM against GRPO there on final
+    reward (final held-out accuracy beside, not in the verdict)."""
+    from tailtheory.tim.dose import STUDY as DOSE
+    from tailtheory.tim.training import STUDY as PATHS
 
-
-LEARN_LAW_STUDY = "mismatch_learn"
-"""(a) on the learning testbed: the token dumps of TIM's V3 study (bf16 and fp8, both modes)."""
-
-LEARN_BASE_STUDY = "mismatch_dose"
-"""(b) on the learning testbed: V6's study, whose remedies (TRM among them) run with GRPO on
-the logit-noise dose where GRPO is first harmed (``tim.dose.REMEDY_SIGMA``)."""
-
-
-def t14_learn_evidence(law_data, base_data) -> Evidence:
-    """T14 on the learning testbed, the same rule: (a) over the mismatch runs of
-    :data:`LEARN_LAW_STUDY` (``law_data``); (b) on the base of :data:`LEARN_BASE_STUDY`'s TRM
-    remedy (``base_data``): its GRPO arm harmed against ``exact`` on final reward, then TRM
-    against GRPO there on final reward (final held-out accuracy beside, not in the verdict)."""
-    law_ok, nums = _length_law(_measurement(law_data, LEARN_LAW_STUDY))
-    m = get_study(LEARN_BASE_STUDY).measurement(base_data)
+    law_ok, nums = _length_law(PATHS.measurement(law_data))
+    m = DOSE.measurement(base_data)
     trm = m.label(role="remedy", method="trm")
     sigma = m.tags[trm]["sigma"]
     base = m.label(role="dose", kind=m.tags[trm]["kind"], sigma=sigma)
