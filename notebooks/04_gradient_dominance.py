@@ -31,18 +31,14 @@
 # - **L6** GRPO → +AR+Lopti raises held-out accuracy (0.39 → 0.57 at 3B on K&K).
 #
 # Preset `quick` (CPU, minutes) probes and trains a pipeline-check version of every method for a few steps
-# from a 120-step warm start: its curves exercise the code and are not evidence. The curves of
-# section (3) come from the `full` preset's runs (the task's own warm start, 40 steps, 3 seeds
-# each), stored in `results/lopti_training.json`; `TAILTHEORY_PRESET=full` re-runs them (runs
-# are cached by config under `cache/runs/`, so a re-run only trains what is missing) and stores
-# the numbers again. The verdicts of L2, L3 and L6 come from section (4): the `learn` recipe,
-# five seeds per method, stored in `results/lopti_learn.json`.
-
-# %% [markdown]
-# > **Two regimes.** Section (3)'s runs (the `full` preset) are a regime where GRPO itself did
-# > not learn: held-out accuracy drifted down in every arm. They stay as a record, superseded for
-# > L2, L3 and L6 by section (4), where GRPO raises held-out accuracy by more than 0.2 in every
-# > seed (`tailtheory train --recipe learn`; README, "Does RL learn here?").
+# from a 120-step warm start: its curves exercise the code and are not evidence. The verdicts of
+# L2, L3 and L6 come from section (3): the `learn` recipe, where GRPO raises held-out accuracy by
+# more than 0.2 in every seed, five seeds per method, stored in `results/lopti_learn.json`.
+#
+# > **Superseded.** These claims were first measured on runs where GRPO itself did not learn
+# > (held-out accuracy drifted down in every arm). Those verdicts are recorded once, with their
+# > numbers, in `results/superseded/verdicts.json` (figures in `figures/superseded/`); `tailtheory
+# > verify` prints each beside the current one and never recomputes it.
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -51,8 +47,9 @@
 #                  verdicts and evidence figures read the stored full measurement. About 2
 #                  minutes on a 2-core CPU the first time (training the warm start takes 1.5);
 #                  the warm start and the runs are cached, so about 20 s after that.
-#         "full":  the evidence: probes, then 30 runs of 40 steps, stored in results/; about
-#                  40 minutes with 2 workers on a 2-core CPU (README, "Training figures").
+#         "full":  the probes of the full preset's warm start, measured again; the five methods
+#                  for 40 steps at 3 seeds (15 runs, a larger pipeline check); the verdicts
+#                  measured afresh (profile thorough: trains what results/ lacks).
 # MODEL   None: the toolkit's task models. A path: a local Hugging Face checkpoint with its
 #         tokenizer; section (1) then probes it on standard-library text (`tailtheory probe
 #         gradient --model MODEL`; 4 x 128 tokens quick, 8 x 512 full); section (2) trains the
@@ -147,49 +144,45 @@ for policy in learn_probes.POLICIES:
 # Under `quick` the table shows a reward of 0.0 for every method, and that is expected: the quick
 # preset's 120-step warm start is a pipeline check that barely answers at all (its responses run
 # into the 64-token limit before a well-formed answer), so every group's advantages are zero and
-# no method moves the policy. The methods are compared on the `full` preset's runs, section (3).
+# no method moves the policy. The methods are compared on the learning testbed, section (3).
 
 # %%
-if MODEL is None:  # quick: the five methods only; the sweeps' evidence is the full preset's
-    shown = list(training.LOPTI_METHODS) if PRESET == "quick" else None
-    runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
+if MODEL is None:
+    runs = training.STUDY.run(PRESET, workers=WORKERS)
     fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-    show_figure(fig, f"lopti_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
+    show_figure(fig, f"lopti_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 (df_runs[df_runs.metric == "reward/mean"].groupby("label")["mean"].describe()
  [["mean", "min", "max"]] if MODEL is None
  else "skipped: these runs train the toolkit's task models, not MODEL")
 
 # %% [markdown]
-# ## (3) The full preset's evidence: reward and held-out accuracy, α and η sweeps
-#
-# Final reward = mean reward over a run's last 10 steps; final held-out accuracy = mean of its
-# last 2 evaluations (64 held-out problems each). Criterion, fixed before measuring: an ordering
-# counts when the difference of seed means exceeds 2 standard errors (`Measurement.compare` of
-# `tailtheory.engine.comparison`). These runs are the no-learning regime (held-out accuracy drifts
-# down in every arm): superseded for L2, L3 and L6 by section (4).
-
-# %%
-data = training.STUDY.data(PROFILE)
-fig, df_curves = training.plot_curves(data)
-show_figure(fig, "lopti_training_curves", df_curves,
-            provenance("stored", PRESET, "results/lopti_training.json"))
-fig, df_sweeps = training.plot_sweeps(data)
-show_figure(fig, "lopti_alpha_eta_sweeps", df_sweeps,
-            provenance("stored", PRESET, "results/lopti_training.json"))
-df_sweeps.groupby("label")[["first_eval", "final_eval", "final_reward", "len_mean"]].mean()
-
-# %% [markdown]
-# ## (4) The learning testbed: the five methods on the `learn` recipe (L2, L3, L6)
+# ## (3) The learning testbed: the five methods on the `learn` recipe (L2, L3, L6)
 #
 # The verdicts of L2, L3 and L6 rest on these runs: the `learn` recipe (`kk_trace` with two
 # people, 120 steps of 32 prompts x 8 responses, lr 1e-4, the `exact` path, where GRPO gains
 # more than 0.2 held-out accuracy in every seed), five seeds per method, held-out accuracy on 256
 # problems every 10 steps. They are stored run by run in `results/lopti_learn.json`
 # (`tailtheory study lopti_learn` trains what is missing: about 5 CPU minutes a run, 25 runs), so
-# both presets read them. Same criterion as in (3).
+# both presets read them. GRPO's runs are also the learning curve's (study `learn_curve`, the
+# criterion of `tailtheory.engine.learning`: held-out gain >= 0.20 and a rising reward in every
+# seed), drawn first. Final reward = mean reward over a run's last 10 steps; final held-out
+# accuracy = mean of its last 2 evaluations. Criterion, fixed before measuring: an ordering counts
+# when the difference of seed means exceeds 2 standard errors (`Measurement.compare` of
+# `tailtheory.engine.comparison`).
 
 # %%
-learn = training.learn_data("quick")
+from tailtheory.engine import learning
+from tailtheory.engine.plot import plot_curves
+
+curve = learning.STUDY.data("quick")        # does GRPO learn here? (study learn_curve)
+fig, df_curve = plot_curves(curve, smooth=10)
+show_figure(fig, "learn_curve", df_curve, provenance("stored", "quick", "results/learn_curve.json"))
+curve_table = learning.learn_table(curve)
+print(" - ".join(learning.verdict(curve_table.to_dict("records"))))
+curve_table.round(3)
+
+# %%
+learn = training.STUDY.data("quick")
 fig, df_learn = training.plot_curves(learn)
 show_figure(fig, "lopti_learn_curves", df_learn,
             provenance("stored", "quick", "results/lopti_learn.json"))

@@ -31,17 +31,13 @@
 #   the reward; DVP's claim is a small bias and training at least as stable as without pruning.
 #
 # Preset `quick` (CPU, minutes) trains GRPO and DVP (ρ = 1e-4) for a few steps from a 120-step
-# warm start, a pipeline check. The verdict and the per-step figure come from the `full`
-# preset's runs (the task's own warm start, 40 steps, 3 seeds each) stored in
-# `results/dvp_training.json`; `TAILTHEORY_PRESET=full` re-runs them (cached runs are reused).
-
-# %% [markdown]
-# > **No-learning regime.** The stored training evidence of this notebook (the `full` preset) was
-# > measured on runs where GRPO itself did not learn: held-out accuracy drifted down in every
-# > arm, the zero-mismatch one included. Its verdicts compare noise with noise and stay here only
-# > until the claims are re-measured on the `learn` recipe, where GRPO raises held-out accuracy
-# > by more than 0.2 in every seed (`tailtheory train --recipe learn`; README, "Does RL learn
-# > here?").
+# warm start, a pipeline check. P5's verdict and per-step figure come from the learning testbed
+# (section (3): the `learn` recipe, where GRPO raises held-out accuracy by more than 0.2 in every
+# seed), stored run by run in `results/dvp_learn.json`.
+#
+# > **Superseded.** P5 was first measured on runs where GRPO itself did not learn. That verdict
+# > is recorded once, with its numbers, in `results/superseded/verdicts.json` (figure in
+# > `figures/superseded/`); `tailtheory verify` prints it beside the current one.
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -49,8 +45,9 @@
 # PRESET  "quick": a pipeline check (GRPO and DVP at one rho, a few steps from a 120-step warm
 #                  start); the verdicts and evidence figures read the stored measurements. About
 #                  20 s on a 2-core CPU after notebook 04, whose GRPO runs it reuses.
-#         "full":  the evidence: 15 runs of 40 steps, stored in results/; about 20 minutes with
-#                  2 workers on a 2-core CPU (README, "Training figures").
+#         "full":  GRPO and DVP at every rho for 40 steps at 3 seeds (15 runs, a larger pipeline
+#                  check); the verdicts measured afresh (profile thorough: trains what results/
+#                  lacks).
 # MODEL   None: the toolkit's models. A path: a local Hugging Face checkpoint with its
 #         tokenizer; section (1) then adds P4's sweep on it (`tailtheory probe pruning --model
 #         MODEL`, standard-library text, 4 x 128 tokens quick, 8 x 512 full); section (2) trains
@@ -116,46 +113,31 @@ if MODEL is None:
     shown = ["GRPO", "DVP rho=0.0001"] if PRESET == "quick" else None  # quick: one rho
     runs = training.STUDY.run(PRESET, workers=WORKERS, labels=shown)
     fig, df_runs = plot_runs([p for ps in runs.values() for p in ps])
-    show_figure(fig, f"dvp_training_runs_{PRESET}", df_runs, provenance("runs", PRESET))
+    show_figure(fig, f"dvp_runs_{PRESET}", df_runs, provenance("runs", PRESET))
 (df_runs[df_runs.metric.isin(["reward/mean", "dvp/pruned_mass"])].groupby(
     ["metric", "label"])["mean"].mean()
  if MODEL is None else "skipped: these runs train the toolkit's task models, not MODEL")
 
 # %% [markdown]
-# ## (3) The full preset's evidence: bias bound, sampled-token mismatch and reward per step (P5)
+# ## (3) P5 on the learning testbed: bias bound, sampled-token mismatch and reward per step
 #
-# Criterion, fixed before measuring: for every ρ ≤ 1e-4 the bound `R_max · mean_seq Σ_t m(s_t)`
-# stays below 0.05 at every step of every seed, and the final reward (last 10 steps) is not
-# below GRPO's by more than 2 standard errors over seeds.
-
-# %%
-data = training.STUDY.data(PROFILE)
-fig, df_p5 = training.plot_p5(data)
-show_figure(fig, "dvp_training_bias_bound", df_p5,
-            provenance("stored", PRESET, "results/dvp_training.json"))
-df_p5.groupby("label")[["bias_bound", "mismatch_abs_mean", "reward"]].agg(["mean", "max"])
-
-# %% [markdown]
-# ## (4) P5 on the learning testbed
-#
-# The same arms and rule on the `learn` recipe (GRPO learns there: held-out accuracy +0.2 or more
-# in every seed on `exact`), on `bf16` rollouts, seeds 1-5 (study `dvp_learn`,
-# `results/dvp_learn.json`; `tailtheory study dvp_learn` trains what is missing; GRPO's runs are
-# the dose study's bf16 runs). P5 is judged here once every arm has its seeds; until then the
-# no-learning regime's verdict stands. Beside it: does pruning restore training where a
+# The `learn` recipe (GRPO learns there: held-out accuracy +0.2 or more in every seed on
+# `exact`), on `bf16` rollouts, seeds 1-5 (study `dvp_learn`, `results/dvp_learn.json`;
+# `tailtheory study dvp_learn` trains what is missing; GRPO's runs are the dose study's bf16
+# runs). Criterion, fixed before measuring: for every ρ ≤ 1e-4 the bound
+# `R_max · mean_seq Σ_t m(s_t)` stays below 0.05 at every step of every seed, and the final
+# reward (last 10 steps) is not below GRPO's by more than 2 standard errors over seeds. Beside it: does pruning restore training where a
 # controlled mismatch hurts? DVP (min-p 1e-6) on the logit-noise dose where GRPO is harmed
 # (notebook 07), against GRPO there and against `exact`.
 
 # %%
-from tailtheory.engine.study import get_study
-
-learn_p5 = training.LEARN_STUDY.data(PROFILE, workers=WORKERS)
-if learn_p5.missing:
-    print("not stored yet (arm: seeds):", learn_p5.missing)
+learn_p5 = training.STUDY.data(PROFILE, workers=WORKERS)
 fig, df_p5_learn = training.plot_p5(learn_p5)
 show_figure(fig, "dvp_learn_bias_bound", df_p5_learn,
             provenance("stored", PRESET, "results/dvp_learn.json"))
-restore = training.restore_numbers(get_study(training.DOSE_STUDY).data(PROFILE))
+from tailtheory.tim.dose import STUDY as DOSE
+
+restore = training.restore_numbers(DOSE.data(PROFILE))
 for key, value in restore.items():
     print(f"{key:60s} {value:.4g}" if isinstance(value, float) else f"{key:60s} {value}")
 

@@ -129,25 +129,20 @@ def test_train_threads(flag, used, tmp_path, monkeypatch):
 def test_study_list_and_dry_run_count_runs(capsys):
     assert main(["study", "list"]) == 0
     out = capsys.readouterr().out
-    for name in ("lopti_training", "dvp_training", "otb_training", "mismatch_training"):
+    for name in ("lopti_learn", "dvp_learn", "otb_learn", "mismatch_learn", "mismatch_dose"):
         assert f"{name}: " in out and f"results/{name}.json" in out
-    assert main(["study", "dvp_training", "--dry-run"]) == 0
+    assert main(["study", "dvp_learn", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "GRPO: " in out and re.search(r"runs on the full preset: \d+ stored in "
-                                         r"results/dvp_training.json, \d+ cached in the run "
-                                         r"cache, \d+ to train", out)
+    assert "GRPO: 5 stored" in out and re.search(r"25 runs on the learn preset: 25 stored in "
+                                                 r"results/dvp_learn.json, 0 cached in the run "
+                                                 r"cache, 0 to train", out)
 
 
 def test_study_bad_input_is_one_line(capsys):
     assert main(["study", "nope"]) == 2
     assert "unknown study 'nope'; studies:" in capsys.readouterr().err
-    assert main(["study", "dvp_training", "--workers", "0"]) == 2
+    assert main(["study", "dvp_learn", "--workers", "0"]) == 2
     assert "--workers must be >= 1" in capsys.readouterr().err
-
-
-def test_study_store_done_needs_an_incremental_study(capsys):
-    assert main(["study", "dvp_training", "--store-done"]) == 2
-    assert "--store-done needs an incremental study" in capsys.readouterr().err
 
 
 # --- nothing a user made is lost (issue 28): --out refuses foreign files, damage is one line -----
@@ -215,7 +210,7 @@ def test_damaged_weights_are_one_line_naming_the_file(tmp_path, capsys):
 
 @pytest.fixture
 def demo_study(monkeypatch, tmp_path):
-    """A registered incremental study of 2 arms x 3 seeds on the quick preset, its cache and
+    """A registered study of 2 arms x 3 seeds on the quick preset, its cache and
     results in ``tmp_path``."""
     from tailtheory.engine import study as study_mod
     from tests.engine.test_incremental import _study
@@ -253,21 +248,6 @@ def test_study_dry_run_counts_stored_runs(demo_study, monkeypatch, capsys):
     assert main(["study", demo_study.name]) == 0
     assert trained == [grpo[2], ar[1], ar[2]]
     assert f"stored 6 runs in results/{demo_study.name}.json" in capsys.readouterr().out
-
-
-def test_study_dry_run_counts_a_study_stored_whole(demo_study, monkeypatch, capsys):
-    from dataclasses import replace
-
-    from tailtheory.core.measurements import save_measurement
-    from tailtheory.engine import study as study_mod
-
-    st = replace(demo_study, incremental=False)
-    monkeypatch.setitem(study_mod._STUDIES, st.name, st)
-    save_measurement(st.name, st.identity("quick"), {"GRPO": [], "AR": []}, st.command)
-    assert main(["study", st.name, "--dry-run"]) == 0
-    assert "6 runs on the quick preset: 6 stored" in capsys.readouterr().out
-    assert main(["study", st.name]) == 0
-    assert "nothing to train" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flags, message", [

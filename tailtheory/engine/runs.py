@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -116,8 +117,29 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
         done = 0
     if done >= cfg.steps:
         return out
+    t0 = time.process_time()
     train(cfg, resume=done > 0, progress=progress)
+    _add_cpu_seconds(out, time.process_time() - t0)
     return out
+
+
+CPU_FILE = "cpu_seconds.json"
+"""Where a cached run records the CPU seconds its training took (over every resume)."""
+
+
+def _add_cpu_seconds(run: Path, seconds: float) -> None:
+    """Add ``seconds`` (this process's CPU time, every thread) to the run's record."""
+    from tailtheory.core.io import atomic_write_json
+
+    path = run / CPU_FILE
+    before = json.loads(path.read_text())["cpu_seconds"] if path.exists() else 0.0
+    atomic_write_json(path, {"cpu_seconds": before + seconds})
+
+
+def cpu_seconds(run) -> float | None:
+    """The CPU seconds a cached run's training took (``None`` when not recorded)."""
+    path = Path(run) / CPU_FILE
+    return json.loads(path.read_text())["cpu_seconds"] if path.exists() else None
 
 
 def _worker(argv: list[str]) -> int:

@@ -177,12 +177,15 @@ class Study:
                 for label, rows in record.get("data", {}).items()}
 
     def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
-        """One run's numbers: summary, curves, the study's series and (if it dumped its tokens
-        and the arm takes them) its token numbers."""
+        """One run's numbers: summary, curves, CPU seconds (when the runner recorded them), the
+        study's series and (if it dumped its tokens and the arm takes them) its token numbers."""
+        from tailtheory.engine.runs import cpu_seconds
         from tailtheory.engine.start import read_provenance
 
         lines = read_lines(run, cfg.steps)
         out = {**run_summary(run, cfg.steps), **run_curves(run, cfg.steps)}
+        if (cpu := cpu_seconds(run)) is not None:
+            out["cpu_seconds"] = cpu
         prov = read_provenance(run)
         if prov is not None:
             out["provenance"] = prov
@@ -250,9 +253,11 @@ def register_study(study: Study) -> Study:
 
 
 def studies() -> Mapping[str, Study]:
-    """Every registered study by name, each section's ``training`` module imported first."""
+    """Every registered study by name, the engine's learning curve and each section's
+    ``training`` module imported first."""
     from tailtheory.core.registry import SECTIONS
 
+    importlib.import_module("tailtheory.engine.learning")
     for section in SECTIONS:
         name = f"tailtheory.{section}.training"
         if importlib.util.find_spec(name) is not None:

@@ -228,6 +228,7 @@ def _p5(profile: str) -> Evidence:
     """P5 on the learning testbed (study ``dvp_learn``), with DVP where a controlled mismatch
     hurts (V6's study) beside it and the no-learning regime's recorded verdict."""
     from tailtheory.pruning import training
+    from tailtheory.tim.dose import STUDY as DOSE
 
     return (training.p5_evidence(training.STUDY.data(profile))
-            .with_numbers(training.restore_numbers(profile)).superseding("P5"))
+            .with_numbers(training.restore_numbers(DOSE.data(profile))).superseding("P5"))

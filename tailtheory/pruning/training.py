@@ -91,14 +91,15 @@ def p5_evidence(data) -> Evidence:
 
 
 
-def restore_numbers(profile: str) -> dict:
+def restore_numbers(dose_data) -> dict:
     """Does pruning restore training where mismatch hurts? DVP's arm of V6's dose study
     (:data:`tailtheory.tim.dose.STUDY`, where a controlled mismatch harms GRPO) against GRPO at
     the same dose and against ``exact``, on final held-out accuracy and final reward (delta and
-    se of each difference). Reported beside P5's verdict, not in it."""
+    se of each difference). ``dose_data``: that study's stored runs. Reported beside P5's
+    verdict, not in it."""
     from tailtheory.tim.dose import STUDY as DOSE
 
-    m = DOSE.data(profile)
+    m = DOSE.measurement(dose_data)
     dvp = m.label(role="remedy", method="dvp")
     base = m.label(role="dose", kind=m.tags[dvp]["kind"], sigma=m.tags[dvp]["sigma"])
     exact = m.label(role="baseline")

@@ -166,7 +166,7 @@ def _v5(profile: str) -> Evidence:
 
 # V6: the dose-response of GRPO to a controlled rollout mismatch on the learning testbed
 # (tailtheory.tim.dose); quick reads the runs stored in results/mismatch_dose.json, thorough
-# trains what the run cache lacks first (59 runs of 120 steps: hours on a 2-core CPU).
+# trains what the run cache lacks first (65 runs of 120 steps: hours on a 2-core CPU).
 
 @register("V6", paper="ours", statement="on a recipe where GRPO learns, a controlled rollout "
           "mismatch has a threshold k3* below which no harm is measurable and above which "

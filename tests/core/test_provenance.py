@@ -79,7 +79,7 @@ def test_a_run_records_its_start_and_every_stored_row_carries_it(places):
     assert len(prov["weights"]) == 16
     study = Study("demo_prov", lambda preset: [Arm("GRPO", (replace(cfg, out=None),),
                                                    {"method": "grpo"})],
-                  measure_preset="quick", incremental=True)
+                  measure_preset="quick")
     row = study.run_numbers(places / "run", cfg)
     assert row["provenance"] == prov
 
@@ -89,7 +89,7 @@ def test_store_done_refuses_a_cache_run_from_another_warm_start(places):
         base = TrainConfig(model="tiny", steps=2)
         return [Arm("GRPO", tuple(replace(base, seed=s) for s in (0, 1)), {"method": "grpo"})]
 
-    study = Study("demo_mixed", arms, measure_preset="quick", incremental=True)
+    study = Study("demo_mixed", arms, measure_preset="quick")
     for cfg, weights in zip(study.plan("quick")[0].configs, ("aaaa", "bbbb")):
         run = runs_root() / run_key(cfg)
         run.mkdir(parents=True)

@@ -65,12 +65,26 @@ def test_verify_cli_unknown_id_exits_2(capsys):
     assert "unknown claim" in capsys.readouterr().err
 
 
-def test_superseding_keeps_the_new_evidence_and_names_the_old_verdict():
+def test_superseding_keeps_the_new_evidence_and_names_the_recorded_verdict():
     new = Evidence(Verdict.REFUTED, {"x": 1.0}, "note")
-    old = Evidence(Verdict.TOY_SCALE, {"x": 2.0, "y": 3.0})
-    out = new.superseding(old)
+    out = new.superseding("L2")
     assert out.verdict == Verdict.REFUTED and out.note == "note"
     assert out.numbers == {"measured on": "learn recipe", "x": 1.0,
-                           "no-learning regime (superseded): verdict": "TOY-SCALE"}
+                           "no-learning regime (superseded): verdict": "NOT-REPRODUCED"}
     assert list(out.numbers)[0] == "measured on"           # first: shown by `tailtheory verify`
     assert new.numbers == {"x": 1.0}                       # the original is not changed
+    with pytest.raises(KeyError, match="no superseded verdict recorded for 'S1'"):
+        new.superseding("S1")
+
+
+def test_superseded_verdicts_are_recorded_for_the_eleven_training_claims():
+    """Recorded once, with the numbers of the check that gave them; their stored runs beside."""
+    from tailtheory.core.io import REPO_ROOT
+    from tailtheory.core.registry import SUPERSEDED
+
+    record = json.loads(SUPERSEDED.read_text())
+    assert sorted(record) == sorted(["L2", "L3", "L4", "L5", "L6", "P5", "T14", "O6", "V3",
+                                     "V4", "V5"])
+    for claim, r in record.items():
+        assert Verdict(r["verdict"]) and r["numbers"] and r["note"], claim
+        assert (REPO_ROOT / r["stored"]).exists(), claim

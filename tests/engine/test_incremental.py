@@ -29,7 +29,7 @@ def _study(lr=1e-4):
         return [Arm(label, tuple(replace(base, method=m, seed=s) for s in (0, 1, 2)),
                     {"method": m}) for label, m in (("GRPO", "grpo"), ("AR", "ar"))]
 
-    return Study("demo_incremental", arms, measure_preset="quick", incremental=True)
+    return Study("demo_incremental", arms, measure_preset="quick")
 
 
 def _finish(cfg, steps=3):
@@ -90,25 +90,22 @@ def test_nothing_stored_and_a_malformed_file_are_refused(places):
         inc.load_done(st)
 
 
-def test_study_data_reads_an_incremental_study(places):
+def test_study_data_refuses_missing_seeds_naming_the_command(places):
+    """One policy: a verdict never rests on part of its seeds; the error names the arm, the
+    seeds and the command that trains them."""
     st = _study()
-    _finish(st.plan("quick")[1].configs[2])
-    inc.store_done(st)
-    m = st.data("quick")
-    assert list(m) == ["AR"] and m.missing["GRPO"] == [0, 1, 2]
-    with pytest.raises(ValueError, match="profile must be one of"):
-        st.data("slow")
-
-
-def test_complete_data_is_none_until_every_seed_is_stored(places):
-    st = _study()
-    assert st.complete_data("quick") is None                  # nothing stored yet
+    with pytest.raises(StaleMeasurement, match="no stored measurement"):
+        st.data("quick")                                      # nothing stored yet
     grpo, ar = (a.configs for a in st.plan("quick"))
-    _finish(grpo[0])
+    _finish(ar[2])
     inc.store_done(st)
-    assert st.complete_data("quick") is None                  # seeds missing
-    for c in (*grpo[1:], *ar):
+    with pytest.raises(StaleMeasurement, match=r"lacks runs .*'GRPO': \[0, 1, 2\].*'AR': "
+                                               r"\[0, 1\].*tailtheory study demo_incremental"):
+        st.data("quick")
+    for c in (*grpo, *ar[:2]):
         _finish(c)
     inc.store_done(st)
-    m = st.complete_data("quick")
-    assert m is not None and not m.missing and len(m["AR"]) == 3
+    m = st.data("quick")
+    assert not m.missing and len(m["AR"]) == 3 and len(m["GRPO"]) == 3
+    with pytest.raises(ValueError, match="profile must be one of"):
+        st.data("slow")

@@ -1,73 +1,64 @@
-"""The learning-curve summary (``tailtheory/engine/learning.py``): the criterion of "GRPO
-learns" on hand-made metric lines, its figure, and the stored measurement."""
+"""The learning curve (``tailtheory/engine/learning.py``): the criterion of "GRPO learns" on
+hand-made stored rows, the study's arms, the runner's CPU record, and the stored measurement."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from tailtheory.engine import learning
 
 
-def _lines(rewards, evals) -> list[dict]:
-    return [{"step": i, "reward/mean": r, "eval/accuracy": evals.get(i),
-             "time/step_s": 2.0, "rollout/len_mean": 45.0} for i, r in enumerate(rewards)]
+def _row(rewards, evals: dict, seed=1, **extra) -> dict:
+    return {"seed": seed, "reward": list(rewards), "eval_steps": list(evals),
+            "eval": list(evals.values()), **extra}
 
 
-def _run(tmp_path, name, rewards, evals, seed=1):
-    run = tmp_path / name
-    run.mkdir()
-    (run / "config.json").write_text(json.dumps({"seed": seed, "method": "grpo"}))
-    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n"
-                                               for m in _lines(rewards, evals)))
-    return run
+RISING = [0.3 + 0.004 * i for i in range(60)]
 
 
-def test_summary_and_verdict_on_hand_made_runs(tmp_path):
-    rising = [0.3 + 0.004 * i for i in range(60)]
-    good = _run(tmp_path, "good", rising, {0: 0.35, 10: 0.4, 40: 0.56, 50: 0.58})
-    s = learning.summarize(good)
+def test_summary_and_verdict_on_hand_made_rows():
+    s = learning.summarize(_row(RISING, {0: 0.35, 10: 0.4, 40: 0.56, 50: 0.58},
+                                cpu_seconds=300.0))
     assert s["warm"] == 0.35 and s["final"] == pytest.approx(0.57)
-    assert s["gain"] == pytest.approx(0.22) and s["final_steps"] == [40, 50]
-    assert s["reward_last"] > s["reward_first"] and s["len_mean"] == 45.0
+    assert s["gain"] == pytest.approx(0.22) and s["cpu_minutes"] == 5.0
+    assert s["reward_last"] > s["reward_first"]
     assert learning.verdict([s])[0] == "LEARNS"
-    small = learning.summarize(_run(tmp_path, "small", rising, {0: 0.35, 40: 0.5, 50: 0.56},
-                                    seed=2))
+    small = learning.summarize(_row(RISING, {0: 0.35, 40: 0.5, 50: 0.56}, seed=2))
     assert learning.verdict([s, small]) == ("DOES-NOT-LEARN",
                                             "seeds [2] missed (gains +0.220, +0.180)")
-    falling = learning.summarize(_run(tmp_path, "falling", rising[::-1],
-                                      {0: 0.3, 40: 0.6, 50: 0.6}, seed=3))
+    falling = learning.summarize(_row(RISING[::-1], {0: 0.3, 40: 0.6, 50: 0.6}, seed=3))
     assert learning.verdict([falling])[0] == "DOES-NOT-LEARN"  # held out up, reward down
 
 
-def test_learning_figure_draws_both_curves_over_seeds(tmp_path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rising = [0.3 + 0.004 * i for i in range(60)]
-    runs = [_run(tmp_path, f"s{s}", rising, {0: 0.3, 50: 0.5 + 0.1 * s}, seed=s) for s in (1, 2)]
-    fig, table = learning.plot_learning(runs, smooth=5)
-    assert set(table["metric"]) == set(learning.CURVES.values())
-    held = table[table["metric"] == "held-out accuracy"]
-    assert sorted(held["value"]) == pytest.approx([0.3, 0.3, 0.6, 0.7])
-    assert [ax.get_title() for ax in fig.axes] == ["held-out accuracy",
-                                                   "train reward (5-step mean)"]
-    plt.close(fig)
-
-
-def test_summary_refuses_runs_without_evaluations(tmp_path):
+def test_summary_refuses_rows_without_evaluations():
     with pytest.raises(ValueError, match="evaluations from step 0"):
-        learning.summarize(_run(tmp_path, "noeval", [0.5] * 60, {10: 0.5, 20: 0.5, 30: 0.5}))
+        learning.summarize(_row([0.5] * 60, {10: 0.5, 20: 0.5, 30: 0.5}))
     with pytest.raises(ValueError, match="no runs"):
         learning.verdict([])
 
 
-def test_stored_learning_curve_matches_the_recipe():
-    """The stored measurement was made under today's recipe and criterion, and says LEARNS."""
-    from tailtheory.core.measurements import load_measurement
+def test_learn_curve_runs_are_the_lopti_studys_grpo_runs():
+    """One set of runs: the learning curve trains nothing the LOPTI study does not."""
+    from tailtheory.engine.runs import run_key
+    from tailtheory.lopti.training import STUDY as LOPTI
 
-    data = load_measurement(learning.NAME, learning.config())
-    assert [r["seed"] for r in data["rows"]] == list(learning.SEEDS)
-    assert learning.verdict(data["rows"]) == (data["verdict"], data["reason"])
+    mine = learning.STUDY.configs("learn")["GRPO"]
+    assert [run_key(c) for c in mine] == [run_key(c) for c in LOPTI.configs("learn")["GRPO"]]
+    assert [c.seed for c in mine] == list(learning.SEEDS)
+
+
+def test_the_runner_records_cpu_seconds_over_resumes(tmp_path):
+    from tailtheory.engine import runs
+
+    assert runs.cpu_seconds(tmp_path) is None
+    runs._add_cpu_seconds(tmp_path, 2.5)
+    runs._add_cpu_seconds(tmp_path, 1.0)                     # a resumed run adds its part
+    assert runs.cpu_seconds(tmp_path) == 3.5
+
+
+def test_stored_learning_curve_learns_in_every_seed():
+    """The stored runs (``results/learn_curve.json``) are today's configs and say LEARNS."""
+    table = learning.learn_table(learning.STUDY.data("quick"))
+    assert list(table["seed"]) == list(learning.SEEDS)
+    assert learning.verdict(table.to_dict("records"))[0] == "LEARNS"
+    assert (table["cpu_minutes"] > 0).all()

@@ -90,18 +90,16 @@ def test_study_plan_refuses_repeated_labels_and_foreign_configs():
 def test_every_study_is_registered_and_keyed_as_its_stored_measurement():
     """Moving a study between modules changes no fingerprint: each registered study's identity
     is the config its stored measurement was made under."""
-    from tailtheory.core.measurements import fingerprint, results_dir
+    from tailtheory.core.measurements import results_dir
 
     found = st.studies()
-    assert {"lopti_training", "dvp_training", "otb_training", "mismatch_training"} <= set(found)
+    assert set(found) == {"lopti_learn", "dvp_learn", "otb_learn", "mismatch_learn",
+                          "mismatch_dose", "learn_curve"}
     for name, study in found.items():
         stored = json.loads((results_dir() / f"{name}.json").read_text())
-        assert stored["command"] == study.command, name
-        if study.incremental:        # run by run: every stored row is the code's run today
-            study.data("quick")
-        else:
-            assert stored["fingerprint"] == fingerprint(study.identity(study.measure_preset)), name
+        assert stored["command"] == study.command == f"tailtheory study {name}", name
+        study.data("quick")          # run by run: every stored row is the code's run today
     with pytest.raises(ValueError, match="unknown study 'nope'; studies: "):
         st.get_study("nope")
     with pytest.raises(ValueError, match="already registered"):
-        st.register_study(st.Study("lopti_training", lambda preset: []))
+        st.register_study(st.Study("lopti_learn", lambda preset: []))

@@ -74,9 +74,9 @@ def test_learn_study_shares_the_dose_studys_bf16_runs():
     keys, seeds 1-5), so the two studies train those runs once."""
     from tailtheory.engine.runs import run_key
     from tailtheory.engine.study import get_study
-    from tailtheory.pruning.training import LEARN_STUDY
+    from tailtheory.pruning.training import STUDY
 
-    grpo = LEARN_STUDY.configs("learn", ["GRPO"])["GRPO"]
+    grpo = STUDY.configs("learn", ["GRPO"])["GRPO"]
     dose = get_study("mismatch_dose").configs("learn", ["GRPO | bf16 recompute"])
     assert [run_key(c) for c in grpo] == [run_key(c) for c in dose["GRPO | bf16 recompute"]]
     assert {c.rollout for c in grpo} == {"bf16"} and [c.seed for c in grpo] == [1, 2, 3, 4, 5]

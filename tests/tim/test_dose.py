@@ -30,15 +30,16 @@ SAFE, HURT = (0.63, 0.62, 0.64), (0.40, 0.42, 0.41)
 
 
 def test_plan_is_the_learn_preset_and_shares_lopti_grpo_runs():
-    from tailtheory.lopti.training import LEARN_STUDY
+    from tailtheory.lopti.training import STUDY as LOPTI
 
     arms = {a.label: a for a in dose.STUDY.plan("learn")}
-    grpo = LEARN_STUDY.configs("learn", ["GRPO"])["GRPO"]
+    grpo = LOPTI.configs("learn", ["GRPO"])["GRPO"]
     assert [run_key(c) for c in arms["GRPO | exact"].configs] == [run_key(c) for c in grpo]
     for s in dose.LOGIT_SIGMAS:
         a = arms[f"GRPO | logit sigma={s:g}"]
         assert {c.rollout_noise for c in a.configs} == {s}
-        assert [c.seed for c in a.configs] == list(dose.DOSE_SEEDS)
+        assert [c.seed for c in a.configs] == list(
+            dose.SCREEN_SEEDS if ("logit", s) in dose.SCREENED else dose.DOSE_SEEDS)
         assert a.tags["kind"] == "logit" and a.tags["sigma"] == s
     assert dose.REMEDY_SIGMA in dose.LOGIT_SIGMAS
     remedies = [a for a in arms.values() if a.tags["role"] == "remedy"]
@@ -116,7 +117,8 @@ def test_register_text_names_only_measured_numbers():
 
 
 def test_real_path_evidence_both_ways():
-    assert dose.real_path_evidence(_data({"GRPO | logit sigma=1": (SAFE, 1e-3, 0.9)})) is None
+    none = dose.real_path_evidence(_data({"GRPO | logit sigma=1": (SAFE, 1e-3, 0.9)}))
+    assert none[0].verdict == Verdict.NOT_REPRODUCED and none[0].numbers["harmed"] == "none"
     ok = dose.real_path_evidence(_data({"GRPO | fp8 bypass": (SAFE, 2e-4, 0.9),
                                         "GRPO | bf16 recompute": ((0.6,), 1e-4, 0.9)}))
     assert ok[0].verdict == Verdict.NOT_REPRODUCED == ok[1].verdict

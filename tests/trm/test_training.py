@@ -9,6 +9,7 @@ import pytest
 
 from tailtheory.core.registry import Verdict
 from tailtheory.trm import figures as trm_figures
+from tailtheory.tim.length_acceptance import LEN_EDGES, T14_DELTAS, t14_token_numbers
 from tailtheory.trm import training as tt
 
 
@@ -23,13 +24,13 @@ def _dump(lengths, log_rho_of, seed=0):
 def test_t14_token_numbers_against_a_loop():
     """T14: per threshold, q over tokens; per length bin, kept sequences and sum of (1-q)^T."""
     df = _dump([10, 60, 60, 120, 250], lambda g: g.normal(0, 0.1))
-    out = tt.t14_token_numbers(df)
-    for delta in tt.T14_DELTAS:
+    out = t14_token_numbers(df)
+    for delta in T14_DELTAS:
         k2 = 0.5 * df["log_rho"] ** 2
         q = float((k2 > delta).mean())
         d = out[f"{delta:g}"]
         assert d["tokens"] == len(df) and d["violations"] == int((k2 > delta).sum())
-        for b, (lo, hi) in enumerate(zip(tt.LEN_EDGES, tt.LEN_EDGES[1:])):
+        for b, (lo, hi) in enumerate(zip(LEN_EDGES, LEN_EDGES[1:])):
             seqs = [g for _, g in df.groupby("seq") if lo <= len(g) < hi]
             assert d["n"][b] == len(seqs)
             assert d["kept"][b] == sum((0.5 * g["log_rho"] ** 2).max() <= delta for g in seqs)
@@ -45,7 +46,7 @@ def test_iid_violations_follow_the_length_law():
     """With i.i.d. tokens the kept fraction per bin matches (1-q)^T (T12's law, here on dumps)."""
     lengths = [20] * 400 + [80] * 400 + [170] * 400
     df = _dump(lengths, lambda g: g.normal(0, 0.05))
-    row = {"t14": tt.t14_token_numbers(df)}
+    row = {"t14": t14_token_numbers(df)}
     table = tt.length_acceptance_table({"bf16 bypass": [row]})
     live = table[(table["q"] > 0) & (table["n"] >= tt.MIN_SEQS)]
     assert len(live) and (live["kept"] - live["predicted"]).abs().max() < 0.06
@@ -54,64 +55,43 @@ def test_iid_violations_follow_the_length_law():
     assert mid["kept"].is_monotonic_decreasing
 
 
-def _data(trm_shift: float, base_gap: float, law_ok: bool = True):
-    """Numbers of the mismatch study's shape: exact and fp8 bypass (and TRM / GRPO on it), 3 seeds."""
-    from tailtheory.tim.training import REMEDY_BASE
-
+def _law(law_ok: bool = True) -> dict:
+    """Numbers of V3's study: ``bf16 bypass`` with a token dump, 3 seeds."""
     t14 = {f"{d:g}": {"tokens": 1000, "violations": 10, "n": [100, 0, 0, 0, 0],
                       "kept": [90 if law_ok else 40, 0, 0, 0, 0], "pred": [90.0, 0, 0, 0, 0],
                       "bin_tokens": [1000, 0, 0, 0, 0], "bin_violations": [10, 0, 0, 0, 0],
                       "pred_bin_q": [90.0, 0, 0, 0, 0]}
-           for d in tt.T14_DELTAS}
-
-    def runs(x, dump=False):
-        return [{"seed": s, "final_reward": x + d, "final_eval": x + d,
-                 **({"t14": t14} if dump else {})} for s, d in enumerate((-0.01, 0.0, 0.01))]
-
-    return {"exact recompute": runs(0.3), REMEDY_BASE: runs(0.3 - base_gap, dump=True),
-            f"GRPO | {REMEDY_BASE}": runs(0.3 - base_gap),
-            f"TRM | {REMEDY_BASE}": runs(0.3 - base_gap + trm_shift)}
+           for d in T14_DELTAS}
+    return {"bf16 bypass": [{"seed": s, "final_reward": 0.3, "t14": t14} for s in range(3)]}
 
 
-def test_t14_rule_both_ways():
-    assert tt.t14_evidence(_data(0.2, base_gap=0.2)).verdict == Verdict.TOY_SCALE
-    assert tt.t14_evidence(_data(-0.1, base_gap=0.2)).verdict == Verdict.REFUTED
-    # no harm on the base: nothing for masking to stabilise
-    assert tt.t14_evidence(_data(0.2, base_gap=0.0)).verdict == Verdict.NOT_REPRODUCED
-    # the length law fails (kept 0.4 against a predicted 0.9)
-    assert tt.t14_evidence(_data(0.2, 0.2, law_ok=False)).verdict == Verdict.REFUTED
-    ev = tt.t14_evidence(_data(0.2, base_gap=0.2))
-    assert ev.numbers["trm_minus_grpo"] == pytest.approx(0.2)
-    assert ev.numbers["length_law:max_abs_dev"] == pytest.approx(0.0)
-
-
-def _learn_data(trm_shift: float, base_gap: float, law_ok: bool = True, held_shift=0.0):
+def _data(trm_shift: float, base_gap: float, law_ok: bool = True, held_shift=0.0):
     """(law data of ``mismatch_learn``, base data of ``mismatch_dose``), 3 seeds each."""
     from tailtheory.tim.dose import REMEDY_SIGMA
-    from tailtheory.tim.training import REMEDY_BASE
-
-    law = {"bf16 bypass": _data(0.0, 0.0, law_ok)[REMEDY_BASE]}     # the runs with dumps
 
     def runs(x, held=0.0):
         return [{"seed": s, "final_reward": x + d, "final_eval": 0.5 + held + d, "k3": [0.1],
                  "format": [1.0]} for s, d in enumerate((-0.01, 0.0, 0.01))]
 
     grpo = f"GRPO | logit sigma={REMEDY_SIGMA:g}"
-    return law, {"GRPO | exact": runs(0.3), grpo: runs(0.3 - base_gap),
-                 f"TRM | logit sigma={REMEDY_SIGMA:g}": runs(0.3 - base_gap + trm_shift,
-                                                             held_shift)}
+    return _law(law_ok), {"GRPO | exact": runs(0.3), grpo: runs(0.3 - base_gap),
+                          f"TRM | logit sigma={REMEDY_SIGMA:g}": runs(0.3 - base_gap + trm_shift,
+                                                                      held_shift)}
 
 
-def test_t14_learn_rule_both_ways():
-    """T14 on the learning testbed: the same rule, (a) on V3's dumps, (b) on V6's remedy base."""
-    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.2)).verdict == Verdict.TOY_SCALE
-    assert tt.t14_learn_evidence(*_learn_data(-0.1, 0.2)).verdict == Verdict.REFUTED
-    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.0)).verdict == Verdict.NOT_REPRODUCED
-    assert tt.t14_learn_evidence(*_learn_data(0.2, 0.2, law_ok=False)).verdict == Verdict.REFUTED
-    ev = tt.t14_learn_evidence(*_learn_data(-0.1, 0.2, held_shift=0.05))
+def test_t14_rule_both_ways():
+    """(a) on V3's dumps, (b) on V6's remedy base."""
+    assert tt.t14_evidence(*_data(0.2, 0.2)).verdict == Verdict.TOY_SCALE
+    assert tt.t14_evidence(*_data(-0.1, 0.2)).verdict == Verdict.REFUTED
+    # no harm on the base: nothing for masking to stabilise
+    assert tt.t14_evidence(*_data(0.2, 0.0)).verdict == Verdict.NOT_REPRODUCED
+    # the length law fails (kept 0.4 against a predicted 0.9)
+    assert tt.t14_evidence(*_data(0.2, 0.2, law_ok=False)).verdict == Verdict.REFUTED
+    ev = tt.t14_evidence(*_data(-0.1, 0.2, held_shift=0.05))
     assert ev.numbers["base"].startswith("GRPO | logit sigma=")
     assert ev.numbers["base_harmed"] == "yes"
     assert ev.numbers["trm_minus_grpo"] == pytest.approx(-0.1)
+    assert ev.numbers["length_law:max_abs_dev"] == pytest.approx(0.0)
     # held-out accuracy is reported beside the verdict, not in it
     assert ev.numbers["trm_minus_grpo:final_heldout"] == pytest.approx(0.05)
 
@@ -120,5 +100,5 @@ def test_plot_acceptance_draws_its_table():
     import matplotlib
 
     matplotlib.use("Agg")
-    fig, df = trm_figures.plot_length_acceptance(_data(0.0, 0.0))
-    assert len(df) == len(tt.T14_DELTAS) and fig.axes
+    fig, df = trm_figures.plot_length_acceptance(_law())
+    assert len(df) == len(T14_DELTAS) and fig.axes
