@@ -47,14 +47,10 @@ def _means(m: Measurement, key: str, methods=tuple(LOPTI_METHODS.values())) -> d
             for label in m if m.tags[label]["method"] in methods}
 
 
-def _arm(m: Measurement, method: str) -> str:
-    return m.label(method=method)
-
-
 def l2_evidence(data) -> Evidence:
     """L2: AR (alpha 0.3) against GRPO on final reward."""
     m = STUDY.measurement(data)
-    c = m.compare(_arm(m, "ar"), _arm(m, "grpo"), "final_reward")
+    c = m.compare(m.label(method="ar"), m.label(method="grpo"), "final_reward")
     nums = {"delta_final_reward": c.delta, "se": c.se,
             **_means(m, "final_reward", ("grpo", "ar"))}
     return Evidence(c.verdict, nums,
@@ -64,9 +60,9 @@ def l2_evidence(data) -> Evidence:
 def l3_evidence(data) -> Evidence:
     """L3: Lopti (eta 0.5) against GRPO, and against its reversed order, on final reward."""
     m = STUDY.measurement(data)
-    lopti = _arm(m, "lopti")
-    vs_grpo = m.compare(lopti, _arm(m, "grpo"), "final_reward")
-    vs_rev = m.compare(lopti, _arm(m, "lopti_reversed"), "final_reward")
+    lopti = m.label(method="lopti")
+    vs_grpo = m.compare(lopti, m.label(method="grpo"), "final_reward")
+    vs_rev = m.compare(lopti, m.label(method="lopti_reversed"), "final_reward")
     nums = {"delta_vs_grpo": vs_grpo.delta, "se_vs_grpo": vs_grpo.se,
             "delta_vs_reversed": vs_rev.delta, "se_vs_reversed": vs_rev.se,
             **_means(m, "final_reward", ("grpo", "lopti", "lopti_reversed"))}
@@ -78,7 +74,7 @@ def l3_evidence(data) -> Evidence:
 def l6_evidence(data) -> Evidence:
     """L6: AR+Lopti against GRPO on final held-out accuracy (the paper's 0.39 -> 0.57)."""
     m = STUDY.measurement(data)
-    c = m.compare(_arm(m, "ar+lopti"), _arm(m, "grpo"), "final_eval")
+    c = m.compare(m.label(method="ar+lopti"), m.label(method="grpo"), "final_eval")
     nums = {"delta_heldout_acc": c.delta, "se": c.se, **_means(m, "final_eval")}
     return Evidence(c.verdict, nums, "criterion: AR+Lopti - GRPO final held-out accuracy "
                     "(mean of the last 2 evaluations) > 2 se over seeds")

@@ -42,7 +42,7 @@ Where each claim lives (modules of `tailtheory/otb/`, tests in `tests/otb/`):
 | O3 | `variance.baseline_variance`, `variance.optimal_baseline`, `variance.variance_quadratic`, `experiments.variance_table` | - | `claims.check_o3` | `figures.plot_baseline_variance` | `test_variance.py` |
 | O4 | `variance.population_baselines`, `variance.adversarial_otb_ratio`, `experiments.variance_table`, `claims.o4_typicality` | `claims.running_mean_gap` | `claims.check_o4` | `figures.plot_baseline_variance` | `test_variance.py`, `test_training.py` |
 | O5 | `baselines.optimal_token_baseline`, `baselines.otb_leave_one_out`, `baselines.self_inclusion_residual` | - | `claims.check_o5` | - | `test_baselines.py` |
-| O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table`, `training.o6_arms`, `training.o6_training_evidence`, `training.LEARN_STUDY` (`otb_learn`) | - | `claims.check_o6` | `figures.plot_group_study`, `figures.plot_o6` | `test_variance.py`, `test_experiments.py`, `test_training.py` |
+| O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table`, `training.o6_arms`, `training.o6_training_evidence`, `training.STUDY` (`otb_learn`) | - | `claims.check_o6` | `figures.plot_group_study`, `figures.plot_o6` | `test_variance.py`, `test_experiments.py`, `test_training.py` |
 
 The group advantages of the GRPO engine (`grpo`, `dr_grpo`, `rloo`, `otb`) are looked up by
 name in `tailtheory.engine.advantages.ADVANTAGES`: GRPO, Dr. GRPO and RLOO are the engine's,

@@ -35,14 +35,17 @@ Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
 |---|---|---|---|---|---|
 | V1 | `tailtheory.engine.rollout.sampled_logprobs` | - | `claims._v1` | - | `tests/engine/test_rollout.py` |
 | V2 | `tailtheory.engine.rollout.sampled_logprobs`, `tailtheory.engine.copies.inference_copy` | - | `claims._v2` | - | `tests/engine/test_rollout.py`, `tests/engine/test_copies.py` |
-| V3 | `training.v_arms`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
-| V4 | `training.v_arms`, `training.v4_evidence`, `corrections.tis_weight` | - | `claims._v4` | `figures.plot_finals` | `test_training.py`, `test_corrections.py` |
-| V5 | `training.v5_evidence` | - | `claims._v5` | `figures.plot_kl_reward` | `test_training.py` |
+| V3 | `training.learn_arms`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
+| V4 | `dose.dose_arms`, `dose.real_path_evidence`, `corrections.tis_weight` | - | `claims._v4` | `dose_figures.plot_dose` | `test_dose.py`, `test_corrections.py` |
+| V5 | `dose.real_path_evidence` | - | `claims._v5` | `dose_figures.plot_dose` | `test_dose.py` |
 | V6 | `dose.dose_arms`, `dose.dose_table`, `dose.threshold`, `dose.v6_evidence`, `tailtheory.engine.noise` | - | `claims._v6` | `dose_figures.plot_dose` | `test_dose.py`, `test_dose_figures.py`, `tests/engine/test_noise.py` |
 
 TIM's corrections are weights on `rho` (`corrections.tis_weight`, `corrections.seq_tis_weight`,
 `corrections.mis_weight`, `corrections.icepop_weight`, and the rejections with weight 1
 `corrections.mis_keep`, `corrections.geo_keep`, `corrections.icepop_keep`), registered as GRPO
-methods of the engine by `methods`. The training runs of V3-V5 are notebook 06's; V6's
-(`dose`, study `mismatch_dose`) are notebook 07's.
+methods of the engine by `methods`. Every training claim runs on the learning testbed (the
+`learn` recipe): V3's runs (`training`, study `mismatch_learn`) are notebook 06's; V4, V5 and V6
+read the dose study (`dose`, study `mismatch_dose`: its real-path arms for V4 and V5), notebook
+07's. V3's, V4's and V5's first verdicts, measured where GRPO did not learn, are recorded in
+`results/superseded/verdicts.json` and never recomputed.
 """

@@ -42,7 +42,7 @@ import math
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.comparison import Measurement, mean_se
+from tailtheory.engine.comparison import mean_se
 from tailtheory.engine.study import Arm, Study, register_study
 
 LOGIT_SIGMAS = (0.3, 1.0, 1.5, 2.0, 4.0)

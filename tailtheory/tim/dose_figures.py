@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import math
 
-from tailtheory.tim.dose import STUDY, WELL_FORMED, dose_table, register_table, threshold
+from tailtheory.tim.dose import (REMEDIES, STUDY, WELL_FORMED, dose_table, register_table,
+                                 threshold)
+
+REMEDY_NAMES = {method: name for name, method in REMEDIES.items()}
+"""A remedy's method -> the name its arm is drawn under."""
 
 _STYLE = {"logit": ("o", "C0", "GRPO, logit noise"), "weight": ("s", "C1", "GRPO, weight noise"),
           "real": ("D", "C3", "GRPO, real paths"), "remedy": ("^", "C2", "remedies, logit noise")}
@@ -89,8 +93,8 @@ def plot_dose(data):
                 ax.plot(order["k3"], order[key], color=color, lw=0.8, alpha=0.6)
             for _, a in arms.iterrows():
                 tag = (f"σ={a['sigma']:g}" if style in ("logit", "weight") else
-                       a["label"].split(" | ")[0] if style == "remedy" else
-                       a["label"].split(" | ")[1])
+                       REMEDY_NAMES[a["method"]] if style == "remedy" else
+                       f"{a['path']} {a['pi_old']}")
                 if a["k3"] < K3_FLOOR:
                     tag += f" (k3 = {a['k3']:.1g}, drawn at the edge)"
                 ax.annotate(tag, (max(a["k3"], K3_FLOOR), a[key]), fontsize=6, xytext=(3, 3),
