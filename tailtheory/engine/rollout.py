@@ -3,7 +3,8 @@
 Source: TIM (Zhong et al., arXiv 2605.14220; claims V1, V2) for the rollout paths; DVP (Li et
 al., arXiv 2512.23087; P1, P3) for sampler-side vocabulary pruning.
 
-The trainer computes log-probs with :func:`response_logprobs` (one float32 full forward over
+The trainer computes log-probs with
+:func:`~tailtheory.engine.policy_forward.response_logprobs` (one float32 full forward over
 prompt + response). The rollout engine samples one token at a time with the model's KV cache
 (left-padded prompts, attention mask, position ids) and reports the log-probs of the
 distribution it actually sampled from (after temperature and pruning). Paths:
@@ -32,7 +33,7 @@ finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run fall
 ``hf`` with a warning.
 
 The copies are made by ``tailtheory.engine.copies`` (the same copies as M7's paired logits);
-the trainer's forward is ``tailtheory.core.forward.full_forward``.
+the trainer's forward is ``tailtheory.engine.policy_forward`` (``tailtheory.core.forward``'s).
 
 Sign convention as in ``tailtheory.mismatch.logprob``: ``Delta = logp_rollout - logp_trainer``.
 
@@ -48,13 +49,14 @@ from typing import Any
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.core.forward import full_forward, left_pad, position_ids  # noqa: F401 (re-exported)
+from tailtheory.core.forward import left_pad
 from tailtheory.core.stats import token_stats
 from tailtheory.engine.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
 from tailtheory.engine.hf_decode import HFDecode
 from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, load_noisy,
                                      noisy_copy, noisy_weights_of, stack_noise)
+from tailtheory.engine.policy_forward import response_logits, response_logprobs
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 """Rollout paths :class:`RolloutEngine` knows."""
@@ -154,73 +156,6 @@ class RolloutBatch:
 def _check_token_id(v: Any, name: str, V: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
         raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
-
-
-def response_logits(model, rb: RolloutBatch) -> torch.Tensor:
-    """The trainer's logits at every response position: one float32 full forward.
-
-    The single place the trainer's forward is written; the trainer and the ``exact`` path both
-    go through it, which is what makes V1 hold bitwise.
-
-    Shapes: rb.input_ids (B, P+T) -> (B, T, V).
-    """
-    P, T = rb.prompt_len, rb.response.shape[1]
-    return full_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]  # (B, T, V)
-
-
-FUSED_MIN_VOCAB = 32_000
-"""The trainer's forward goes through the fused LM head (:mod:`tailtheory.core.fused`) from this
-vocabulary size on. Measured (``benchmarks/bench_fused.py``, forward + backward of a tiny model,
-one thread): a tie at V = 512 (0.064 s against 0.063 s) and 0.48x the full-logits time at
-V = 151,936, with no ``(B, T, V)`` logits held; below this size the logits are small and the
-full-logits path keeps its bitwise regression records."""
-
-
-def use_fused_head(model) -> bool:
-    """Whether the trainer's forward (and the ``exact`` path's, V1) uses the fused LM head: a
-    vocabulary of at least :data:`FUSED_MIN_VOCAB` and logits that are ``h W^T + b``."""
-    from tailtheory.core.forward import logit_transforms
-
-    V = model.get_output_embeddings().weight.shape[0]
-    return V >= FUSED_MIN_VOCAB and not logit_transforms(model)
-
-
-def response_hidden(model, rb: RolloutBatch) -> torch.Tensor:
-    """The trainer's last hidden states at every response position. (B, P+T) -> (B, T, H)."""
-    from tailtheory.core.forward import hidden_forward
-
-    P, T = rb.prompt_len, rb.response.shape[1]
-    return hidden_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]
-
-
-def fused_response_stats(model, rb: RolloutBatch, temperature: float = 1.0,
-                         keep: Any = None) -> dict:
-    """:func:`tailtheory.core.fused.fused_token_stats` of the response: the statistics of
-    ``token_stats(response_logits(...))`` without the logits (no ``kl``: it needs them)."""
-    from tailtheory.core.forward import lm_head
-    from tailtheory.core.fused import fused_token_stats
-
-    W, bias = lm_head(model)
-    return fused_token_stats(response_hidden(model, rb), W, rb.response, bias, mask=rb.mask,
-                             keep=keep, temperature=temperature)
-
-
-def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
-                      keep: Any = None) -> torch.Tensor:
-    """The trainer's log-probs of the sampled response.
-
-    Source: TIM (V1: the ``exact`` rollout path calls this very function, so its log-probs are
-    bitwise the trainer's). ``logp_t = log softmax_S(z_{P+t-1} / tau)[y_t]``; differentiable when
-    grad is enabled. ``keep`` is the kept vocabulary (use ``rb.keep``: same ``S`` as the sampler).
-
-    Through the fused LM head when :func:`use_fused_head`, as the trainer's forward.
-
-    Shapes: rb.input_ids (B, P+T) -> (B, T).
-    """
-    if use_fused_head(model):
-        return fused_response_stats(model, rb, temperature, keep)["logp"]
-    z = response_logits(model, rb)
-    return token_stats(z, rb.response, keep=keep, temperature=temperature)["logp"]
 
 
 class RolloutEngine:

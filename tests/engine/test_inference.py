@@ -20,8 +20,8 @@ from tailtheory.core.stats import token_stats
 from tailtheory.engine import inference
 from tailtheory.engine.inference import InferenceEngine, supports, unsupported
 from tailtheory.engine.noise import RolloutNoise, noisy_weights_of
-from tailtheory.engine.rollout import (FAST_DTYPES, PATHS, RolloutConfig, RolloutEngine,
-                                       response_logprobs)
+from tailtheory.engine.policy_forward import response_logprobs
+from tailtheory.engine.rollout import FAST_DTYPES, PATHS, RolloutConfig, RolloutEngine
 from tailtheory.engine.copies import COPY_DTYPES, inference_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
