@@ -29,8 +29,8 @@ Backends: ``hf`` decodes with the Hugging Face model's own KV-cache ``forward`` 
 above; ``tailtheory.engine.hf_decode``); ``fast`` with the separate engine of
 ``tailtheory.engine.inference`` (float32 on ``exact`` / ``kv``, that dtype on ``bf16`` / ``fp16``
 / ``fp8``, the copies' weight values), which prefills each distinct prompt once and drops
-finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run falls back to
-``hf`` with a warning.
+finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run is a ``ValueError``
+naming ``hf`` (:func:`check_backend`), never a silent fallback.
 
 The copies are made by ``tailtheory.engine.copies`` (the same copies as M7's paired logits);
 the trainer's forward is ``tailtheory.engine.policy_forward`` (``tailtheory.core.forward``'s).
@@ -42,7 +42,6 @@ Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,6 +62,11 @@ PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 
 BACKENDS = ("hf", "fast")
 """Decoders: the Hugging Face model's forward, or ``tailtheory.engine.inference``."""
+
+DEFAULT_BACKEND = "fast"
+"""The decoder of a run (``TrainConfig.rollout_backend``) unless it names another; a bare
+:class:`RolloutConfig` decodes with ``hf``, the decoder the stored measurements (V1, V2, the warm
+starts' evaluations) were sampled with."""
 
 FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
                "logit_noise": "float32", "weight_noise": "float32"}
@@ -98,7 +102,7 @@ class RolloutConfig:
     exact token KL of :func:`tailtheory.core.stats.token_stats`."""
     backend: str = "hf"
     """One of ``BACKENDS``: ``hf`` (the model's own KV-cache forward) or ``fast``
-    (``tailtheory.engine.inference``; ``hf`` for a model it cannot run)."""
+    (``tailtheory.engine.inference``; a model it cannot run is an error, :func:`check_backend`)."""
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -153,6 +157,22 @@ class RolloutBatch:
     ``logits`` are then ``z + delta``, the sampler's); 0 after EOS."""
 
 
+def check_backend(model, backend: str, what: str = "this model") -> None:
+    """A ``ValueError`` naming the ``hf`` backend when ``backend`` is ``fast`` and the inference
+    engine cannot run ``model`` (:func:`tailtheory.engine.inference.unsupported`): no silent
+    fallback. ``what`` names the model in the message."""
+    if backend != "fast":
+        return
+    from tailtheory.engine.inference import unsupported
+
+    if reason := unsupported(model):
+        kind = getattr(getattr(model, "config", None), "model_type", None)
+        raise ValueError(f"rollout backend 'fast' cannot run {what}, a {kind!r} model ({reason}); "
+                         f"pass --rollout-backend hf (rollout_backend='hf' in a TrainConfig, "
+                         f"backend='hf' in a RolloutConfig) to sample with the model's own "
+                         f"forward")
+
+
 def _check_token_id(v: Any, name: str, V: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
         raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
@@ -168,13 +188,10 @@ class RolloutEngine:
         path, scaling = self.config.path, self.config.fp8_scaling
         self.fast, self.noise = None, RolloutNoise.of(self.config)  # noise: step 0 till a sync
         if self.config.backend == "fast":
-            from tailtheory.engine.inference import InferenceEngine, unsupported
-            if reason := unsupported(model):
-                warnings.warn(f"rollout backend 'fast' cannot run this model ({reason}); "
-                              f"decoding with the Hugging Face forward", stacklevel=2)
-            else:
-                weights = noisy_weights_of(self.noise, model)
-                self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
+            from tailtheory.engine.inference import InferenceEngine
+            check_backend(model, "fast")
+            weights = noisy_weights_of(self.noise, model)
+            self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
         copy = path in COPY_DTYPES and self.fast is None
         self.infer = inference_copy(model, path, scaling) if copy else model
         if path == "weight_noise" and self.fast is None:  # hf: a float32 copy, noisy weights
