@@ -22,6 +22,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import trust_region_keep
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.advantages import advantage_fn
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodFn, MethodParams, PolicyBatch
@@ -32,12 +33,6 @@ LOSS_METRICS = ("loss/policy", "loss/clipfrac", "loss/ratio_mean", "loss/approx_
 
 ADV_METRICS = ("adv/abs_mean",)
 """What every advantage returns (the loss's group advantage, or ``otb``)."""
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """The mean of ``x`` over ``mask``, detached, in float64 (0 when the mask is empty): how
-    every method's metrics average. Shapes: x, mask (B, T) or (B,) -> float."""
-    return float((x.detach().double() * mask).sum() / mask.sum().clamp(min=1))
 
 
 # ---- the clipped surrogate and the loss aggregation -------------------------------------------

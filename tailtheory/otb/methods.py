@@ -11,7 +11,8 @@ own. Shapes: ``B`` sequences, ``T`` response tokens.
 from __future__ import annotations
 
 from tailtheory.engine.advantages import advantage_fn
-from tailtheory.engine.methods import ADV_METRICS, masked_mean
+from tailtheory.core.stats import masked_mean
+from tailtheory.engine.methods import ADV_METRICS
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
 from tailtheory.otb.baselines import realized_energy

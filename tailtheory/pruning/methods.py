@@ -10,7 +10,7 @@ imports this module when it looks the methods up), with the check of its rule an
 from __future__ import annotations
 
 from tailtheory.core.safeset import RULES, dvp_keep
-from tailtheory.engine.methods import masked_mean
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
 
