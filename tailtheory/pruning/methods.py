@@ -1,7 +1,7 @@
 """DVP's method of the GRPO engine: ``dvp``, the sampler's kept vocabulary used on both sides.
 
 Source: DVP (P3), arXiv 2512.23087. A thin adapter from ``(PolicyBatch, MethodParams)`` to the
-kept set :func:`tailtheory.core.safeset.dvp_keep` (re-exported by ``tailtheory.pruning.sampler``),
+kept set :func:`tailtheory.core.safeset.dvp_keep`,
 registered at the ``vocab`` stage with :func:`tailtheory.engine.registry.register` (the registry
 imports this module when it looks the methods up), with the check of its rule and threshold
 (:func:`check_dvp`). Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
