@@ -24,7 +24,8 @@ from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, noi
                                      noisy_weights)
 from tailtheory.engine.policy_forward import response_logits, response_logprobs
 from tailtheory.engine.rollout import PATHS, RolloutConfig, RolloutEngine
-from tailtheory.engine.trainer import read_metrics, train
+from tailtheory.engine.checkpoint import read_metrics
+from tailtheory.engine.trainer import train
 from tests.engine.test_trainer import SMALL, DenseKK, no_time
 
 pytestmark = pytest.mark.usefixtures("one_thread")

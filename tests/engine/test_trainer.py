@@ -18,12 +18,12 @@ import torch
 
 from tailtheory.cli import main
 from tailtheory.engine import trainer
-from tailtheory.engine.checkpoint import CHECKPOINT
+from tailtheory.engine.checkpoint import CHECKPOINT, read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.registry import parse_methods
 from tailtheory.engine.tasks import Reward, get_task
 from tailtheory.engine.step_metrics import METRIC_KEYS
-from tailtheory.engine.trainer import TrainingDiverged, read_metrics, train
+from tailtheory.engine.trainer import TrainingDiverged, train
 
 # pinned to the CPU: the stored records and the exact counts below are the CPU's numerics (on a
 # machine with a GPU, device "auto" would train on it, and TF32 matrix products move them)
