@@ -52,7 +52,8 @@ def save_model(folder: Path) -> Path:
 def bench_engine(model_dir: Path, rollout: str) -> dict:
     """This engine's trainer, ``WARMUP + STEPS`` steps; timings from its metrics lines."""
     from tailtheory.engine.config import TrainConfig
-    from tailtheory.engine.trainer import read_metrics, train
+    from tailtheory.engine.checkpoint import read_metrics
+    from tailtheory.engine.trainer import train
 
     with tempfile.TemporaryDirectory() as run:
         cfg = TrainConfig(task="kk", model=str(model_dir), method="grpo", rollout=rollout,

@@ -21,7 +21,7 @@ from verl.trainer.ppo.core_algos import (ADV_ESTIMATOR_REGISTRY,  # noqa: E402
 import tailtheory.integrations.verl as plugin  # noqa: E402
 from tailtheory.engine.registry import get_method  # noqa: E402
 from tailtheory.engine.types import MethodParams, PolicyBatch  # noqa: E402
-from tailtheory.otb.baselines import grpo_advantages  # noqa: E402
+from tailtheory.engine.advantages import grpo_advantages  # noqa: E402
 
 ATOL = 1e-6
 """float32 / float64 agreement of two implementations of one formula."""

@@ -43,8 +43,7 @@ from typing import Any
 import torch
 
 from tailtheory.core.checks import as_tensor, check_finite, check_mask
-from tailtheory.core.fused_grad import (BIG, EXP_FLOOR, TOKEN_TILE, VOCAB_TILE,
-                                        VOCAB_TILE_THREADED, Head, SafeSet, check_tiles,
+from tailtheory.core.fused_grad import (BIG, EXP_FLOOR, Head, SafeSet, check_tiles,
                                         compute_dtype, logp_backward, tiles)
 from tailtheory.core.safeset import RHO_DEFAULT, check_rule, dvp_keep, safe_vocab_mask
 from tailtheory.core.stats import naive_token_stats
@@ -380,5 +379,4 @@ def naive_fused_token_stats(h: Any, W: Any, tokens: Any, bias: Any = None, *, ma
             .view(B, T) for n in FUSED_STATS if n in st}
 
 
-__all__ = ["TOKEN_TILE", "VOCAB_TILE", "VOCAB_TILE_THREADED", "TOP_P_ELEMENTS", "FUSED_STATS",
-           "fused_token_stats", "naive_fused_token_stats"]
+__all__ = ["TOP_P_ELEMENTS", "FUSED_STATS", "fused_token_stats", "naive_fused_token_stats"]

@@ -278,3 +278,11 @@ def naive_token_stats(logits: Any, tokens: Any, ref_logits: Any = None, keep: An
             raise ValueError("keep must keep at least one token at every position")
         out["pruned_mass"] = 1 - (torch.softmax(zt, -1) * keep).sum(-1).detach()
     return out
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    """The mean of ``x`` over ``mask``, detached, in float64 (0 when the mask is empty): how
+    every metric of a training step averages over tokens.
+
+    Shapes: x, mask (B, T) or (B,) -> float."""
+    return float((x.detach().double() * mask).sum() / mask.sum().clamp(min=1))

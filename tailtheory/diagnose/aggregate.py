@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tailtheory.core.estimators import k1, k2, k3
 from tailtheory.diagnose.columns import TOPK_MASS_TOL
 from tailtheory.diagnose.read import Batch
 from tailtheory.mismatch.accumulation import sequence_log_ratio
-from tailtheory.mismatch.logprob import k1, k2, k3
 from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
 
 P_EDGES = np.linspace(-8.0, 0.0, 33)

@@ -1,9 +1,9 @@
-"""Group advantages of the GRPO engine: GRPO, Dr. GRPO, RLOO, and the registry that names them.
+"""Group advantages of the GRPO engine: GRPO, Dr. GRPO and RLOO.
 
 Source: GRPO (group mean and std), Dr. GRPO (group mean, no std), RLOO (leave-one-out mean), as
-compared in OTB (Li et al., arXiv 2602.07078). The ``grpo`` and ``dr_grpo`` losses take their
-advantages from here; OTB's optimal token baseline (``tailtheory.otb.baselines``) registers
-itself in the same registry under ``otb``.
+compared in OTB (Li et al., arXiv 2602.07078). The ``grpo`` and ``dr_grpo`` losses of the method
+registry (:mod:`tailtheory.engine.registry`, the one registry of advantages: a loss's own group
+advantage, or an ``advantage``-stage method such as OTB's ``otb``) take theirs from here.
 
 Notation: a batch of ``B`` responses in groups (one group per prompt, ids ``group_ids``), ``T``
 positions, alive mask ``m`` (False after EOS and in padding), outcome reward ``R`` (B,).
@@ -13,7 +13,7 @@ with ``std=True`` and RLOO raise (no spread, no leave-one-out mean), Dr. GRPO gi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,53 +116,3 @@ def rloo_advantages(rewards: Any, group_ids: Any, mask: Any) -> torch.Tensor:
     n = counts[inv].to(r.dtype)
     adv = n / (n - 1) * (r - _group_mean(r, inv, counts))
     return adv[:, None] * m
-
-
-# --- the registry ------------------------------------------------------------------------------
-
-AdvantageFn = Callable[..., torch.Tensor]
-"""``fn(rewards (B,), group_ids (B,), mask (B, T), energy (B, T) | None) -> adv (B, T)``.
-
-``energy`` is OTB's realised energy ``W`` (``tailtheory.otb.baselines.realized_energy``); only
-``otb`` reads it (the others ignore it)."""
-
-ADVANTAGES: dict[str, AdvantageFn] = {}
-"""The advantage estimators by name, with one signature (see :data:`AdvantageFn`): ``grpo``,
-``dr_grpo`` and ``rloo`` registered here, ``otb`` by ``tailtheory.otb.baselines`` when it is
-imported (the ``otb`` method imports it)."""
-
-
-def register_advantage(name: str):
-    """Decorator: add an :data:`AdvantageFn` to :data:`ADVANTAGES`; an existing name raises."""
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGES[name] = fn
-        return fn
-    return deco
-
-
-@register_advantage("grpo")
-def _grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return grpo_advantages(rewards, group_ids, mask)
-
-
-@register_advantage("dr_grpo")
-def _dr_grpo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return dr_grpo_advantages(rewards, group_ids, mask)
-
-
-@register_advantage("rloo")
-def _rloo(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    return rloo_advantages(rewards, group_ids, mask)
-
-
-def advantage_fn(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``; an unknown name lists the valid ones."""
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; valid: {', '.join(ADVANTAGES)}")
-    return ADVANTAGES[name]
-
-
-__all__ = ["GRPO_EPS", "alive_mask", "group_index", "grpo_advantages", "dr_grpo_advantages",
-           "rloo_advantages", "AdvantageFn", "ADVANTAGES", "register_advantage", "advantage_fn"]

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
+from tailtheory.engine.rollout import BACKENDS, DEFAULT_BACKEND, PATHS
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
@@ -75,7 +76,7 @@ class TrainConfig(MethodParams):
     deviation of the i.i.d. Gaussian noise added to every logit (``logit_noise``) or of the
     relative Gaussian error of every block Linear weight (``weight_noise``), drawn from
     generators seeded by the run's seed and step. Must be > 0 on those paths, 0 on the others."""
-    rollout_backend: str = "fast"
+    rollout_backend: str = DEFAULT_BACKEND
     """Decoder of the rollouts and of the held-out evaluation: ``fast`` (the inference engine of
     ``tailtheory.engine.inference``, a forward of its own: the real mismatch source of the
     non-exact paths: Qwen2 and Llama architectures; a run of any other model is refused before
@@ -169,7 +170,6 @@ def _positive(c: TrainConfig, *names: str) -> None:
 
 def _validate(c: TrainConfig) -> MethodSpec:
     """Every check of ``c``, run once when it is built; returns the parsed method spec."""
-    from tailtheory.engine.rollout import PATHS
     from tailtheory.engine.tasks import TASKS
 
     if c.task not in TASKS:
@@ -177,7 +177,6 @@ def _validate(c: TrainConfig) -> MethodSpec:
     spec = parse_methods(c.method)
     if c.rollout not in PATHS:
         raise ValueError(f"unknown rollout {c.rollout!r}; valid rollout paths: {', '.join(PATHS)}")
-    from tailtheory.engine.rollout import BACKENDS
     if c.rollout_backend not in BACKENDS:
         raise ValueError(f"unknown rollout_backend {c.rollout_backend!r}; valid: "
                          f"{', '.join(BACKENDS)}")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.stats import token_stats
-from tailtheory.engine.rollout import (RolloutBatch, fused_response_stats, response_logits,
-                                       use_fused_head)
+from tailtheory.engine.policy_forward import fused_response_stats, response_logits, use_fused_head
+from tailtheory.engine.rollout import RolloutBatch
 
 
 class TrainingDiverged(ValueError):

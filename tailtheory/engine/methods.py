@@ -22,7 +22,8 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import trust_region_keep
-from tailtheory.engine.advantages import advantage_fn
+from tailtheory.core.stats import masked_mean
+from tailtheory.engine.advantages import dr_grpo_advantages, grpo_advantages
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodFn, MethodParams, PolicyBatch
 
@@ -32,12 +33,6 @@ LOSS_METRICS = ("loss/policy", "loss/clipfrac", "loss/ratio_mean", "loss/approx_
 
 ADV_METRICS = ("adv/abs_mean",)
 """What every advantage returns (the loss's group advantage, or ``otb``)."""
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """The mean of ``x`` over ``mask``, detached, in float64 (0 when the mask is empty): how
-    every method's metrics average. Shapes: x, mask (B, T) or (B,) -> float."""
-    return float((x.detach().double() * mask).sum() / mask.sum().clamp(min=1))
 
 
 # ---- the clipped surrogate and the loss aggregation -------------------------------------------
@@ -117,14 +112,13 @@ def _policy_loss(b: PolicyBatch, hp: MethodParams, agg: str):
     return loss, metrics
 
 
-def group_advantage(name: str) -> MethodFn:
-    """The :class:`MethodFn` of the group estimator ``name`` of ``tailtheory.engine.advantages``."""
-    estimator = advantage_fn(name)
-
+def group_advantage(estimator) -> MethodFn:
+    """The :class:`MethodFn` of a group estimator of ``tailtheory.engine.advantages``
+    (``fn(rewards, group_ids, mask) -> (B, T)``)."""
     def adv_fn(b: PolicyBatch, hp: MethodParams):
         adv = estimator(b.rewards, b.group_ids, b.mask).to(b.old_logp.dtype)
         return adv, {"adv/abs_mean": masked_mean(adv.abs(), b.mask)}
-    adv_fn.__doc__ = f"Group advantage {name!r} of tailtheory.engine.advantages at every token."
+    adv_fn.__doc__ = f"{estimator.__name__} of tailtheory.engine.advantages at every token."
     return adv_fn
 
 
@@ -144,7 +138,7 @@ def check_loss_params(hp: MethodParams) -> None:
 
 
 @register("grpo", "loss", "GRPO; loss_agg token-mean as in LOPTI's run scripts",
-          metrics=LOSS_METRICS + ADV_METRICS, advantage=group_advantage("grpo"),
+          metrics=LOSS_METRICS + ADV_METRICS, advantage=group_advantage(grpo_advantages),
           validate=check_loss_params)
 def grpo(b: PolicyBatch, hp: MethodParams):
     """Clipped surrogate (dual clip if clip_ratio_c), aggregated by loss_agg (token-mean).
@@ -156,7 +150,7 @@ def grpo(b: PolicyBatch, hp: MethodParams):
 
 
 @register("dr_grpo", "loss", "Dr. GRPO (Liu et al. 2025)", metrics=LOSS_METRICS + ADV_METRICS,
-          advantage=group_advantage("dr_grpo"), validate=check_loss_params)
+          advantage=group_advantage(dr_grpo_advantages), validate=check_loss_params)
 def dr_grpo(b: PolicyBatch, hp: MethodParams):
     """Unnormalised group advantage, clipped surrogate summed over tokens / (B * L): no length bias.
 

@@ -3,7 +3,8 @@
 Source: TIM (Zhong et al., arXiv 2605.14220; claims V1, V2) for the rollout paths; DVP (Li et
 al., arXiv 2512.23087; P1, P3) for sampler-side vocabulary pruning.
 
-The trainer computes log-probs with :func:`response_logprobs` (one float32 full forward over
+The trainer computes log-probs with
+:func:`~tailtheory.engine.policy_forward.response_logprobs` (one float32 full forward over
 prompt + response). The rollout engine samples one token at a time with the model's KV cache
 (left-padded prompts, attention mask, position ids) and reports the log-probs of the
 distribution it actually sampled from (after temperature and pruning). Paths:
@@ -28,11 +29,11 @@ Backends: ``hf`` decodes with the Hugging Face model's own KV-cache ``forward`` 
 above; ``tailtheory.engine.hf_decode``); ``fast`` with the separate engine of
 ``tailtheory.engine.inference`` (float32 on ``exact`` / ``kv``, that dtype on ``bf16`` / ``fp16``
 / ``fp8``, the copies' weight values), which prefills each distinct prompt once and drops
-finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run falls back to
-``hf`` with a warning.
+finished rows; same ``_step``, same ``RolloutBatch``. A model it cannot run is a ``ValueError``
+naming ``hf`` (:func:`check_backend`), never a silent fallback.
 
 The copies are made by ``tailtheory.engine.copies`` (the same copies as M7's paired logits);
-the trainer's forward is ``tailtheory.core.forward.full_forward``.
+the trainer's forward is ``tailtheory.engine.policy_forward`` (``tailtheory.core.forward``'s).
 
 Sign convention as in ``tailtheory.mismatch.logprob``: ``Delta = logp_rollout - logp_trainer``.
 
@@ -41,26 +42,31 @@ Claims: V1, V2 (infrastructure; the verdicts come from the training checks).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.core.forward import full_forward, left_pad, position_ids  # noqa: F401 (re-exported)
+from tailtheory.core.forward import left_pad
 from tailtheory.core.stats import token_stats
 from tailtheory.engine.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
 from tailtheory.engine.hf_decode import HFDecode
 from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, load_noisy,
                                      noisy_copy, noisy_weights_of, stack_noise)
+from tailtheory.engine.policy_forward import response_logits, response_logprobs
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 """Rollout paths :class:`RolloutEngine` knows."""
 
 BACKENDS = ("hf", "fast")
 """Decoders: the Hugging Face model's forward, or ``tailtheory.engine.inference``."""
+
+DEFAULT_BACKEND = "fast"
+"""The decoder of a run (``TrainConfig.rollout_backend``) unless it names another; a bare
+:class:`RolloutConfig` decodes with ``hf``, the decoder the stored measurements (V1, V2, the warm
+starts' evaluations) were sampled with."""
 
 FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
                "logit_noise": "float32", "weight_noise": "float32"}
@@ -96,7 +102,7 @@ class RolloutConfig:
     exact token KL of :func:`tailtheory.core.stats.token_stats`."""
     backend: str = "hf"
     """One of ``BACKENDS``: ``hf`` (the model's own KV-cache forward) or ``fast``
-    (``tailtheory.engine.inference``; ``hf`` for a model it cannot run)."""
+    (``tailtheory.engine.inference``; a model it cannot run is an error, :func:`check_backend`)."""
 
     def __post_init__(self):
         if self.path not in PATHS:
@@ -151,76 +157,25 @@ class RolloutBatch:
     ``logits`` are then ``z + delta``, the sampler's); 0 after EOS."""
 
 
+def check_backend(model, backend: str, what: str = "this model") -> None:
+    """A ``ValueError`` naming the ``hf`` backend when ``backend`` is ``fast`` and the inference
+    engine cannot run ``model`` (:func:`tailtheory.engine.inference.unsupported`): no silent
+    fallback. ``what`` names the model in the message."""
+    if backend != "fast":
+        return
+    from tailtheory.engine.inference import unsupported
+
+    if reason := unsupported(model):
+        kind = getattr(getattr(model, "config", None), "model_type", None)
+        raise ValueError(f"rollout backend 'fast' cannot run {what}, a {kind!r} model ({reason}); "
+                         f"pass --rollout-backend hf (rollout_backend='hf' in a TrainConfig, "
+                         f"backend='hf' in a RolloutConfig) to sample with the model's own "
+                         f"forward")
+
+
 def _check_token_id(v: Any, name: str, V: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < V:
         raise ValueError(f"{name} must be a token id in [0, {V}), got {v!r}")
-
-
-def response_logits(model, rb: RolloutBatch) -> torch.Tensor:
-    """The trainer's logits at every response position: one float32 full forward.
-
-    The single place the trainer's forward is written; the trainer and the ``exact`` path both
-    go through it, which is what makes V1 hold bitwise.
-
-    Shapes: rb.input_ids (B, P+T) -> (B, T, V).
-    """
-    P, T = rb.prompt_len, rb.response.shape[1]
-    return full_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]  # (B, T, V)
-
-
-FUSED_MIN_VOCAB = 32_000
-"""The trainer's forward goes through the fused LM head (:mod:`tailtheory.core.fused`) from this
-vocabulary size on. Measured (``benchmarks/bench_fused.py``, forward + backward of a tiny model,
-one thread): a tie at V = 512 (0.064 s against 0.063 s) and 0.48x the full-logits time at
-V = 151,936, with no ``(B, T, V)`` logits held; below this size the logits are small and the
-full-logits path keeps its bitwise regression records."""
-
-
-def use_fused_head(model) -> bool:
-    """Whether the trainer's forward (and the ``exact`` path's, V1) uses the fused LM head: a
-    vocabulary of at least :data:`FUSED_MIN_VOCAB` and logits that are ``h W^T + b``."""
-    from tailtheory.core.forward import logit_transforms
-
-    V = model.get_output_embeddings().weight.shape[0]
-    return V >= FUSED_MIN_VOCAB and not logit_transforms(model)
-
-
-def response_hidden(model, rb: RolloutBatch) -> torch.Tensor:
-    """The trainer's last hidden states at every response position. (B, P+T) -> (B, T, H)."""
-    from tailtheory.core.forward import hidden_forward
-
-    P, T = rb.prompt_len, rb.response.shape[1]
-    return hidden_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]
-
-
-def fused_response_stats(model, rb: RolloutBatch, temperature: float = 1.0,
-                         keep: Any = None) -> dict:
-    """:func:`tailtheory.core.fused.fused_token_stats` of the response: the statistics of
-    ``token_stats(response_logits(...))`` without the logits (no ``kl``: it needs them)."""
-    from tailtheory.core.forward import lm_head
-    from tailtheory.core.fused import fused_token_stats
-
-    W, bias = lm_head(model)
-    return fused_token_stats(response_hidden(model, rb), W, rb.response, bias, mask=rb.mask,
-                             keep=keep, temperature=temperature)
-
-
-def response_logprobs(model, rb: RolloutBatch, temperature: float = 1.0,
-                      keep: Any = None) -> torch.Tensor:
-    """The trainer's log-probs of the sampled response.
-
-    Source: TIM (V1: the ``exact`` rollout path calls this very function, so its log-probs are
-    bitwise the trainer's). ``logp_t = log softmax_S(z_{P+t-1} / tau)[y_t]``; differentiable when
-    grad is enabled. ``keep`` is the kept vocabulary (use ``rb.keep``: same ``S`` as the sampler).
-
-    Through the fused LM head when :func:`use_fused_head`, as the trainer's forward.
-
-    Shapes: rb.input_ids (B, P+T) -> (B, T).
-    """
-    if use_fused_head(model):
-        return fused_response_stats(model, rb, temperature, keep)["logp"]
-    z = response_logits(model, rb)
-    return token_stats(z, rb.response, keep=keep, temperature=temperature)["logp"]
 
 
 class RolloutEngine:
@@ -233,13 +188,10 @@ class RolloutEngine:
         path, scaling = self.config.path, self.config.fp8_scaling
         self.fast, self.noise = None, RolloutNoise.of(self.config)  # noise: step 0 till a sync
         if self.config.backend == "fast":
-            from tailtheory.engine.inference import InferenceEngine, unsupported
-            if reason := unsupported(model):
-                warnings.warn(f"rollout backend 'fast' cannot run this model ({reason}); "
-                              f"decoding with the Hugging Face forward", stacklevel=2)
-            else:
-                weights = noisy_weights_of(self.noise, model)
-                self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
+            from tailtheory.engine.inference import InferenceEngine
+            check_backend(model, "fast")
+            weights = noisy_weights_of(self.noise, model)
+            self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
         copy = path in COPY_DTYPES and self.fast is None
         self.infer = inference_copy(model, path, scaling) if copy else model
         if path == "weight_noise" and self.fast is None:  # hf: a float32 copy, noisy weights

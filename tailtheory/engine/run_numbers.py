@@ -18,7 +18,7 @@ FINAL_EVALS = 2
 
 def read_lines(run, steps: int) -> list[dict]:
     """The first ``steps`` metric lines of a run; fewer is a ``ValueError``."""
-    from tailtheory.engine.trainer import read_metrics
+    from tailtheory.engine.checkpoint import read_metrics
 
     lines = read_metrics(run)[:steps]
     if len(lines) < steps:

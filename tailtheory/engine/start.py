@@ -75,12 +75,9 @@ def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> t
     tokenizer = load_tokenizer(folder)
     check_tokenizer(tokenizer, config.vocab_size, str(folder))
     if cfg.rollout_backend == "fast":
-        from tailtheory.engine.inference import unsupported
+        from tailtheory.engine.rollout import check_backend
 
-        if reason := unsupported(skeleton_lm(config)):
-            raise ValueError(f"rollout backend 'fast' cannot run the model in {folder} "
-                             f"({reason}); pass --rollout-backend hf to sample with the model's "
-                             f"own forward")
+        check_backend(skeleton_lm(config), "fast", f"the model in {folder}")
     model = load_lm(folder, device="cpu").float().eval()
     return model, task or load_task(cfg, tokenizer, model.config.vocab_size)
 

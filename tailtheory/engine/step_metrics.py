@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.estimators import k1, k3
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.methods import LOSS_METRICS
 
 METRIC_KEYS = {
@@ -54,10 +55,6 @@ METRIC_KEYS = {
 declare (:attr:`~tailtheory.engine.registry.MethodSpec.metric_keys`)."""
 
 
-def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``x (B, T)`` over the tokens of ``mask (B, T)`` (float64 sums; 0 when empty)."""
-    return float((x.double() * mask).sum() / mask.sum().clamp(min=1))
-
 
 def monitor_metrics(rec, flat: torch.Tensor) -> dict:
     """The step's metrics that no stage reports: rewards, lengths, entropy, mismatch, TRM.
@@ -74,12 +71,12 @@ def monitor_metrics(rec, flat: torch.Tensor) -> dict:
             "rollout/tokens": int(rb.mask.sum()), "rollout/len_mean": float(lens.double().mean()),
             "rollout/len_max": int(lens.max()),
             "rollout/len_median": float(lens.double().median()),
-            "policy/entropy": _mean(rec.stats["entropy"], m),
-            "mismatch/abs_mean": _mean(log_rho.abs(), m),
+            "policy/entropy": masked_mean(rec.stats["entropy"], m),
+            "mismatch/abs_mean": masked_mean(log_rho.abs(), m),
             "mismatch/abs_max": float((log_rho.abs() * m).max()),
-            "mismatch/k1": _mean(k1(log_rho), m), "mismatch/k3": _mean(k3(log_rho), m),
+            "mismatch/k1": masked_mean(k1(log_rho), m), "mismatch/k3": masked_mean(k3(log_rho), m),
             "trm/accept_rate": float(b.trm_accept.double().mean()),
-            "dvp/pruned_mass": _mean(rec.stats["pruned_mass"], m) if b.keep is not None else 0.0,
+            "dvp/pruned_mass": 0.0 if b.keep is None else masked_mean(rec.stats["pruned_mass"], m),
             "adv/zero_var_frac": float(flat.double().mean())}
 
 

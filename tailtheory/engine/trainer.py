@@ -40,7 +40,6 @@ from tailtheory.engine.registry import advantages, correction_weight, passes
 from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine
 from tailtheory.engine.start import (check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
-from tailtheory.engine.step_metrics import METRIC_KEYS  # noqa: F401 (re-exported)
 from tailtheory.engine.step_metrics import (monitor_metrics, pass_mean, rel_change,
                                             zero_variance_groups)
 from tailtheory.engine.types import PolicyBatch

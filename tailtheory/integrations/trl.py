@@ -75,12 +75,12 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from tailtheory.core.stats import token_stats
+from tailtheory.core.estimators import k1, k3
+from tailtheory.core.stats import masked_mean, token_stats
 from tailtheory.engine.config import _validate_method_params, field_docs
 from tailtheory.engine.registry import MethodSpec, correction_weight, parse_methods, passes
 from tailtheory.engine.types import MethodParams, PolicyBatch
 from tailtheory.integrations.trl_checks import LOSS_AGG_OF, check_trl_settings
-from tailtheory.mismatch.logprob import k1, k3
 
 TRL_OWNED = {"eps_low": "epsilon", "eps_high": "epsilon_high", "temperature": "temperature",
              "loss_agg": "loss_type", "loss_norm_len": "max_completion_length"}
@@ -135,9 +135,6 @@ class TailGRPOConfig(GRPOConfig):
                             if self.loss_type == "dr_grpo" else 0)
 
 
-def _mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((x.double() * mask).sum() / mask.sum().clamp(min=1))
-
 
 class TailGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` running the tailtheory methods named by ``args.tail_method``.
@@ -190,7 +187,7 @@ class TailGRPOTrainer(GRPOTrainer):
             adv, m_adv = spec.advantage.fn(b, hp)
         else:  # the loss's group advantage: TRL's (scale_rewards, reward weights)
             adv = trl_adv[:, None] * mask
-            m_adv = {"adv/abs_mean": _mean(adv.abs(), mask)}
+            m_adv = {"adv/abs_mean": masked_mean(adv.abs(), mask)}
         if spec.reweight is not None:
             adv, more = spec.reweight.fn(replace(b, adv=adv), hp)
             m_adv = {**m_adv, **more}
@@ -277,8 +274,9 @@ class TailGRPOTrainer(GRPOTrainer):
         res = {k: torch.cat(v) for k, v in parts.items()}
         if "keep" in res:
             mask = attn[:, -C:].bool()
-            res["vocab_metrics"] = {"dvp/kept_vocab": _mean(res["keep"].float().sum(-1), mask),
-                                    "dvp/pruned_mass": _mean(res.pop("pruned_mass"), mask)}
+            kept = res["keep"].float().sum(-1)
+            res["vocab_metrics"] = {"dvp/kept_vocab": masked_mean(kept, mask),
+                                    "dvp/pruned_mass": masked_mean(res.pop("pruned_mass"), mask)}
         return res
 
     def _fused(self, model, ids, attn, C: int, need_sum_p2: bool) -> dict:
@@ -327,7 +325,7 @@ class TailGRPOTrainer(GRPOTrainer):
                         weight=weight, active=self._active(inputs, mode))
         loss, metrics = self.tail_spec.loss.fn(b, self.tail_hp)
         self._log(metrics)
-        self._metrics[mode]["entropy"].append(_mean(entropy.detach(), mask))   # TRL's own key
+        self._metrics[mode]["entropy"].append(masked_mean(entropy, mask))   # TRL's own key
         return self._trl_scale(loss, mask, inputs, mode)
 
     def _active(self, inputs: dict, mode: str) -> torch.Tensor | None:
@@ -367,9 +365,9 @@ def _inputs(batch: dict):
 def _mismatch_metrics(b: PolicyBatch) -> dict:
     """The engine's per-token mismatch monitor: ``log_rho = log pi_train - log pi_roll``."""
     lr, m = b.log_rho.double(), b.mask
-    return {"mismatch/abs_mean": _mean(lr.abs(), m),
+    return {"mismatch/abs_mean": masked_mean(lr.abs(), m),
             "mismatch/abs_max": float((lr.abs() * m).max()),
-            "mismatch/k1": _mean(k1(lr), m), "mismatch/k3": _mean(k3(lr), m)}
+            "mismatch/k1": masked_mean(k1(lr), m), "mismatch/k3": masked_mean(k3(lr), m)}
 
 
 __all__ = ["TailGRPOConfig", "TailGRPOTrainer", "TRL_OWNED", "LOSS_AGG_OF"]

@@ -64,7 +64,8 @@ import torch
 from tailtheory.engine.config import _validate_method_params
 from tailtheory.engine.registry import MethodSpec, parse_methods
 from tailtheory.engine.types import MethodParams, PolicyBatch
-from tailtheory.otb.baselines import advantage_fn, realized_energy
+from tailtheory.engine.advantages import dr_grpo_advantages, grpo_advantages, rloo_advantages
+from tailtheory.otb.baselines import optimal_token_baseline, realized_energy
 
 PARAMS_ENV = "TAILTHEORY_METHOD_PARAMS"
 """Environment variable holding a JSON object of ``MethodParams`` overrides."""
@@ -164,14 +165,12 @@ def make_policy_loss(spec: MethodSpec, hp: MethodParams):
     return policy_loss
 
 
-def _group_estimator(name: str):
-    estimator = advantage_fn(name)
-
+def _group_estimator(estimator):
     def adv_fn(token_level_rewards, response_mask, index, config=None, **kwargs):
         r = token_level_rewards.sum(-1).double()                      # outcome reward (B,)
         adv = estimator(r, np.asarray(index), response_mask.bool()).to(token_level_rewards.dtype)
         return adv, adv
-    adv_fn.__doc__ = f"verl estimator: tailtheory's group advantage {name!r} (outcome reward)."
+    adv_fn.__doc__ = f"verl estimator: tailtheory's {estimator.__name__} (outcome reward)."
     return adv_fn
 
 
@@ -190,12 +189,13 @@ def tail_otb(token_level_rewards, response_mask, index, old_log_probs=None, sum_
     m = response_mask.bool()
     G = (token_level_rewards * m).flip(-1).cumsum(-1).flip(-1).double()   # rewards-to-go
     W = realized_energy(sum_pi_squared.double(), old_log_probs.double().masked_fill(~m, 0.0), m)
-    adv = advantage_fn("otb")(G, np.asarray(index), m, energy=W)
+    adv = optimal_token_baseline(G, W, m, np.asarray(index))
     return adv.to(token_level_rewards.dtype), G.to(token_level_rewards.dtype)
 
 
-ESTIMATORS = {"tail_grpo": _group_estimator("grpo"), "tail_dr_grpo": _group_estimator("dr_grpo"),
-              "tail_rloo": _group_estimator("rloo"), "tail_otb": tail_otb}
+ESTIMATORS = {"tail_grpo": _group_estimator(grpo_advantages),
+              "tail_dr_grpo": _group_estimator(dr_grpo_advantages),
+              "tail_rloo": _group_estimator(rloo_advantages), "tail_otb": tail_otb}
 """verl advantage-estimator name -> function (``fn(token_level_rewards, response_mask, index,
 config, **kw) -> (advantages, returns)``)."""
 

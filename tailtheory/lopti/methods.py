@@ -10,7 +10,7 @@ Shapes: ``B`` sequences, ``T`` response tokens.
 
 from __future__ import annotations
 
-from tailtheory.engine.methods import masked_mean
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
 from tailtheory.lopti.reweight import advantage_reweight, lopti_passes

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from tailtheory.core.checks import as_tensor, check_finite, check_mask, check_unit_interval
-from tailtheory.engine.rollout import position_ids
+from tailtheory.core.forward import position_ids
 from tailtheory.core.stats import token_stats
 
 BIN_EDGES = (0.25, 0.5, 0.75)

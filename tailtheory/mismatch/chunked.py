@@ -15,7 +15,7 @@ head turns them into float32 logits one chunk of :func:`chunk_rows` positions at
 - ``bf16`` / ``fp16`` / ``fp8``: the same on the inference copy of
   :func:`tailtheory.engine.copies.inference_copy`, whose head computes in its own dtype;
 - ``kv``: the float32 backbone decoding one token at a time through the Hugging Face KV cache
-  (as ``real._kv_forward``), its hidden states through the float32 head.
+  (as ``real.kv_decode``), its hidden states through the float32 head.
 
 What is equal (STYLE rule 20): the statistics of :func:`envelope_from_chunks` equal
 :func:`~tailtheory.mismatch.real.mismatch_envelope`'s on the same logits up to the order of

@@ -40,7 +40,6 @@ import torch
 
 from tailtheory.core.checks import (check_broadcastable, check_logits, check_nonneg, check_probs,
                                     check_same_shape, check_unit_interval)
-from tailtheory.core.estimators import k1, k2, k3  # noqa: F401 (re-exported: TIM's estimators)
 from tailtheory.core.stats import map_row_blocks
 
 BOUND_ORDERS = ("exact", "first", "linear")

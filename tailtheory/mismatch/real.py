@@ -72,11 +72,6 @@ def kv_decode(module, input_ids: torch.Tensor, field: str = "logits") -> torch.T
     return torch.cat(steps, dim=1)
 
 
-def _kv_forward(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """:func:`kv_decode` of the model's logits. -> (B, T, V)."""
-    return kv_decode(model, input_ids)
-
-
 @torch.no_grad()
 def paired_logits(model, input_ids, path: str = "bf16",
                   scaling: str = FP8_SCALING) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,7 +94,7 @@ def paired_logits(model, input_ids, path: str = "bf16",
     model.eval()
     z_train = full_forward(model, ids).double()
     if path == "kv":
-        z_infer = _kv_forward(model, ids).double()
+        z_infer = kv_decode(model, ids).double()
     else:
         z_infer = full_forward(inference_copy(model, path, scaling), ids).float().double()
     check_finite(z_infer, f"inference_logits ({path})")  # fp16 can overflow on sharp models

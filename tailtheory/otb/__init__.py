@@ -44,7 +44,8 @@ Where each claim lives (modules of `tailtheory/otb/`, tests in `tests/otb/`):
 | O5 | `baselines.optimal_token_baseline`, `baselines.otb_leave_one_out`, `baselines.self_inclusion_residual` | - | `claims.check_o5` | - | `test_baselines.py` |
 | O6 | `variance.group_study`, `variance.matching_group_size`, `experiments.group_table`, `training.o6_arms`, `training.o6_training_evidence`, `training.STUDY` (`otb_learn`) | - | `claims.check_o6` | `figures.plot_group_study`, `figures.plot_o6` | `test_variance.py`, `test_experiments.py`, `test_training.py` |
 
-The group advantages of the GRPO engine (`grpo`, `dr_grpo`, `rloo`, `otb`) are looked up by
-name in `tailtheory.engine.advantages.ADVANTAGES`: GRPO, Dr. GRPO and RLOO are the engine's,
-`otb` is registered there by `baselines`; the engine's `otb` method is `methods.otb`.
+The group advantages GRPO, Dr. GRPO and RLOO are the engine's (`tailtheory.engine.advantages`,
+read by its `grpo` and `dr_grpo` losses); the engine's `otb` method is `methods.otb`, an
+advantage-stage method of the engine's method registry that calls
+`baselines.optimal_token_baseline`.
 """

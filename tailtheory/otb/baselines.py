@@ -4,9 +4,8 @@ Paper card
     OTB: Li et al., *The Optimal Token Baseline: Variance Reduction for Long-Horizon LLM-RL*,
     arXiv 2602.07078. GRPO (group mean and std), Dr. GRPO (group mean, no std) and RLOO
     (leave-one-out mean) are the group baselines it is compared with; the GRPO engine's losses
-    use them too, so they and the registry of advantage estimators (``ADVANTAGES``) live in
-    :mod:`tailtheory.engine.advantages` and stay importable from here. This module registers
-    ``otb`` there.
+    use them too, so they live in :mod:`tailtheory.engine.advantages`. The engine's ``otb``
+    method (``tailtheory.otb.methods``) calls :func:`optimal_token_baseline`.
 
 Notation: a batch of ``B`` responses in groups (one group per prompt, ids ``group_ids``), ``T``
 positions, alive mask ``m`` (False after EOS and in padding), outcome reward ``R`` (B,) or
@@ -31,9 +30,7 @@ import torch
 
 from tailtheory.core.checks import (as_tensor, check_finite, check_logits, check_nonneg,
                                     check_same_shape)
-from tailtheory.engine.advantages import (ADVANTAGES, GRPO_EPS, advantage_fn, alive_mask,
-                                          dr_grpo_advantages, group_index, grpo_advantages,
-                                          register_advantage, rloo_advantages)
+from tailtheory.engine.advantages import alive_mask, group_index
 from tailtheory.softmax.scores import sum_p_squared
 
 OTB_EPS = 1e-8
@@ -186,18 +183,3 @@ def self_inclusion_residual(returns: Any, energy: Any, mask: Any,
     G = broadcast_returns(returns, m)
     rhs = shrink * (G - torch.nan_to_num(B_loo))
     return torch.where(defined, lhs - rhs, torch.zeros_like(lhs)), defined
-
-
-# --- the registry ------------------------------------------------------------------------------
-
-@register_advantage("otb")
-def _otb(rewards, group_ids, mask, energy=None) -> torch.Tensor:
-    if energy is None:
-        raise ValueError("energy is required by 'otb': pass W from realized_energy(...)")
-    return optimal_token_baseline(rewards, energy, mask, group_ids)
-
-
-__all__ = ["OTB_EPS", "GRPO_EPS", "token_energy", "realized_energy", "group_index",
-           "broadcast_returns", "grpo_advantages", "dr_grpo_advantages", "rloo_advantages",
-           "optimal_token_baseline", "otb_leave_one_out", "ADVANTAGES", "advantage_fn",
-           "register_advantage"]

@@ -1,20 +1,18 @@
 """OTB's method of the GRPO engine: ``otb``, the optimal token baseline as the advantage stage.
 
 Source: OTB, arXiv 2602.07078. A thin adapter from ``(PolicyBatch, MethodParams)`` to
-:func:`tailtheory.otb.baselines.optimal_token_baseline` (through the estimator ``otb`` that
-``tailtheory.otb.baselines`` registers in ``tailtheory.engine.advantages.ADVANTAGES``),
-registered at the ``advantage`` stage with :func:`tailtheory.engine.registry.register` (the
+:func:`tailtheory.otb.baselines.optimal_token_baseline` registered at the ``advantage`` stage with :func:`tailtheory.engine.registry.register` (the
 registry imports this module when it looks the methods up). It reads no hyperparameter of its
 own. Shapes: ``B`` sequences, ``T`` response tokens.
 """
 
 from __future__ import annotations
 
-from tailtheory.engine.advantages import advantage_fn
-from tailtheory.engine.methods import ADV_METRICS, masked_mean
+from tailtheory.core.stats import masked_mean
+from tailtheory.engine.methods import ADV_METRICS
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
-from tailtheory.otb.baselines import realized_energy
+from tailtheory.otb.baselines import optimal_token_baseline, realized_energy
 
 
 @register("otb", "advantage", "OTB", metrics=ADV_METRICS)
@@ -26,7 +24,7 @@ def otb(b: PolicyBatch, hp: MethodParams):
     # under bypass, and pi_roll^2 may exceed the trainer's sum p^2)
     logp = b.train_logp if b.train_logp is not None else b.old_logp
     W = realized_energy(b.sum_p2, logp, b.mask)                         # (B, T)
-    adv = advantage_fn("otb")(b.rewards, b.group_ids, b.mask, energy=W).to(b.old_logp.dtype)
+    adv = optimal_token_baseline(b.rewards, W, b.mask, b.group_ids).to(b.old_logp.dtype)
     return adv, {"adv/abs_mean": masked_mean(adv.abs(), b.mask)}
 
 

@@ -36,7 +36,8 @@ from typing import Any, Callable
 import torch
 
 from tailtheory.core.tabular import TabularPolicy, random_rewards
-from tailtheory.otb.baselines import advantage_fn, broadcast_returns, realized_energy
+from tailtheory.engine.advantages import dr_grpo_advantages, grpo_advantages, rloo_advantages
+from tailtheory.otb.baselines import broadcast_returns, optimal_token_baseline, realized_energy
 
 
 def logit_scores(pol: TabularPolicy) -> torch.Tensor:
@@ -262,19 +263,29 @@ def tabular_energy(pol: TabularPolicy) -> torch.Tensor:
     return realized_energy(sum_p2, pol.token_logp, pol.mask)
 
 
+GROUP_METHODS = {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages,
+                 "rloo": rloo_advantages, "otb": optimal_token_baseline}
+"""The estimators :func:`group_estimates` compares, by name (``otb`` with the tabular energy)."""
+
+
 def group_estimates(pol: TabularPolicy, rewards: Any, idx: torch.Tensor,
                     method: str) -> torch.Tensor:
     """Group gradient estimates ``(1/N) sum_i sum_t s^i_t A^i_t`` for groups of sampled sequences.
 
-    Source: OTB (O6). ``idx`` holds ``K`` groups of ``N`` sequence indices; ``method`` a name of
-    :data:`~tailtheory.otb.baselines.ADVANTAGES`. Shapes: rewards (N_seq,), idx (K, N) -> (K, P*V).
+    Source: OTB (O6). ``idx`` holds ``K`` groups of ``N`` sequence indices; ``method`` one of
+    :data:`GROUP_METHODS`. Shapes: rewards (N_seq,), idx (K, N) -> (K, P*V).
     """
-    fn = advantage_fn(method)
+    if method not in GROUP_METHODS:
+        raise ValueError(f"unknown advantage estimator {method!r}; valid: "
+                         f"{', '.join(GROUP_METHODS)}")
     K, N = idx.shape
     R = torch.as_tensor(rewards, dtype=torch.float64)
     flat = idx.flatten()                                                 # (K*N,)
     gid = torch.arange(K).repeat_interleave(N)                           # (K*N,)
-    A = fn(R[flat], gid, pol.mask[flat], tabular_energy(pol)[flat])      # (K*N, T)
+    if method == "otb":
+        A = optimal_token_baseline(R[flat], tabular_energy(pol)[flat], pol.mask[flat], gid)
+    else:
+        A = GROUP_METHODS[method](R[flat], gid, pol.mask[flat])          # (K*N, T)
     vals = (A[..., None] * logit_scores(pol)[flat]).reshape(K, -1, pol.V)  # (K, N*T, V)
     rows = pol.ctx[flat].reshape(K, -1, 1).expand(-1, -1, pol.V)         # (K, N*T, V)
     out = torch.zeros(K, pol.logits.shape[0], pol.V, dtype=torch.float64)

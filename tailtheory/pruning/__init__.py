@@ -36,7 +36,7 @@ Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/prunin
 
 Pruning in training (P5) runs through the GRPO engine's `dvp` method (`methods.dvp`, on the safe
 set of `tailtheory.core.safeset`, which the engine shares), with the kept set of
-`sampler.dvp_keep` on both sides (`training.p5_arms`: GRPO with bf16 rollouts against DVP at
-each rho; `training.bias_bound`: the P2 bound of one step, pruned mass per token times tokens
-per response).
+`tailtheory.core.safeset.dvp_keep` on both sides (`training.p5_arms`: GRPO with bf16 rollouts
+against DVP at each rho; `training.bias_bound`: the P2 bound of one step, pruned mass per token
+times tokens per response).
 """

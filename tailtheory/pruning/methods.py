@@ -1,7 +1,7 @@
 """DVP's method of the GRPO engine: ``dvp``, the sampler's kept vocabulary used on both sides.
 
 Source: DVP (P3), arXiv 2512.23087. A thin adapter from ``(PolicyBatch, MethodParams)`` to the
-kept set :func:`tailtheory.core.safeset.dvp_keep` (re-exported by ``tailtheory.pruning.sampler``),
+kept set :func:`tailtheory.core.safeset.dvp_keep`,
 registered at the ``vocab`` stage with :func:`tailtheory.engine.registry.register` (the registry
 imports this module when it looks the methods up), with the check of its rule and threshold
 (:func:`check_dvp`). Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
@@ -10,7 +10,7 @@ imports this module when it looks the methods up), with the check of its rule an
 from __future__ import annotations
 
 from tailtheory.core.safeset import RULES, dvp_keep
-from tailtheory.engine.methods import masked_mean
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
 

@@ -195,7 +195,8 @@ def share_summary(shares, mass: str = "mass_share") -> dict:
 def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho: float,
              max_new: int):
     """One engine rollout on ``cfg.path`` pruned at ``rho`` (none at 0): ``(rb, z_train)``."""
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine, response_logits
+    from tailtheory.engine.policy_forward import response_logits
+    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
                        prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.engine.methods import masked_mean
+from tailtheory.core.stats import masked_mean
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
 from tailtheory.tim.corrections import (geo_keep, icepop_keep, icepop_weight, mis_keep,

@@ -13,7 +13,8 @@ Learning*, arXiv 2512.23075.
 sampled token's log-ratio ``log rho_t`` the max filter uses ``k2 = (log rho)^2 / 2`` and the
 average uses ``k3 = rho - 1 - log rho`` (unbiased for the KL under ``pi_roll``, ``>= 0``).
 The filter, :func:`trm_mask`, and the estimators live in :mod:`tailtheory.core.estimators`
-(the GRPO engine's acceptance monitor reads them too); this module keeps their names.
+(the GRPO engine's acceptance monitor reads them too); this module names the filter
+``trm_mask``.
 Rejected sequences contribute zero and the loss divides by the **total** number of sequences.
 Length bias: with i.i.d. per-token violation rate ``q``, ``P(accept) = (1 - q)^T``.
 
@@ -26,7 +27,7 @@ import torch
 
 from tailtheory.core.checks import (as_tensor, check_finite, check_mask, check_positive_int,
                                     check_unit_interval)
-from tailtheory.core.estimators import CRITERIA, seq_avg_kl, seq_max_kl, trust_region_keep
+from tailtheory.core.estimators import trust_region_keep
 
 trm_mask = trust_region_keep
 """T12: ``(B,)`` bool, True for the sequences TRM keeps (the filter of
@@ -75,5 +76,4 @@ def simulate_acceptance(q: float, T: int, B: int, seed: int = 0) -> float:
     return keep.double().mean().item()
 
 
-__all__ = ["CRITERIA", "trm_mask", "trm_masked_loss", "seq_max_kl", "seq_avg_kl",
-           "acceptance_prob", "simulate_acceptance"]
+__all__ = ["trm_mask", "trm_masked_loss", "acceptance_prob", "simulate_acceptance"]

@@ -19,7 +19,8 @@ import torch
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.registry import register
 from tailtheory.engine.types import MethodParams, PolicyBatch
-from tailtheory.trm.mask import CRITERIA, trm_mask
+from tailtheory.core.estimators import CRITERIA
+from tailtheory.trm.mask import trm_mask
 
 ESTIMATORS = ("exact", "k2k3")
 """How ``trm`` measures a token's divergence: the exact token KL from the rollout logits, or

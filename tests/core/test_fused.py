@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from strategies import vocab_sizes
-from tailtheory.core.fused import (VOCAB_TILE, VOCAB_TILE_THREADED, fused_token_stats,
-                                   naive_fused_token_stats)
+from tailtheory.core.fused import fused_token_stats, naive_fused_token_stats
+from tailtheory.core.fused_grad import VOCAB_TILE, VOCAB_TILE_THREADED
 from tailtheory.core.stats import token_stats
 
 RTOL_F64, ATOL_F64 = 1e-12, 1e-12

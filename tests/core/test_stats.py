@@ -261,3 +261,13 @@ def test_numeric_zero_one_keep_is_a_mask():
     want = token_stats(z, k, keep=keep)
     for as_num in (keep.long(), keep.float(), keep.numpy().astype("uint8")):
         _assert_agree(token_stats(z, k, keep=as_num), want, 0, 0)
+
+
+def test_masked_mean_is_detached_float64_and_zero_on_an_empty_mask():
+    from tailtheory.core.stats import masked_mean
+
+    x = torch.tensor([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, False], [False, True, False]])
+    assert masked_mean(x, mask) == (1.0 + 2.0 + 16.0) / 3
+    assert masked_mean(mask, mask) == 1.0
+    assert masked_mean(x, torch.zeros_like(mask)) == 0.0

@@ -16,7 +16,7 @@ from tailtheory.diagnose.cli import diagnose_dumps, run_diagnose
 from tailtheory.diagnose.sections import SUMMARY_KEYS
 from tailtheory.mismatch.accumulation import (TAIL_P, accumulation_regression,
                                               sequence_log_ratio, simulate_sequences)
-from tailtheory.mismatch.logprob import k1, k3
+from tailtheory.core.estimators import k1, k3
 from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
 from tailtheory.trm.mask import trm_mask
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tailtheory.cli import main
-from tailtheory.mismatch.logprob import k1
+from tailtheory.core.estimators import k1
 
 from .conftest import engine_frame, write_jsonl
 

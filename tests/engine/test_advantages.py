@@ -1,6 +1,6 @@
 """GRPO's group advantages (``tailtheory/engine/advantages.py``): GRPO, Dr. GRPO and RLOO against
-loops over their definitions, groups of one, the input rules, and the registry of estimators
-that the ``grpo`` / ``dr_grpo`` losses read and OTB joins (``tests/otb/test_baselines.py``)."""
+loops over their definitions, groups of one and the input rules; the module pulls in no paper
+section."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import torch
 from hypothesis import given
 
 from strategies import grouped_batches
-from tailtheory.engine.advantages import (ADVANTAGES, GRPO_EPS, advantage_fn, alive_mask,
-                                          dr_grpo_advantages, group_index, grpo_advantages,
-                                          register_advantage, rloo_advantages)
+from tailtheory.engine.advantages import (GRPO_EPS, alive_mask, dr_grpo_advantages, group_index,
+                                          grpo_advantages, rloo_advantages)
 
 R3 = torch.tensor([1.0, 0.0, 1.0])
 M3 = torch.ones(3, 2, dtype=torch.bool)
@@ -42,7 +41,6 @@ def test_group_estimators_equal_loops(batch):
     for name, fn in [("grpo", grpo_advantages), ("dr_grpo", dr_grpo_advantages),
                      ("rloo", rloo_advantages)]:
         assert torch.allclose(fn(R, gid, mask), _group_loop(R, gid, mask, name), atol=1e-9)
-        assert torch.equal(advantage_fn(name)(R, gid, mask), fn(R, gid, mask))
 
 
 def test_group_of_one():
@@ -62,7 +60,7 @@ def test_equal_rewards_give_zero_grpo():
 
 # --- input rules -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
+@pytest.mark.parametrize("fn", [grpo_advantages, dr_grpo_advantages, rloo_advantages])
 @pytest.mark.parametrize("kwargs, match", [
     (dict(group_ids=torch.tensor([0, 0])), "group_ids"),
     (dict(mask=torch.ones(2, 2, dtype=torch.bool)), "mask"),
@@ -70,11 +68,11 @@ def test_equal_rewards_give_zero_grpo():
     (dict(rewards=torch.tensor([1.0, float("nan"), 0.0])), "NaN"),
     (dict(mask=torch.ones(3, dtype=torch.bool)), "mask"),
 ])
-def test_advantages_bad_input(name, kwargs, match):
+def test_advantages_bad_input(fn, kwargs, match):
     args = dict(rewards=R3, group_ids=torch.tensor([0, 0, 1]), mask=M3)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        advantage_fn(name)(**args)
+        fn(**args)
 
 
 @pytest.mark.parametrize("eps", [-1e-6, -1.0, float("nan"), float("inf")])
@@ -106,24 +104,11 @@ def test_alive_mask_and_group_index_take_any_labels():
         group_index([0, 0, 1], 2)
 
 
-# --- the registry ------------------------------------------------------------------------------
-
-def test_registry_refuses_an_existing_name_and_lists_the_valid_ones():
-    before = ADVANTAGES["grpo"]
-    with pytest.raises(ValueError, match="'grpo' is already registered"):
-        register_advantage("grpo")(lambda rewards, group_ids, mask, energy=None: rewards)
-    assert ADVANTAGES["grpo"] is before
-    with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'; valid: grpo, "
-                                         "dr_grpo, rloo"):
-        advantage_fn("ppo")
-
-
 def test_engine_estimators_need_no_paper_section():
-    """Importing the group advantages pulls in no section: OTB joins the registry only when its
-    module is imported (the ``otb`` method imports it)."""
-    code = ("import sys, tailtheory.engine.advantages as a; "
+    """Importing the group advantages pulls in no section."""
+    code = ("import sys, tailtheory.engine.advantages; "
             "print(sorted(m for m in sys.modules if m.startswith('tailtheory.') "
-            "and m.split('.')[1] not in ('core', 'engine')), list(a.ADVANTAGES))")
+            "and m.split('.')[1] not in ('core', 'engine')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.split() == ["[]", "['grpo',", "'dr_grpo',", "'rloo']"]
+    assert out.split() == ["[]"]

@@ -20,8 +20,8 @@ from tailtheory.core.stats import token_stats
 from tailtheory.engine import inference
 from tailtheory.engine.inference import InferenceEngine, supports, unsupported
 from tailtheory.engine.noise import RolloutNoise, noisy_weights_of
-from tailtheory.engine.rollout import (FAST_DTYPES, PATHS, RolloutConfig, RolloutEngine,
-                                       response_logprobs)
+from tailtheory.engine.policy_forward import response_logprobs
+from tailtheory.engine.rollout import FAST_DTYPES, PATHS, RolloutConfig, RolloutEngine
 from tailtheory.engine.copies import COPY_DTYPES, inference_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -259,7 +259,7 @@ def test_sync_follows_the_trainer():
     assert torch.equal(after, InferenceEngine(trainer, "bf16").full_logits(ids, attn))
 
 
-def test_unsupported_model_falls_back_to_hf():
+def test_unsupported_model_on_fast_is_an_error_naming_hf():
     from transformers import AutoModelForCausalLM, GPT2Config
 
     cfg = GPT2Config(vocab_size=V, n_embd=32, n_layer=1, n_head=2, n_positions=64,
@@ -269,9 +269,10 @@ def test_unsupported_model_falls_back_to_hf():
     assert not supports(gpt2) and "gpt2" in unsupported(gpt2)
     with pytest.raises(ValueError, match="cannot run"):
         InferenceEngine(gpt2)
-    with pytest.warns(UserWarning, match="backend 'fast' cannot run this model"):
-        eng = RolloutEngine(gpt2, RolloutConfig(path="bf16", backend="fast", max_new_tokens=4))
-    assert eng.fast is None
+    with pytest.raises(ValueError, match="cannot run this model, a 'gpt2' model .*"
+                                         "--rollout-backend hf .*backend='hf'"):
+        RolloutEngine(gpt2, RolloutConfig(path="bf16", backend="fast", max_new_tokens=4))
+    eng = RolloutEngine(gpt2, RolloutConfig(path="bf16", backend="hf", max_new_tokens=4))
     rb = eng.generate(PROMPTS, eos_id=EOS, pad_id=PAD, generator=torch.Generator().manual_seed(0))
     assert rb.response.shape[0] == len(PROMPTS) and torch.isfinite(rb.logp).all()
 

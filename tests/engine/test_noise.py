@@ -22,9 +22,10 @@ from tailtheory.engine.copies import fp8_weight_names
 from tailtheory.engine.start import load_model
 from tailtheory.engine.noise import (NOISE_PATHS, RolloutNoise, check_noise, noise_seed,
                                      noisy_weights)
-from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, response_logits,
-                                       response_logprobs)
-from tailtheory.engine.trainer import read_metrics, train
+from tailtheory.engine.policy_forward import response_logits, response_logprobs
+from tailtheory.engine.rollout import PATHS, RolloutConfig, RolloutEngine
+from tailtheory.engine.checkpoint import read_metrics
+from tailtheory.engine.trainer import train
 from tests.engine.test_trainer import SMALL, DenseKK, no_time
 
 pytestmark = pytest.mark.usefixtures("one_thread")

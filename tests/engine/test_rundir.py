@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tailtheory.engine import trainer
-from tailtheory.engine.checkpoint import CHECKPOINT, METRICS
+from tailtheory.engine.checkpoint import CHECKPOINT, METRICS, read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rundir import LOCK, MARKER, RunDirError, is_run, open_run
-from tailtheory.engine.trainer import read_metrics, train
+from tailtheory.engine.trainer import train
 from tests.engine.test_trainer import SMALL, DenseKK, no_time
 
 

@@ -17,7 +17,7 @@ from tailtheory.cli import main
 from tailtheory.engine import config as config_mod
 from tailtheory.engine import runs
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.trainer import read_metrics
+from tailtheory.engine.checkpoint import read_metrics
 
 SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3, eval_every=1,
              eval_n=4, device="cpu")

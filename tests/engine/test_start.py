@@ -16,7 +16,7 @@ from tailtheory.engine import start, trainer
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.tokenizer import build_tokenizer
 from tailtheory.engine.start import read_provenance
-from tailtheory.engine.trainer import read_metrics
+from tailtheory.engine.checkpoint import read_metrics
 from tests.checkpoints import bpe_tokenizer, user_checkpoint
 
 FLAGS = ["--task", "kk", "--n-people", "2", "--prompts-per-step", "2", "--group-size", "2",

@@ -21,7 +21,7 @@ from tailtheory.engine.sft import pack_sft_batch, packed_lengths
 from tailtheory.engine.tasks import CORRECT_REWARD, FORMAT_REWARD, TASKS, get_task
 from tailtheory.engine.tokenizer import build_tokenizer, check_tokenizer
 from tailtheory.engine.start import read_provenance
-from tailtheory.engine.trainer import read_metrics
+from tailtheory.engine.checkpoint import read_metrics
 from tests.checkpoints import QWEN_VOCAB, user_checkpoint
 
 FLAGS = ["--task", "kk", "--n-people", "2", "--prompts-per-step", "2", "--group-size", "2",

@@ -18,11 +18,12 @@ import torch
 
 from tailtheory.cli import main
 from tailtheory.engine import trainer
-from tailtheory.engine.checkpoint import CHECKPOINT
+from tailtheory.engine.checkpoint import CHECKPOINT, read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.registry import parse_methods
 from tailtheory.engine.tasks import Reward, get_task
-from tailtheory.engine.trainer import METRIC_KEYS, TrainingDiverged, read_metrics, train
+from tailtheory.engine.step_metrics import METRIC_KEYS
+from tailtheory.engine.trainer import TrainingDiverged, train
 
 # pinned to the CPU: the stored records and the exact counts below are the CPU's numerics (on a
 # machine with a GPU, device "auto" would train on it, and TF32 matrix products move them)
@@ -540,11 +541,11 @@ def test_fused_head_trains_like_the_full_logits(tmp_path, monkeypatch, method):
     """The trainer's forward through the fused LM head (forced on at V = 64 here; by default only
     from ``FUSED_MIN_VOCAB``) gives the full-logits run's metrics up to float32 rounding, and the
     ``exact`` path stays bitwise the trainer's (V1). ``trm`` with its exact KL keeps the logits."""
-    from tailtheory.engine import rollout
+    from tailtheory.engine import policy_forward
 
     runs = {}
     for fused in (False, True):
-        monkeypatch.setattr(rollout, "FUSED_MIN_VOCAB", 0 if fused else 10**9)
+        monkeypatch.setattr(policy_forward, "FUSED_MIN_VOCAB", 0 if fused else 10**9)
         cfg = TrainConfig(**SMALL, method=method, rollout="bf16", steps=2,
                           out=str(tmp_path / f"{method}-{fused}"))
         train(cfg, progress=False)
@@ -556,20 +557,11 @@ def test_fused_head_trains_like_the_full_logits(tmp_path, monkeypatch, method):
                 assert fused[k] == pytest.approx(v, rel=2e-2, abs=1e-5), k
             else:
                 assert fused[k] == v, k
-    monkeypatch.setattr(rollout, "FUSED_MIN_VOCAB", 0)
+    monkeypatch.setattr(policy_forward, "FUSED_MIN_VOCAB", 0)
     cfg = TrainConfig(**SMALL, method=method, rollout="exact", steps=1,
                       out=str(tmp_path / f"{method}-exact"))
     train(cfg, progress=False)
     assert read_metrics(cfg.out)[0]["mismatch/abs_max"] == 0.0
-
-
-def test_fused_head_only_from_a_large_vocabulary():
-    from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.rollout import FUSED_MIN_VOCAB, use_fused_head
-
-    assert not use_fused_head(tiny_lm(vocab_size=512, hidden=16, layers=1, heads=2, kv_heads=1))
-    assert use_fused_head(tiny_lm(vocab_size=FUSED_MIN_VOCAB, hidden=8, layers=1, heads=2,
-                                  kv_heads=1))
 
 
 def test_filter_zero_var_leaves_flat_groups_out_of_the_loss(tmp_path, monkeypatch):

@@ -11,9 +11,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from strategies import grouped_batches, logits, masked_logits, tabular_policies
-from tailtheory.otb.baselines import (ADVANTAGES, OTB_EPS, SUM_P2_TOL, advantage_fn,
-                                      dr_grpo_advantages, optimal_token_baseline,
-                                      otb_leave_one_out, realized_energy, rloo_advantages,
+from tailtheory.engine.advantages import dr_grpo_advantages, rloo_advantages
+from tailtheory.otb.baselines import (OTB_EPS, SUM_P2_TOL, optimal_token_baseline,
+                                      otb_leave_one_out, realized_energy,
                                       self_inclusion_residual, token_energy)
 from tailtheory.core.tabular import TabularPolicy
 from tailtheory.otb.variance import autograd_sq_norms
@@ -181,16 +181,15 @@ W3 = torch.ones(3, 2, dtype=torch.float64)
     (dict(group_ids=torch.tensor([0, 0])), "group_ids"),
     (dict(mask=torch.ones(2, 2, dtype=torch.bool)), "mask"),
     (dict(mask=torch.zeros(3, 2, dtype=torch.bool)), "selects no"),
-    (dict(rewards=torch.tensor([1.0, float("nan"), 0.0])), "NaN"),
+    (dict(returns=torch.tensor([1.0, float("nan"), 0.0])), "NaN"),
     (dict(mask=torch.ones(3, dtype=torch.bool)), "mask"),
 ])
 def test_otb_estimator_bad_input(kwargs, match):
-    """The registered ``otb`` estimator checks its inputs as the group estimators do
-    (``tests/engine/test_advantages.py``)."""
-    args = dict(rewards=R3, group_ids=torch.tensor([0, 0, 1]), mask=M3, energy=W3)
+    """OTB checks its inputs as the group estimators do (``tests/engine/test_advantages.py``)."""
+    args = dict(returns=R3, group_ids=torch.tensor([0, 0, 1]), mask=M3, energy=W3)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        advantage_fn("otb")(**args)
+        optimal_token_baseline(**args)
 
 
 def test_otb_bad_energy():
@@ -198,8 +197,6 @@ def test_otb_bad_energy():
         optimal_token_baseline(R3, torch.ones(3, 3), M3, [0, 0, 1])
     with pytest.raises(ValueError, match="energy"):
         optimal_token_baseline(R3, -W3, M3, [0, 0, 1])
-    with pytest.raises(ValueError, match="energy is required"):
-        ADVANTAGES["otb"](R3, [0, 0, 1], M3)
     with pytest.raises(ValueError, match="returns"):
         optimal_token_baseline(torch.ones(3, 5), W3, M3, [0, 0, 1])
 
@@ -209,15 +206,6 @@ def test_group_of_one():
     tests/engine/test_advantages.py)."""
     gid = torch.tensor([0, 0, 1])
     assert (optimal_token_baseline(R3, W3, M3, gid)[2] == 1.0).all()
-
-
-def test_otb_registers_after_the_group_estimators_and_unknown_name_lists_valid():
-    """Importing this module adds ``otb`` to the engine's registry, after GRPO's estimators; the
-    names stay importable from here."""
-    assert list(ADVANTAGES) == ["grpo", "dr_grpo", "rloo", "otb"]
-    assert ADVANTAGES["grpo"] is advantage_fn("grpo")
-    with pytest.raises(ValueError, match="grpo, dr_grpo, rloo, otb"):
-        advantage_fn("ppo")
 
 
 # --- input rules: masked logits, eps, masks, shapes ---------------------------------------------

@@ -165,6 +165,8 @@ def test_o6_group_estimates_average_to_exact_gradient_for_rloo():
     assert torch.allclose(q @ est, exact_gradient(pol, R).flatten(), atol=1e-12)
     otb = group_estimates(pol, R, idx, "otb")
     assert (q @ otb - exact_gradient(pol, R).flatten()).norm() > 1e-3   # OTB's shrinkage bias
+    with pytest.raises(ValueError, match="'ppo'; valid: grpo, dr_grpo, rloo, otb"):
+        group_estimates(pol, R, idx, "ppo")
 
 
 def test_o6_group_study_rows_and_matching():

@@ -98,7 +98,7 @@ PROMPTS = torch.randint(2, 64, (6, 4), generator=torch.Generator().manual_seed(0
 def test_sampled_mismatch_against_the_engine_and_the_trainer(model):
     """P4 / V2: Delta of sampled tokens = rollout logp - trainer logp on the same S; the
     sequence log-ratio is -sum_t Delta_t (M6)."""
-    from tailtheory.engine.rollout import response_logprobs
+    from tailtheory.engine.policy_forward import response_logprobs
 
     rb, z = tr._rollout(model, PROMPTS, 1, 0, CFG, 1e-2, 8)
     out = sampled_mismatch(rb, z)

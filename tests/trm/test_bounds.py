@@ -15,7 +15,7 @@ from strategies import tabular_policies
 from tailtheory.trm import experiments as tx
 from tailtheory.trm import mask as tm
 from tailtheory.trm import bounds as tr
-from tailtheory.mismatch.logprob import k3
+from tailtheory.core.estimators import k3
 from tailtheory.core.tabular import TabularPolicy, random_rewards
 from tailtheory.trm.exact import context_kl, k3_expectation, worst_case_reward
 from tests.trm.test_exact import pairs
