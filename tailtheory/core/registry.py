@@ -70,7 +70,15 @@ class Evidence:
         the verdict ``claim`` had in the superseded no-learning regime beside it under ``key``
         (recorded once, :func:`superseded`; never recomputed)."""
         return Evidence(self.verdict, {"measured on": "learn recipe", **self.numbers,
+                                       "rollout decoder": LEARN_DECODER,
                                        key: superseded(claim)["verdict"]}, self.note)
+
+
+LEARN_DECODER = "fast"
+"""The decoder the learning testbed rolls out with (the ``learn`` recipe's ``rollout_backend``:
+the engine's own plain-torch forward, ``tailtheory.engine.inference``), named beside every verdict
+measured there; V1, V2 and M7 name theirs (``hf``). A path name (``bf16``, ``kv``) means one
+decoder within a claim; the two decoders are reported under their own names."""
 
 
 SUPERSEDED = REPO_ROOT / "results" / "superseded" / "verdicts.json"

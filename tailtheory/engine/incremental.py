@@ -57,7 +57,7 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
     """Measure every run of ``study`` that the run cache holds at full length (nothing is
     trained) and store them with the rows already stored for runs this cache lacks. Returns
     label -> the number of runs stored."""
-    from tailtheory.engine.runs import run_key, runs_root
+    from tailtheory.engine.runs import _finished_steps, run_key, runs_root
 
     preset = preset or study.measure_preset
     want = _identities(study, preset)
@@ -70,8 +70,7 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
                 if want[arm.label].get(r["seed"]) == i}
         for c in arm.configs:
             run = runs_root() / run_key(c)
-            lines = run / "metrics.jsonl"
-            if lines.exists() and len(lines.read_text().splitlines()) >= c.steps:
+            if _finished_steps(run) >= c.steps:
                 kept[c.seed] = ({"seed": c.seed, **study.run_numbers(run, c, arm)},
                                 want[arm.label][c.seed])
         if kept:

@@ -56,10 +56,11 @@ def target_lengths(task: Task, problems: list[Problem]) -> list[int]:
 def sampled_lengths(model, task: Task, problems: list[Problem], temperature: float = 1.0,
                     seed: int = 0, max_new_tokens: int = 0) -> tuple[list[int], list[bool]]:
     """``(lengths, ended)`` of one response per problem, sampled by ``model`` (float32 ``kv``
-    path) with at most ``max_new_tokens`` tokens (0: ``task.max_response_len``)."""
+    path, the ``hf`` decoder) with at most ``max_new_tokens`` tokens (0: ``task.max_response_len``)."""
     T = check_positive_int(max_new_tokens, "max_new_tokens", minimum=0) or task.max_response_len
     device = next(model.parameters()).device
-    eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature, max_new_tokens=T))
+    eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature, max_new_tokens=T,
+                                             backend="hf"))
     rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
                       generator=torch.Generator(device).manual_seed(seed))
     ended = ((rb.response == task.eos_id) & rb.mask).any(1)                 # (B,)

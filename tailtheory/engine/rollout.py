@@ -100,9 +100,10 @@ class RolloutConfig:
     return_logits: bool = False
     """Also return the raw rollout logits ``(B, T, V)`` (before temperature and pruning) for the
     exact token KL of :func:`tailtheory.core.stats.token_stats`."""
-    backend: str = "hf"
-    """One of ``BACKENDS``: ``hf`` (the model's own KV-cache forward) or ``fast``
-    (``tailtheory.engine.inference``; a model it cannot run is an error, :func:`check_backend`)."""
+    backend: str = DEFAULT_BACKEND
+    """The decoder, one of ``BACKENDS``: ``fast`` (``tailtheory.engine.inference``; a model it
+    cannot run is an error, :func:`check_backend`) or ``hf`` (the model's own KV-cache forward,
+    which the measurements of V1, V2, P4 and the warm start's evaluation name)."""
 
     def __post_init__(self):
         if self.path not in PATHS:

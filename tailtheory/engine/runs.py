@@ -68,7 +68,7 @@ def run_key(cfg: TrainConfig) -> str:
 
 
 def _finished_steps(run: Path) -> int:
-    from tailtheory.engine.trainer import read_metrics
+    from tailtheory.engine.checkpoint import read_metrics
 
     return len(read_metrics(run)) if (run / "metrics.jsonl").exists() else 0
 
@@ -218,7 +218,7 @@ def load_runs(paths, labels=None, steps: int | None = None):
     first that many steps of each run (a cached run may be longer than asked for)."""
     import pandas as pd
 
-    from tailtheory.engine.trainer import read_metrics
+    from tailtheory.engine.checkpoint import read_metrics
 
     paths = [Path(p) for p in paths]
     if labels is not None and len(labels) != len(paths):

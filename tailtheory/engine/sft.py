@@ -255,12 +255,12 @@ def packed_lengths(Y: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: float = 1.0,
-                     seed: int = 0, backend: str = RolloutConfig.backend) -> float:
+                     seed: int = 0, backend: str = "hf") -> float:
     """Fraction of ``problems`` whose sampled response (at ``temperature``) is correct.
 
     Samples with the rollout engine's float32 ``kv`` path, ``task.max_response_len`` tokens, on
-    ``backend`` (by default :class:`RolloutConfig`'s, ``hf``: the warm start's own evaluation,
-    which its cache keys depend on).
+    ``backend`` (by default ``hf``: the warm start's own evaluation, which its cache keys depend
+    on).
     """
     device = next(model.parameters()).device
     eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature,

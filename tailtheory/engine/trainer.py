@@ -270,7 +270,7 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool, task, model, device: 
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                   foreach=True)  # bitwise the per-tensor loop, faster on CPU
     generator = torch.Generator(device).manual_seed(cfg.seed)
-    start = _restore(run, cfg, model, optimizer, generator) if resume else _fresh(run)
+    start = _restore(run, cfg, model, optimizer, generator) if resume else 0
     atomic_write_json(run / "config.json", cfg.to_dict())
     engine = RolloutEngine(model, rollout_config(cfg, task, exact_from_trainer=exact_from_trainer))
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {spec.label}",
@@ -321,12 +321,3 @@ def _restore(run: Path, cfg: TrainConfig, model, optimizer, generator) -> int:
         print(f"tailtheory: {note}", file=sys.stderr)
     return start
 
-
-def _fresh(run: Path) -> int:
-    """Step 0 of a new run (``open_run`` checked that ``run`` holds no earlier run's files)."""
-    return 0
-
-
-def read_metrics(run: str | Path) -> list[dict]:
-    """The lines of ``RUN/metrics.jsonl`` (less a last line torn by an interrupted write)."""
-    return ckpt_io.read_metrics(run)

@@ -228,6 +228,7 @@ def _m7(profile: str) -> Evidence:
     failed = {name: _m7_failures(n) for name, n in parts.items()}
     numbers = {f"{name}/shape": "no" if failed[name] else "yes" for name in parts}
     numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()})
+    numbers["decoder"] = "hf"        # each copy's own Hugging Face forward (kv: its KV cache)
     ok = not any(failed.values())
     why = "; ".join(f"{name} fails {', '.join(f)}" for name, f in failed.items() if f)
     return Evidence(Verdict.TOY_SCALE if ok else Verdict.NOT_REPRODUCED, numbers,

@@ -15,7 +15,8 @@ from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.otb.baselines import self_inclusion_residual, token_energy
 from tailtheory.core.tabular import TabularPolicy
-from tailtheory.core.registry import Evidence, Verdict, pick, register, superseded
+from tailtheory.core.registry import (LEARN_DECODER, Evidence, Verdict, pick, register,
+                                     superseded)
 
 FD_H = 1e-5
 """Central finite-difference step for dJ/dB: exact on a quadratic up to rounding."""
@@ -263,7 +264,7 @@ def check_o6(profile: str) -> Evidence:
                Verdict.TOY_SCALE if one_step == trained.verdict == Verdict.TOY_SCALE else
                Verdict.NOT_REPRODUCED)
     return Evidence(verdict,
-                    {"b:measured on": "learn recipe",
+                    {"b:measured on": "learn recipe", "b:rollout decoder": LEARN_DECODER,
                      "a:verdict": one_step.value, "a:cos_otb_N4": cell[("otb", 4)]["cosine"],
                      "a:cos_grpo_N32": cell[("grpo", 32)]["cosine"],
                      "a:N_match_cos_otb": str(n_otb), "a:N_match_mse_otb": str(by_mse["otb"]),

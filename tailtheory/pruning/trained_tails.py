@@ -199,7 +199,8 @@ def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho
     from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
-                       prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6)
+                       prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6,
+                       backend="hf")
     g = torch.Generator().manual_seed(cfg.sample_seed)
     rb = RolloutEngine(model, rc).generate(prompts, eos_id=eos_id, pad_id=pad_id, generator=g)
     with torch.no_grad():

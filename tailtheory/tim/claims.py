@@ -23,13 +23,20 @@ V2_MAX_HEAVY = 0.1
 """V2: a max |delta| above this counts as a heavy maximum (a tenth of O(1))."""
 
 
+DECODER = "hf"
+"""The decoder V1 and V2 measure each rollout path with: the ``hf`` rollout backend (each path's
+copy of the model run by its own Hugging Face forward with the KV cache), the decoder M7's copies
+use too (``tailtheory.mismatch.real``). The learning testbed's runs (V3-V6) roll out on the
+``fast`` backend, the engine's own plain-torch forward: the same path names, another decoder."""
+
+
 def _engine_batches(path: str, profile: str, **cfg) -> list[tuple]:
     """``(rollout logp, trainer logp, mask)`` of sampled responses on ``path``, per seed: the
     engine's measurement (:func:`tailtheory.engine.rollout.sampled_logprobs`) on M7's model."""
     from tailtheory.engine.rollout import RolloutConfig, sampled_logprobs
     from tailtheory.mismatch.real import M7_VOCAB, m7_model
 
-    rc = RolloutConfig(path=path, max_new_tokens=pick(profile, 16, 48), **cfg)
+    rc = RolloutConfig(path=path, max_new_tokens=pick(profile, 16, 48), backend=DECODER, **cfg)
     return sampled_logprobs(m7_model(M7_VOCAB), rc, seeds=range(pick(profile, 2, 6)),
                             n_prompts=pick(profile, 16, 64))
 
@@ -71,6 +78,7 @@ def _v2(profile: str) -> Evidence:
             for name, n in parts.items()}
     numbers = {f"{name}/seen": "yes" if seen[name] else "no" for name in parts}
     numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()})
+    numbers["decoder"] = DECODER
     return Evidence(Verdict.TOY_SCALE if all(seen.values()) else Verdict.NOT_REPRODUCED, numbers,
                     f"sampled tokens of (a) a random-init V = 512 model with a sharpened head, "
                     f"random prompts, (b) the corpus LM (V = 4096 BPE, pretrained on the Python "
@@ -109,7 +117,8 @@ def _v2_corpus(profile: str) -> dict:
 def _corpus_batches(cfg):
     """``path -> [(roll, train, mask)]`` per seed on the corpus LM, prompts from held-out text."""
     from tailtheory.engine.corpus_lm import EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine, response_logprobs
+    from tailtheory.engine.policy_forward import response_logprobs
+    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 
     folder = corpus_lm(cfg)
     model, tok = load_corpus_lm(folder, device="cpu")
@@ -117,7 +126,8 @@ def _corpus_batches(cfg):
     n = V2_CORPUS_SIZE
 
     def batches(path: str) -> list[tuple]:
-        engine = RolloutEngine(model, RolloutConfig(path=path, max_new_tokens=n["new_tokens"]))
+        engine = RolloutEngine(model, RolloutConfig(path=path, max_new_tokens=n["new_tokens"],
+                                                    backend=DECODER))
         out = []
         for seed in range(n["seeds"]):
             prompts = heldout_batch(folder, n["prompts"], n["prompt_len"], seed=seed).tolist()

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.core.registry import LEARN_DECODER, Evidence, Verdict
 from tailtheory.engine.comparison import mean_se
 from tailtheory.engine.study import Arm, Study, register_study
 
@@ -222,7 +222,7 @@ def v6_evidence(data) -> Evidence:
     """V6 from the stored runs (rule in the module docstring)."""
     m = STUDY.measurement(data)
     rows = dose_table(m)
-    nums: dict = {"measured on": "learn recipe"}
+    nums: dict = {"measured on": "learn recipe", "rollout decoder": LEARN_DECODER}
     for r in rows:
         key = r["label"]
         nums[f"{key}:k3"] = r["k3"]

@@ -57,3 +57,13 @@ def test_cli_passes_explicit_flags_only(monkeypatch, tmp_path):
 def test_train_config_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="unknown rollout_backend 'vllm'"):
         TrainConfig(rollout_backend="vllm")
+
+
+def test_verdicts_name_the_decoder_the_learn_recipe_rolls_out_with():
+    """Every learning-testbed verdict names its decoder (core.registry.LEARN_DECODER): the one the
+    recipe sets; V2 and M7 name theirs (hf), so a path name never hides which decoder ran."""
+    from tailtheory.core.registry import LEARN_DECODER
+    from tailtheory.engine.recipes import RECIPES
+    from tailtheory.tim.claims import DECODER
+
+    assert RECIPES["learn"]["rollout_backend"] == LEARN_DECODER != DECODER == "hf"
