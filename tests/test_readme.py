@@ -40,7 +40,7 @@ def test_readme_study_example_is_a_complete_study(monkeypatch):
     arms = ns["STUDY"].plan("full")
     assert [a.label for a in arms] == ["GRPO", "TIS"]
     assert [c.seed for c in arms[1].configs] == list(SEEDS["full"])
-    assert study.get_study("tis_training") is ns["STUDY"]
+    assert study.get_study("tis_learn") is ns["STUDY"]
     rows = lambda m: [{"seed": s, "final_reward": m + 0.01 * s} for s in range(3)]  # noqa: E731
     m = study.Measurement({"GRPO": rows(0.3), "TIS": rows(0.5)}, arms)
     assert ns["tis_evidence"](m).verdict == Verdict.TOY_SCALE

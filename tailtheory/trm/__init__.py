@@ -53,7 +53,7 @@ Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 | T11 | `experiments.rare_context_pair`, `experiments.t11_family` | - | `claims._t11` | - | `test_bounds.py` |
 | T12 | `mask.trm_mask`, `mask.trm_masked_loss`, `exact.k3_expectation`, `experiments.acceptance_table` | `mask.acceptance_prob` | `claims._t12` | `figures.plot_acceptance` | `test_bounds.py` |
 | T13 | `experiments.error_vs_T`, `experiments.growth_exponent` | `bounds.trust_region_bounds` | `claims._t13` | `figures.plot_error_vs_bounds` | `test_bounds.py` |
-| T14 | `tim.length_acceptance.t14_token_numbers`, `training.length_acceptance_table`, `training.t14_evidence` | `mask.acceptance_prob` | `claims._t14` | `figures.plot_length_acceptance` | `test_training.py` |
+| T14 | `tailtheory.tim.length_acceptance.t14_token_numbers`, `training.length_acceptance_table`, `training.t14_evidence` | `mask.acceptance_prob` | `claims._t14` | `figures.plot_length_acceptance` | `test_training.py` |
 
 Masking in training (T14) runs through the GRPO engine's `trm` method (`methods.trm`, with the
 filter `mask.trm_mask`, which lives in `tailtheory.core.estimators` with k2 and k3) on the

@@ -12,7 +12,6 @@ import pytest
 
 from tailtheory.core.registry import Verdict
 from tailtheory.tim import training as mt
-from tailtheory.tim import figures as mf
 
 
 def _tokens(log_rho, adv, bypass: bool):
@@ -123,16 +122,6 @@ def test_token_pipeline_on_a_tiny_run(tmp_path):
     assert set(out["bf16"]["t14"]) == {f"{d:g}" for d in T14_DELTAS}
     with pytest.raises(FileNotFoundError, match="dump_tokens=True"):
         read_tokens(tmp_path / "exact", 5)
-
-
-def test_figures_draw_from_their_tables():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    data = _data(mismatch_final=0.1)
-    fig, df = mf.plot_contribution(data)
-    assert len(df) > 0 and fig.axes
-    assert set(mf.contribution_table(data)["sign"]) == {"A > 0", "A < 0"}
 
 
 def test_learn_study_shares_the_dose_studys_real_path_runs():
