@@ -167,16 +167,17 @@ def version() -> str:
         return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; subcommands register their own options here."""
-    p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],
-                                formatter_class=_HelpFormatter)
-    p.add_argument("--version", action="version", version=f"tailtheory {version()}")
-    sub = p.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="run the claim checks and write figures/claims.json",
-                       description="Run the claim checks, print a table with timings and write "
-                                   "figures/claims.json (deterministic: no timings in it).",
-                       formatter_class=_HelpFormatter)
+def _command(sub, name: str, func, help: str, description: str = "", add=None, **kw):
+    """Add subcommand ``name`` running ``func``; ``add(parser)`` registers its options."""
+    p = sub.add_parser(name, help=help, description=description or None,
+                       formatter_class=_HelpFormatter, **kw)
+    if add is not None:
+        add(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def _verify_arguments(v) -> None:
     v.add_argument("--only", help="comma-separated claim ids, e.g. M3,T7 (default: all)")
     v.add_argument("--profile", default="quick", help="quick or thorough")
     v.add_argument("--out", help="where to write claims.json: a new file or a claims.json written "
@@ -184,11 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  "figures/claims.json)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
-    v.set_defaults(func=_verify)
-    t = sub.add_parser("train", help="GRPO training with a method spec on a rollout path",
-                       description="GRPO training with a method spec on a rollout path.",
-                       epilog=TRAIN_EPILOG, formatter_class=_HelpFormatter)
+
+
+def _train_arguments(t) -> None:
     from tailtheory.engine.config import add_config_arguments
+
     add_config_arguments(t)
     t.add_argument("--recipe", default=None,
                    help="a named recipe that sets task, model, warm start, batch, learning rate, "
@@ -196,30 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "override its fields; 'list' prints the recipes")
     t.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
-    t.set_defaults(func=_train)
-    m = sub.add_parser("methods", help="list the registered training methods",
-                       formatter_class=_HelpFormatter)
-    m.set_defaults(func=_methods)
-    s = sub.add_parser("sft", help="supervised warm start of a tiny LM on a task (cached)",
-                       description="Supervised warm start of a tiny LM on a task, trained until "
-                                   "its sampled accuracy enters a window (cached under cache/sft; "
-                                   "exit status 1 when it misses the window).",
-                       formatter_class=_HelpFormatter)
-    from tailtheory.engine.warm_cache import add_sft_arguments, sft_main
-    add_sft_arguments(s)
-    s.set_defaults(func=sft_main)
-    pl = sub.add_parser("plot", help="draw training runs against step (seeds as a band)",
-                        description="Draw reward, accuracy, entropy, mismatch and method metrics "
-                                    "of training runs against step; runs that differ only in "
-                                    "seed form one band.", formatter_class=_HelpFormatter)
-    from tailtheory.engine.plot import add_plot_arguments, plot_main
-    add_plot_arguments(pl)
-    pl.set_defaults(func=plot_main)
-    st = sub.add_parser("study", help="train and measure a registered training study",
-                        description="Train what the run cache lacks of a registered training "
-                                    "study and store its measurement in results/NAME.json "
-                                    "(the numbers its claims' verdicts read); 'list' names them.",
-                        formatter_class=_HelpFormatter)
+
+
+def _study_arguments(st) -> None:
     st.add_argument("name", help="a study name, or 'list'")
     st.add_argument("--preset", help="quick or full (default: the preset the study stores)")
     st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
@@ -227,27 +207,48 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dry-run", action="store_true",
                     help="only count the runs: stored in results/NAME.json, cached, to train")
     st.add_argument("--store-done", action="store_true",
-                    help="train nothing: store the runs the cache holds finished (a study "
-                         "measured run by run)")
-    st.set_defaults(func=_study)
-    dg = sub.add_parser("diagnose", help="token-tail report of a real run's per-token dumps",
-                        description="Read per-token dumps of a run (this engine's --dump-tokens "
-                                    "or the generic format of docs/diagnose.md) and write "
-                                    "DIR/report.html, its figures and DIR/summary.json.",
-                        formatter_class=_HelpFormatter)
+                    help="train nothing: store the runs the cache holds finished")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; subcommands register their own options here."""
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
-    add_diagnose_arguments(dg)
-    dg.set_defaults(func=diagnose_main)
-    pr = sub.add_parser("probe", help="a per-model probe (mismatch, pruning, gradient) on any "
-                                      "checkpoint",
-                        description="Run a per-model probe on a checkpoint, on text windows "
-                                    "read with its own tokenizer: mismatch (M7/V2), pruning "
-                                    "(P4) or gradient (L1/L4/L5); write the notebooks' figures "
-                                    "and tables into --out and print a summary.",
-                        epilog=PROBE_EPILOG, formatter_class=_HelpFormatter)
+    from tailtheory.engine.plot import add_plot_arguments, plot_main
+    from tailtheory.engine.warm_cache import add_sft_arguments, sft_main
     from tailtheory.probe.cli import add_probe_arguments, probe_main
-    add_probe_arguments(pr)
-    pr.set_defaults(func=probe_main)
+
+    p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],
+                                formatter_class=_HelpFormatter)
+    p.add_argument("--version", action="version", version=f"tailtheory {version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+    _command(sub, "verify", _verify, "run the claim checks and write figures/claims.json",
+             "Run the claim checks, print a table with timings and write figures/claims.json "
+             "(deterministic: no timings in it).", _verify_arguments)
+    _command(sub, "train", _train, "GRPO training with a method spec on a rollout path",
+             "GRPO training with a method spec on a rollout path.", _train_arguments,
+             epilog=TRAIN_EPILOG)
+    _command(sub, "methods", _methods, "list the registered training methods")
+    _command(sub, "sft", sft_main, "supervised warm start of a tiny LM on a task (cached)",
+             "Supervised warm start of a tiny LM on a task, trained until its sampled accuracy "
+             "enters a window (cached under cache/sft; exit status 1 when it misses the window).",
+             add_sft_arguments)
+    _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
+             "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "
+             "against step; runs that differ only in seed form one band.", add_plot_arguments)
+    _command(sub, "study", _study, "train and measure a registered training study",
+             "Train what the run cache lacks of a registered training study and store its runs "
+             "one by one in results/NAME.json (the numbers its claims' verdicts read); 'list' "
+             "names them.", _study_arguments)
+    _command(sub, "diagnose", diagnose_main, "token-tail report of a real run's per-token dumps",
+             "Read per-token dumps of a run (this engine's --dump-tokens or the generic format "
+             "of docs/diagnose.md) and write DIR/report.html, its figures and DIR/summary.json.",
+             add_diagnose_arguments)
+    _command(sub, "probe", probe_main,
+             "a per-model probe (mismatch, pruning, gradient) on any checkpoint",
+             "Run a per-model probe on a checkpoint, on text windows read with its own "
+             "tokenizer: mismatch (M7/V2), pruning (P4) or gradient (L1/L4/L5); write the "
+             "notebooks' figures and tables into --out and print a summary.",
+             add_probe_arguments, epilog=PROBE_EPILOG)
     return p
 
 

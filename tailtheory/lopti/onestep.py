@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tailtheory.engine.types import MethodParams
 from tailtheory.lopti.probes import N_BINS, fused_sequence_logp, prob_bins, sequence_logp
 from tailtheory.lopti.reweight import advantage_reweight, lopti_passes
 
@@ -41,11 +42,11 @@ per-bin ``Delta pi`` about in proportion (x2.4 for x3.3), while 0.03 already fli
 the lowest bin's change: 0.01 is the largest visible step still in the near-linear regime
 (mean ``|Delta pi|`` about 2e-3)."""
 
-ALPHA = 0.3
-"""AR's alpha: LOPTI's value on Knights and Knaves."""
+ALPHA = MethodParams.alpha
+"""AR's alpha: the engine's, LOPTI's value on Knights and Knaves (0.3)."""
 
-ETA = 0.5
-"""Lopti's threshold: LOPTI's value."""
+ETA = MethodParams.eta
+"""Lopti's threshold: the engine's, LOPTI's value (0.5)."""
 
 L1_PER_BIN = 4
 """Tokens per bin and batch whose parameter gradient L1 measures (one backward each)."""
