@@ -69,7 +69,7 @@ def test_superseding_keeps_the_new_evidence_and_names_the_recorded_verdict():
     new = Evidence(Verdict.REFUTED, {"x": 1.0}, "note")
     out = new.superseding("L2")
     assert out.verdict == Verdict.REFUTED and out.note == "note"
-    assert out.numbers == {"measured on": "learn recipe", "x": 1.0,
+    assert out.numbers == {"measured on": "learn recipe", "x": 1.0, "rollout decoder": "fast",
                            "no-learning regime (superseded): verdict": "NOT-REPRODUCED"}
     assert list(out.numbers)[0] == "measured on"           # first: shown by `tailtheory verify`
     assert new.numbers == {"x": 1.0}                       # the original is not changed

@@ -1,4 +1,5 @@
-"""Rollout engine (tailtheory.engine.rollout): V1 bitwise zero mismatch, V2 real mismatch.
+"""Rollout engine (tailtheory.engine.rollout) on the ``hf`` decoder, the one V1 and V2 measure:
+V1 bitwise zero mismatch, V2 real mismatch.
 
 A tiny Qwen2-style LM (vocabulary 256, so unused tokens form a tail) with a sharpened output layer
 (logits spread as in a trained model).
@@ -28,7 +29,7 @@ def model():
 
 
 def _gen(model, seed=0, prompts=PROMPTS, eos=EOS, **cfg):
-    eng = RolloutEngine(model, RolloutConfig(**{"max_new_tokens": 6, **cfg}))
+    eng = RolloutEngine(model, RolloutConfig(**{"max_new_tokens": 6, "backend": "hf", **cfg}))
     gen = torch.Generator().manual_seed(seed)
     return eng.generate(prompts, eos_id=eos, pad_id=PAD, generator=gen)
 
@@ -116,7 +117,7 @@ def test_pruning_keeps_samples_inside_S(model):
 
 def test_bf16_copy_follows_the_trainer_after_sync():
     trainer = tiny_lm(vocab_size=V, hidden=64, layers=2, seed=1)
-    eng = RolloutEngine(trainer, RolloutConfig(path="bf16"))
+    eng = RolloutEngine(trainer, RolloutConfig(path="bf16", backend="hf"))
     with torch.no_grad():
         for p in trainer.parameters():
             p.add_(0.05)
@@ -137,7 +138,8 @@ def test_fp8_mismatch_is_larger_than_bf16(model):
     bf16 path (8 bits): mean |Delta| over the same seeds' sampled tokens, > 2x."""
     mean = {}
     for path in ("bf16", "fp8"):
-        runs = sampled_logprobs(model, RolloutConfig(path=path, max_new_tokens=16), seeds=(0, 1))
+        runs = sampled_logprobs(model, RolloutConfig(path=path, max_new_tokens=16, backend="hf"),
+                                seeds=(0, 1))
         d = torch.cat([(roll - train)[mask] for roll, train, mask in runs]).abs().double()
         assert d.numel() > 400
         mean[path] = float(d.mean())
@@ -149,7 +151,7 @@ def test_fp8_copy_is_requantised_at_sync(scaling):
     """After sync the fp8 copy holds the e4m3 round trip of the new trainer weights (fresh
     scales) on the block Linears, their bfloat16 cast elsewhere."""
     trainer = tiny_lm(vocab_size=V, hidden=64, layers=2, seed=1)
-    eng = RolloutEngine(trainer, RolloutConfig(path="fp8", fp8_scaling=scaling))
+    eng = RolloutEngine(trainer, RolloutConfig(path="fp8", fp8_scaling=scaling, backend="hf"))
     with torch.no_grad():
         for p in trainer.parameters():
             p.mul_(2.0).add_(0.05)
@@ -213,3 +215,11 @@ def test_batch_is_frozen_and_exact_logits_are_the_trainers(model):
         z = response_logits(model, rb)
     assert torch.equal(rb.logits, z)
     assert torch.equal(rb.logp, token_stats(z, rb.response)["logp"].masked_fill(~rb.mask, 0.0))
+
+
+def test_the_backend_default_is_written_once():
+    """A bare RolloutConfig and a TrainConfig decode on the same default; hf is named, not implied."""
+    from tailtheory.engine.config import TrainConfig
+    from tailtheory.engine.rollout import DEFAULT_BACKEND
+
+    assert RolloutConfig().backend == TrainConfig().rollout_backend == DEFAULT_BACKEND == "fast"
