@@ -57,6 +57,19 @@ class Evidence:
     numbers: dict[str, float | int | str]
     note: str = ""
     """A counterexample, the assumption of a HOLDS-UNDER, or a deviation from the paper."""
+    key: tuple = ()
+    """The names of the numbers that decide the verdict, shown first by every report (empty:
+    the first numbers that are not context, :meth:`key_items`)."""
+
+    def key_items(self, limit: int = 4) -> list[tuple[str, object]]:
+        """The numbers a report shows first: :attr:`key` in its order, else the first ``limit``
+        numbers that are not context (where and on what decoder it was measured, the superseded
+        verdict)."""
+        if self.key:
+            return [(k, self.numbers[k]) for k in self.key if k in self.numbers][:limit]
+        context = ("measured on", "rollout decoder", "decoder")
+        return [(k, v) for k, v in self.numbers.items()
+                if k.split(":")[-1] not in context and "superseded" not in k][:limit]
 
     def with_numbers(self, extra: dict) -> "Evidence":
         """This evidence with ``extra`` added to its numbers (verdict and note unchanged)."""
@@ -71,7 +84,7 @@ class Evidence:
         (recorded once, :func:`superseded`; never recomputed)."""
         return Evidence(self.verdict, {"measured on": "learn recipe", **self.numbers,
                                        "rollout decoder": LEARN_DECODER,
-                                       key: superseded(claim)["verdict"]}, self.note)
+                                       key: superseded(claim)["verdict"]}, self.note, self.key)
 
 
 LEARN_DECODER = "fast"

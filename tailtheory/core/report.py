@@ -26,10 +26,10 @@ def fmt_number(v, digits: int = 3) -> str:
         return str(v)
 
 
-def key_numbers(numbers: dict, limit: int = 4) -> str:
-    """The first ``limit`` numbers as ``k=v`` pairs."""
-    items = list(numbers.items())[:limit]
-    return ", ".join(f"{k}={fmt_number(v)}" for k, v in items)
+def key_numbers(evidence, limit: int = 4) -> str:
+    """The deciding numbers of ``evidence`` (:meth:`~tailtheory.core.registry.Evidence.key_items`)
+    as ``k=v`` pairs."""
+    return ", ".join(f"{k}={fmt_number(v)}" for k, v in evidence.key_items(limit))
 
 
 def table(results: list[ClaimResult]) -> str:
@@ -37,7 +37,7 @@ def table(results: list[ClaimResult]) -> str:
     rows = [("id", "paper", "verdict", "key numbers", "s")]
     for r in results:
         verdict = r.verdict + (f" (ledger: {r.claim.expected})" if r.drifted else "")
-        nums = r.error if r.evidence is None else key_numbers(r.evidence.numbers)
+        nums = r.error if r.evidence is None else key_numbers(r.evidence)
         rows.append((r.claim.id, r.claim.paper, verdict, nums, f"{r.seconds:.1f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = []
@@ -88,7 +88,7 @@ class VerdictReport(list):
             lines.append(f"    measured: ERROR  {r.error}")
         else:
             nums = r.evidence.numbers
-            shown = ", ".join(f"{k}={_short(v)}" for k, v in list(nums.items())[:KEY_NUMBERS])
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in r.evidence.key_items(KEY_NUMBERS))
             more = len(nums) - KEY_NUMBERS
             lines.append(f"    measured: {r.verdict}  {shown}"
                          + (f"  (+{more} more numbers)" if more > 0 else ""))
@@ -116,7 +116,8 @@ class VerdictReport(list):
                 key, folded = f"<code>{e(r.error or '')}</code>", ""
             else:
                 items = list(r.evidence.numbers.items())
-                key = "<br>".join(f"{e(k)} = <b>{e(_short(v))}</b>" for k, v in items[:KEY_NUMBERS])
+                key = "<br>".join(f"{e(k)} = <b>{e(_short(v))}</b>"
+                                  for k, v in r.evidence.key_items(KEY_NUMBERS))
                 full = "".join(f'<tr><td style="text-align:left"><code>{e(k)}</code></td>'
                                f'<td style="text-align:left">{e(fmt_number(v, 4))}</td></tr>'
                                for k, v in items)

@@ -114,27 +114,28 @@ def learn_probe_data(profile: str) -> dict:
     return measured("lopti_probes_learn", probe_config(), measure_learn_probes, profile, COMMAND)
 
 
-def _both(fn, data: dict) -> Evidence:
+def _both(fn, data: dict, shown: tuple = ()) -> Evidence:
     parts = {p: fn(data[p]) for p in POLICIES}
     nums = {f"{p}:{k}": v for p, ev in parts.items() for k, v in ev.numbers.items()}
     nums.update({f"{p}:verdict": str(ev.verdict) for p, ev in parts.items()})
     note = (f"learn recipe, warm start and GRPO step {MID_STEP}: the worst of the two; "
             + parts["warm"].note)
-    return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note)
+    key = tuple(f"{p}:verdict" for p in POLICIES) + tuple(f"mid:{k}" for k in shown)
+    return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note, key)
 
 
 def l4_learn_evidence(data: dict) -> Evidence:
     """L4 on both policies (rule of :func:`tailtheory.lopti.measurement.l4_evidence`)."""
     from tailtheory.lopti.measurement import l4_evidence
 
-    return _both(l4_evidence, data)
+    return _both(l4_evidence, data, ("e_rel_dist", "f_rel_size"))
 
 
 def l5_learn_evidence(data: dict) -> Evidence:
     """L5 on both policies (rule of :func:`tailtheory.lopti.measurement.l5_evidence`)."""
     from tailtheory.lopti.measurement import l5_evidence
 
-    return _both(l5_evidence, data)
+    return _both(l5_evidence, data, ("delta_AR", "delta_Lopti"))
 
 
 if __name__ == "__main__":  # pragma: no cover - the stored measurement's command

@@ -281,4 +281,5 @@ def check_o6(profile: str) -> Evidence:
                     f"baseline cuts V(mean) by at most {best_gain:.3g}x < 32/4 on the O3/O4 sweep, "
                     "so no position-dependent baseline reaches it. (b) kk_trace GRPO runs, "
                     "the learn recipe (32 prompts x N per step, 120 steps, 5 seeds); "
-                    + trained.note)
+                    + trained.note,
+                    key=("a:verdict", "b:verdict", "b:otb_minus_large", "b:otb_minus_large_se"))

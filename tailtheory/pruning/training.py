@@ -86,8 +86,11 @@ def p5_evidence(data) -> Evidence:
             worse |= c.verdict == Verdict.REFUTED
     verdict = (Verdict.REFUTED if worse else Verdict.TOY_SCALE if small
                else Verdict.NOT_REPRODUCED)
+    claimed = f"rho={RHO_CLAIMED:g}"
     return Evidence(verdict, nums, f"criterion: for rho <= {RHO_CLAIMED:g}, max P2 bound < "
-                    f"{BIAS_OK} and final reward not below GRPO's by > 2 se")
+                    f"{BIAS_OK} and final reward not below GRPO's by > 2 se",
+                    key=(f"{claimed}:max_bias_bound", f"{claimed}:delta_final_reward",
+                         f"{claimed}:se", f"{grpo}:mismatch_abs_mean"))
 
 
 

@@ -244,7 +244,8 @@ def v6_evidence(data) -> Evidence:
     rule = ("criterion: GRPO's final held-out accuracy below exact's by > 2 se at some "
             "well-formed logit-noise sigma and at every larger one (threshold between the "
             "measured k3 of the last unharmed and the first harmed point)")
-    return Evidence(verdict, nums, "; ".join(x for x in (rule, note) if x))
+    return Evidence(verdict, nums, "; ".join(x for x in (rule, note) if x),
+                    key=("logit:k3_safe", "logit:k3_harm", "logit:sigma_harm", "logit:monotone"))
 
 
 def _k(x: float) -> str:
@@ -326,11 +327,15 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence]:
         if r["role"] == "dose" and r["harmed"]:
             first, last = window_means(m[r["label"]], "k3", FINAL_WINDOW)
             v5[f"{r['label']}:k3_ratio (not counted)"] = last / first if first else math.nan
+    worst_gap = max(real, key=lambda lb: v4[f"{names[lb]}:gap_reward"], default=None)
     ev4 = Evidence(Verdict.TOY_SCALE if harmed else Verdict.NOT_REPRODUCED, v4,
                    "learn recipe: some real path's final reward (last 10 steps) below exact's by "
-                   "> 2 se over seeds")
+                   "> 2 se over seeds",
+                   key=("harmed",) + ((f"{names[worst_gap]}:gap_reward", f"{names[worst_gap]}:se")
+                                      if worst_gap else ()) + ("pending",))
     v5_verdict = (Verdict.NOT_REPRODUCED if not flat else
                   Verdict.TOY_SCALE if any(flat) else Verdict.REFUTED)
     ev5 = Evidence(v5_verdict, v5, "learn recipe: a real path V4 finds harmed keeps its mean k3 "
-                   "over the last 10 steps within x2 of the first 10 (none harmed: NOT-REPRODUCED)")
+                   "over the last 10 steps within x2 of the first 10 (none harmed: NOT-REPRODUCED)",
+                   key=("harmed",))
     return ev4, ev5

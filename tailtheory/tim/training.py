@@ -132,7 +132,9 @@ def v3_evidence(data) -> Evidence:
                Verdict.NOT_REPRODUCED)
     return Evidence(verdict, nums, "criterion: exact bypass = exact recompute bitwise with C = 0; "
                     "C = 0 at every recompute update; bypass skew P(C>0|A>0) - P(C>0|A<0) > 0 "
-                    "in every seed and > 2 se (bf16 and fp8)")
+                    "in every seed and > 2 se (bf16 and fp8)",
+                    key=("bf16 bypass:skew", "bf16 bypass:skew_se", "fp8 bypass:skew",
+                         "fp8 bypass:skew_se"))
 
 
 def _mean_c(rows: list, sign: str) -> float:

@@ -131,4 +131,6 @@ def t14_evidence(law_data, base_data) -> Evidence:
                  "trm_minus_grpo": c.delta, "trm_minus_grpo_se": c.se,
                  "trm_minus_grpo:final_heldout": held.delta,
                  "trm_minus_grpo:final_heldout_se": held.se})
-    return Evidence(_verdict(law_ok, harmed, c), nums, _criterion(base))
+    return Evidence(_verdict(law_ok, harmed, c), nums, _criterion(base),
+                    key=("trm_minus_grpo", "trm_minus_grpo_se", "base_harmed",
+                         "length_law:max_abs_dev"))

@@ -88,3 +88,13 @@ def test_superseded_verdicts_are_recorded_for_the_eleven_training_claims():
     for claim, r in record.items():
         assert Verdict(r["verdict"]) and r["numbers"] and r["note"], claim
         assert (REPO_ROOT / r["stored"]).exists(), claim
+
+
+def test_key_items_show_the_deciding_numbers_not_the_context():
+    """Reports show the numbers a verdict rests on: a check's ``key`` in its order, else the first
+    numbers that are not context (where, on which decoder, the superseded verdict)."""
+    ev = Evidence(Verdict.REFUTED, {"x": 1.0, "y": 2.0}).superseding("L2")
+    assert ev.key_items(4) == [("x", 1.0), ("y", 2.0)]
+    keyed = Evidence(Verdict.REFUTED, {"a": 1, "b": 2, "c": 3}, key=("c", "a", "gone"))
+    assert keyed.key_items(4) == [("c", 3), ("a", 1)]
+    assert keyed.with_numbers({"d": 4}).key == ("c", "a", "gone")       # kept by with_numbers

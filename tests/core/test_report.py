@@ -47,7 +47,7 @@ def test_verdict_colours(verdict, colour):
 def test_numbers_are_short_and_plain():
     assert fmt_number(np.float64(0.123456789)) == "0.123" and fmt_number(np.int64(7)) == "7"
     assert fmt_number(True) == "True" and fmt_number("no") == "no" and fmt_number(None) == "None"
-    assert key_numbers({"a": 1.0, "b": 2.5, "c": "x"}, limit=2) == "a=1, b=2.5"
+    assert key_numbers(Evidence(Verdict.HOLDS, {"a": 1.0, "b": 2.5, "c": "x"}), limit=2) == "a=1, b=2.5"
 
 
 def test_table_has_a_row_per_result_and_shows_a_drifted_verdict():
