@@ -44,9 +44,10 @@
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
 # TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
 # PRESET  "quick": a pipeline check (probes and 10 short runs from a 120-step warm start); the
-#                  verdicts and evidence figures read the stored full measurement. About 2
+#                  verdicts and evidence figures read the stored measurements. About 2.5
 #                  minutes on a 2-core CPU the first time (training the warm start takes 1.5);
-#                  the warm start and the runs are cached, so about 20 s after that.
+#                  about a minute after that (the runs are cached, the quick probes are
+#                  measured again every time).
 #         "full":  the probes of the full preset's warm start, measured again; the five methods
 #                  for 40 steps at 3 seeds (15 runs, a larger pipeline check); the verdicts
 #                  measured afresh (profile thorough: trains what results/ lacks).
@@ -95,12 +96,15 @@ from tailtheory.probe.run import show_probe
 # %%
 if MODEL is None:
     probes = measurement.notebook_probe_data(PRESET)
+    why = ("" if PRESET == "full" else " Empty bars are expected here: the quick warm start "
+           "barely answers, so every group's rewards are equal and every advantage is zero; the "
+           "stored figures below carry the evidence.")
     fig, df_fig1 = figures.plot_figure1(probes)
     show_figure(fig, f"lopti_figure1{'' if PRESET == 'full' else '_quick'}", df_fig1,
-                provenance("runs", PRESET))
+                provenance("runs", PRESET) + why)
     fig, df_fig3 = figures.plot_figure3(probes)
     show_figure(fig, f"lopti_figure3{'' if PRESET == 'full' else '_quick'}", df_fig3,
-                provenance("runs", PRESET))
+                provenance("runs", PRESET) + why)
 else:  # the checkpoint's probe, as `tailtheory probe gradient --model MODEL`
     print(show_probe("gradient", MODEL, DEVICE, PRESET).to_string(index=False))
 if PRESET == "quick" or MODEL is not None:  # the stored full measurement the verdicts read

@@ -44,6 +44,21 @@
 #
 # **Scale.** A 0.72M-parameter model on a toy task. The thresholds are orders of magnitude to
 # check a real run against (`tailtheory diagnose` does), not numbers that transfer.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $\rho_t$ | $\pi_\text{train}(y_t) / \pi_\text{roll}(y_t)$, the trainer's probability of a sampled token over the sampler's |
+# | k1, k3 | per-token mismatch KL estimates (Schulman's estimators): $k_1 = -\log\rho_t$, $k_3 = \rho_t - 1 - \log\rho_t \ge 0$; a run's k3 is their mean over its response tokens and steps |
+# | recompute, bypass | how the PPO ratio's $\pi_\text{old}$ is obtained: a trainer forward (the mismatch stays outside the ratio), or the rollout's own log-probs (it enters the ratio) |
+# | TIS | truncated importance sampling: each token's loss weighted by $\min(\rho_t, C)$ (token) or the sequence's $\min(\prod_t \rho_t, C)$ (seq-TIS); TIM, arXiv 2605.14220 |
+# | MIS | masked importance sampling: weight $\prod_t\rho_t$ inside a band, 0 outside (TIM) |
+# | IcePop | token weight $\rho_t$ inside a band $[0.5, 2]$, 0 outside (TIM) |
+# | geometric rejection | a sequence kept only when the geometric mean of its $\rho_t$ lies in a narrow band (TIM) |
+# | TRM | trust-region masking: a sequence kept only when its largest token divergence is under a threshold; arXiv 2512.23075 |
+# | DVP | the sampler and trainer both restricted to a min-p safe vocabulary; arXiv 2512.23087 |
+# | σ | the injected noise's scale: logit noise $\delta \sim N(0, \sigma^2)$, or relative weight noise |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -71,6 +86,10 @@ data = dose.STUDY.data(PROFILE, workers=WORKERS)
 STORED = provenance("stored", PRESET, "results/mismatch_dose.json")
 print(f"{sum(len(r) for r in data.values())} runs stored in {len(data)} arms "
       f"(screened at seed 1 only: {', '.join(f'{a} {b}' for a, b in dose.SCREENED)})")
+v6 = dose.v6_evidence(data)  # the result first; the sections below show where it comes from
+print(f"V6: {v6.verdict} — GRPO unharmed up to k3 = {v6.numbers['logit:k3_safe']:.2g}, harmed "
+      f"from k3 = {v6.numbers['logit:k3_harm']:.2g} (logit noise σ = "
+      f"{v6.numbers['logit:sigma_harm']:g}) and at every larger σ")
 
 # %% [markdown]
 # ## (1) The dose-response
@@ -94,7 +113,6 @@ df_dose[["label", "seeds", "k3", "format", "final_eval", "final_eval_se", "gap",
 # %%
 for line in dose.register_text(data):
     print("-", line)
-dose_figures.register_frame(data)
 
 # %% [markdown]
 # ## (3) The curves: held-out accuracy and the mismatch monitor over training (V5 on the sweep)
@@ -133,12 +151,10 @@ fig = curve_panels(m.curves(series=("eval", "k3"), labels=real), ("held-out accu
 fig.axes[1].set_yscale("symlog", linthresh=1e-6)
 fig.axes[1].set_ylim(bottom=0)
 show_figure(fig, "mismatch_dose_real_paths", m.curves(series=("eval", "k3"), labels=real), STORED)
-found = dose.real_path_evidence(data)
-if found is None:
-    print("no real path has 3 seeds stored yet")
-else:
-    for name, ev in zip(("V4", "V5"), found):
-        print(f"{name} on the learning testbed: {ev.verdict} — {ev.note}")
+for name, ev in zip(("V4", "V5"), dose.real_path_evidence(data)):
+    found = ", ".join(f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}"
+                      for k, v in ev.key_items())
+    print(f"{name} on the learning testbed: {ev.verdict}: {found}\n    (rule: {ev.note})")
 
 # %% [markdown]
 # V4 judges harm on final reward; V6 on final held-out accuracy. The real paths by V6's rule
@@ -147,9 +163,11 @@ else:
 # %%
 import pandas as pd
 
-pd.DataFrame([{k: r[k] for k in ("label", "seeds", "k3", "final_eval", "final_reward", "gap",
-                                 "gap_se", "harmed")}
-              for r in dose.dose_table(data) if r["role"] == "real"]).round(5)
+real_table = pd.DataFrame([{k: r[k] for k in ("label", "seeds", "k3", "final_eval",
+                                              "final_reward", "gap", "gap_se", "harmed")}
+                           for r in dose.dose_table(data) if r["role"] == "real"])
+real_table.style.format({"k3": "{:.2g}", "final_eval": "{:.3f}", "final_reward": "{:.3f}",
+                         "gap": "{:+.3f}", "gap_se": "{:.3f}"}, na_rep="pending")
 
 # %% [markdown]
 # ## (5) TRM on the learning testbed (T14)

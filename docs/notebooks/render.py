@@ -47,6 +47,21 @@ def sources(selected: list[str]) -> list[Path]:
     return chosen
 
 
+def provenance_line() -> str:
+    """What a render was made from: tailtheory's version, the commit and its date, and whether
+    the working tree had uncommitted changes (``unknown`` outside a git checkout)."""
+    import subprocess
+
+    from tailtheory import __version__
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("log", "-1", "--format=%h (%cs)") or "unknown"
+    dirty = ", with uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"tailtheory {__version__}, commit {commit}{dirty}"
+
+
 def kernel_env(figures: Path) -> dict[str, str]:
     env = dict(os.environ, TAILTHEORY_FIGURES=str(figures), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1",
@@ -62,8 +77,9 @@ def render(src: Path, figures: Path) -> Path:
     nb.metadata.pop("jupytext", None)  # a render is not paired: Lab must not write a .py beside it
     note = nbformat.v4.new_markdown_cell(
         f"*A render of [`notebooks/{src.name}`](../../notebooks/{src.name}) (paired with "
-        f"`{src.stem}.ipynb`), executed on its `quick` preset by `make render`. Edit the source, "
-        "not this file; `tests/test_render.py` fails when the two differ.*")
+        f"`{src.stem}.ipynb`), executed on its `quick` preset by `make render` at "
+        f"{provenance_line()}. Edit the source, not this file; `tests/test_render.py` fails "
+        "when the two differ.*")
     nb.cells.insert(0, note)
     for i, cell in enumerate(nb.cells):  # stable ids: a re-render changes outputs only
         cell.id = f"cell-{i:02d}"

@@ -63,7 +63,7 @@ def provenance(kind: str, preset: str, source: str = "results/") -> str:
         if preset == "quick":
             return ("Quick pipeline check: the quick preset's 120-step warm start and a few steps; "
                     "it exercises the code and is not evidence.")
-        return "Evidence: measured by this run on the full preset (cached runs reused)."
+        return "Measured by this run on the full preset (cached runs reused)."
     if kind == "stored":
         if preset == "quick":
             return f"Stored evidence: read from {source} (this run did not re-measure it)."
@@ -83,6 +83,16 @@ def _caption_html(caption: str, png: Path) -> str:
             f'(<code>{html.escape(png.with_suffix(".csv").name)}</code>).</div>')
 
 
+def figure_alt(fig, name: str) -> str:
+    """A figure's alternative text: its name, then its title and each panel's title and axis
+    labels (what a reader who cannot see it needs to know it is there and what it plots)."""
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    panels = [" / ".join(x for x in (ax.get_title(), f"{ax.get_ylabel()} against "
+                                     f"{ax.get_xlabel()}" if ax.get_xlabel() else "") if x)
+              for ax in fig.axes if ax.get_visible()]
+    return "; ".join(x for x in [f"figure {name}", title, *panels] if x)
+
+
 def show_figure(fig, name: str, data=None, caption: str = "",
                 directory: str | os.PathLike | None = None) -> None:
     """Save ``fig`` as ``NAME.png`` and ``data`` as ``NAME.csv`` (as
@@ -93,12 +103,13 @@ def show_figure(fig, name: str, data=None, caption: str = "",
 
     from tailtheory.core.io import save_figure
 
+    alt = figure_alt(fig, name)
     png = save_figure(fig, name, data=data, directory=directory)
     plt.close(fig)
     if in_kernel():
         from IPython.display import HTML, Image, display
 
-        display(Image(data=png.read_bytes(), format="png"))
+        display(Image(data=png.read_bytes(), format="png", alt=alt))
         if caption:
             display(HTML(_caption_html(caption, png)))
 
@@ -109,13 +120,14 @@ def verdict_report(ids: list[str], profile: str = "quick"):
     closing cell: one verdict path for every claim).
 
     Returns a :class:`~tailtheory.core.report.VerdictReport` (a list of
-    :class:`~tailtheory.core.registry.ClaimResult`). Inside a Jupyter kernel it is displayed as an
+    :class:`~tailtheory.core.registry.ClaimResult`, in the order of ``ids``). Inside a Jupyter kernel it is displayed as an
     HTML table (coloured verdicts, key numbers, the command that regenerates each, all numbers
     folded away); elsewhere its text is printed."""
     from tailtheory.core.registry import run_claim, select
     from tailtheory.core.report import VerdictReport
 
-    results = VerdictReport([run_claim(c, profile) for c in select(list(ids))], profile)
+    chosen = {c.id: c for c in select(list(ids))}
+    results = VerdictReport([run_claim(chosen[i], profile) for i in dict.fromkeys(ids)], profile)
     if in_kernel():
         from IPython.display import display
 

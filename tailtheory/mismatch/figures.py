@@ -72,16 +72,20 @@ def plot_mismatch_points(points: pd.DataFrame):
         grid = 1 - np.logspace(np.log10(max(1 - df.p.max(), 1e-12)), 0, 300)  # p values
         nz = df[df.abs_Delta > 0]
         ax.scatter(1 - nz.p, nz.abs_Delta, s=2, alpha=0.3, color="tab:blue", label="tokens")
-        for eps, ls in ((df.eps.max(), "-"), (df.eps.median(), ":")):
+        for eps, ls, which in ((df.eps.max(), "-", "largest"), (df.eps.median(), ":", "median")):
             ax.plot(1 - grid, mm.mismatch_bound(grid, eps, "exact").numpy(), "k" + ls, lw=1,
-                    label=f"exact bound, eps={eps:.2g}")
+                    label=f"M3's exact bound at the {which} eps")
             ax.plot(1 - grid, mm.mismatch_bound(grid, eps, "first").numpy(), "r" + ls, lw=1,
-                    label=f"first order, eps={eps:.2g}")
-        ax.set(xscale="log", yscale="log", xlabel="1 - p (trainer)", title=label,
+                    label=f"first order at the {which} eps")
+        ax.set(xscale="log", yscale="log", xlabel="1 - p (trainer)",
+               title=f"{label}: eps largest {df.eps.max():.2g}, median {df.eps.median():.2g}",
                ylim=(max(nz.abs_Delta.min(), 1e-12) if len(nz) else 1e-12, None))
+        ax.title.set_fontsize(9)
     axes[0, 0].set_ylabel("|Delta| = |log p' - log p|")
-    axes[0, -1].legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
+    # one legend for every panel, below them: it covers no point
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7,
+               markerscale=4, frameon=False)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     return fig, points.reset_index(drop=True)[["label", "p", "abs_Delta", "eps", "bound_exact",
                                                "bound_first"]]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from tailtheory.tim.dose import (REMEDIES, STUDY, WELL_FORMED, dose_table, register_table,
-                                 threshold)
+from tailtheory.tim.dose import (MIN_SEEDS, REMEDIES, STUDY, WELL_FORMED, dose_table,
+                                 register_table, threshold)
 
 REMEDY_NAMES = {method: name for name, method in REMEDIES.items()}
 """A remedy's method -> the name its arm is drawn under."""
@@ -58,7 +58,8 @@ stretch the axis over eight empty decades."""
 def plot_dose(data):
     """V6: final held-out accuracy (left) and the rollouts' well-formed share (right) against
     each run's **measured** mean k3 (log axis). Small markers are runs, large ones the mean of
-    an arm's seeds with its standard error; the grey band is the zero-mismatch ``exact`` runs
+    an arm's seeds with its standard error; a point with fewer than ``MIN_SEEDS`` seeds (a
+    screen, never compared) is a hollow marker without an error bar; the grey band is the zero-mismatch ``exact`` runs
     (mean +- 2 se, their k3 is 0 so they have no place on the axis); the shaded span is GRPO's
     logit-noise threshold (``k3_safe`` to ``k3_harm``). Returns ``(figure, arm table)``."""
     import matplotlib.pyplot as plt
@@ -84,21 +85,26 @@ def plot_dose(data):
             pts = runs[runs["label"].isin(arms["label"])]
             ax.scatter(pts["k3"].clip(lower=K3_FLOOR), pts[key], marker=marker, color=color,
                        s=10, alpha=0.4)
-            yerr = arms["final_eval_se"].fillna(0) if key == "final_eval" else None
-            ax.errorbar(arms["k3"].clip(lower=K3_FLOOR), arms[key], yerr=yerr, fmt=marker,
-                        color=color, ms=7,
-                        capsize=2, label=name, lw=1)
+            full, screen = arms[arms["seeds"] >= MIN_SEEDS], arms[arms["seeds"] < MIN_SEEDS]
+            yerr = full["final_eval_se"].fillna(0) if key == "final_eval" else None
+            ax.errorbar(full["k3"].clip(lower=K3_FLOOR), full[key], yerr=yerr, fmt=marker,
+                        color=color, ms=7, capsize=2, label=name, lw=1)
+            ax.scatter(screen["k3"].clip(lower=K3_FLOOR), screen[key], marker=marker, s=49,
+                       facecolors="none", edgecolors=color, linewidths=1.2)
             if style in ("logit", "weight"):
                 order = arms.sort_values("sigma")
                 ax.plot(order["k3"], order[key], color=color, lw=0.8, alpha=0.6)
-            for _, a in arms.iterrows():
+            for i, (_, a) in enumerate(arms.sort_values("k3").iterrows()):
                 tag = (f"σ={a['sigma']:g}" if style in ("logit", "weight") else
                        REMEDY_NAMES[a["method"]] if style == "remedy" else
                        f"{a['path']} {a['pi_old']}")
+                if a["seeds"] < MIN_SEEDS:
+                    tag += f" ({a['seeds']} seed, screen)"
                 if a["k3"] < K3_FLOOR:
                     tag += f" (k3 = {a['k3']:.1g}, drawn at the edge)"
-                ax.annotate(tag, (max(a["k3"], K3_FLOOR), a[key]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
+                # neighbours in k3 alternate above and below, so tags of close points separate
+                ax.annotate(tag, (max(a["k3"], K3_FLOOR), a[key]), fontsize=6,
+                            xytext=(4, 5 if i % 2 == 0 else -9), textcoords="offset points")
         t = threshold([r for r in df.to_dict("records")
                        if r["method"] == "grpo" and r["kind"] == "logit"])
         if not math.isnan(t["k3_harm"]):

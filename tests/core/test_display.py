@@ -40,6 +40,8 @@ def test_verdict_report_prints_and_asserts_the_ledger_verdict(monkeypatch, capsy
     out = display.verdict_report(["S2"], "quick")
     assert [r.claim.id for r in out] == ["S2"]
     assert "S2  theory:" in capsys.readouterr().out
+    asked = ["P1", "M1", "S2"]                               # rows in the order asked
+    assert [r.claim.id for r in display.verdict_report(asked, "quick")] == asked
     claim = registry.all_claims()["S2"]
     wrong = registry.Claim(claim.id, claim.paper, claim.statement,
                            lambda profile: Evidence(Verdict.REFUTED, {"x": 1.0}), claim.expected)
