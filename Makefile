@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 	@# the kernel under the name the notebooks' metadata gives it, so that JupyterLab does not
 	@# rewrite it (ipykernel's own spec says "Python 3 (ipykernel)") when a notebook is saved
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+	@# JupyterLab saves the widgets' state with a notebook, so a saved notebook reopened with a
+	@# new kernel shows its progress bars and explorers instead of "model not found"
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp notebooks/lab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	@# in a git checkout: strip outputs from notebooks/*.ipynb when committing (.gitattributes
 	@# scopes the filter there; the renders in docs/notebooks/ keep theirs). Cell ids are kept,
 	@# and the language_info that JupyterLab adds on saving goes too.

@@ -69,6 +69,8 @@
 #                  it completes, then read them.
 PRESET = "quick"
 WORKERS = 2  # training processes run at once (one torch thread each)
+DUMP = None  # your run's per-token dumps (a file or folder `tailtheory diagnose` reads): section (2)
+             # then places your run on this register
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure, verdict_report
@@ -113,6 +115,20 @@ df_dose[["label", "seeds", "k3", "format", "final_eval", "final_eval_se", "gap",
 # %%
 for line in dose.register_text(data):
     print("-", line)
+
+# %% [markdown]
+# With `DUMP` set (parameters cell), your own run on this register: `tailtheory diagnose` reads
+# its per-token log-probs (formats in `docs/diagnose.md`), measures its mean per-token k3 and says
+# where that sits above; its full report is written beside the dump, in `DUMP-diagnose/`.
+
+# %%
+if DUMP is not None:  # its [register] lines place the run; register.json holds the numbers
+    from pathlib import Path
+
+    from tailtheory.cli import main as tailtheory_cli
+
+    report = Path(f"{Path(DUMP).resolve()}-diagnose")
+    tailtheory_cli(["diagnose", str(DUMP), "--out", str(report), "--quiet"])
 
 # %% [markdown]
 # ## (3) The curves: held-out accuracy and the mismatch monitor over training (V5 on the sweep)

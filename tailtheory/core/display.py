@@ -71,14 +71,25 @@ def provenance(kind: str, preset: str, source: str = "results/") -> str:
     raise ValueError(f"kind must be 'measured', 'runs' or 'stored', got {kind!r}")
 
 
-def _caption_html(caption: str, png: Path) -> str:
+_NUMBERS: dict[str, int] = {}
+"""Figure name -> its number in this kernel: the order figures were first shown (a cell run
+again keeps its figure's number)."""
+
+
+def figure_number(name: str) -> int:
+    """The number of figure ``name`` in this kernel (:data:`_NUMBERS`), assigned on first use."""
+    return _NUMBERS.setdefault(name, len(_NUMBERS) + 1)
+
+
+def _caption_html(caption: str, png: Path, number: int) -> str:
     from tailtheory.core.io import REPO_ROOT
 
     shown = png.relative_to(REPO_ROOT) if png.is_relative_to(REPO_ROOT) else png
     head, sep, rest = caption.partition(":")
     text = (f"<b>{html.escape(head)}</b>:{html.escape(rest)}" if sep and len(head) < 40
             else html.escape(caption))
-    return (f'<div style="font-size:0.9em;color:#444;margin:0 0 1em 0">{text} '
+    return (f'<div style="font-size:0.9em;color:#444;margin:0 0 1em 0"><b>Figure {number}.</b> '
+            f'{text} '
             f'Saved as <code>{html.escape(str(shown))}</code> with its data '
             f'(<code>{html.escape(png.with_suffix(".csv").name)}</code>).</div>')
 
@@ -111,7 +122,7 @@ def show_figure(fig, name: str, data=None, caption: str = "",
 
         display(Image(data=png.read_bytes(), format="png", alt=alt))
         if caption:
-            display(HTML(_caption_html(caption, png)))
+            display(HTML(_caption_html(caption, png, figure_number(name))))
 
 
 def verdict_report(ids: list[str], profile: str = "quick"):

@@ -48,3 +48,21 @@ def test_verdict_report_prints_and_asserts_the_ledger_verdict(monkeypatch, capsy
     monkeypatch.setattr(registry, "select", lambda ids: [wrong])
     with pytest.raises(AssertionError, match="differ from the ledger"):
         display.verdict_report(["S2"], "quick")
+
+
+def test_figures_are_numbered_once_and_carry_alternative_text():
+    """A figure keeps its number when its cell runs again; its alternative text names it and
+    says what each panel plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first = display.figure_number("demo_fig_a")
+    assert display.figure_number("demo_fig_b") == first + 1
+    assert display.figure_number("demo_fig_a") == first
+    fig, (ax, empty) = plt.subplots(1, 2)
+    ax.set(title="reward", xlabel="step", ylabel="mean reward")
+    fig.suptitle("GRPO")
+    assert display.figure_alt(fig, "demo") == "figure demo; GRPO; reward / mean reward against step"
+    plt.close(fig)
