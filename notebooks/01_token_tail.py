@@ -65,6 +65,17 @@ from tailtheory.mismatch.real import M7_PATHS, m7_model, paired_logits, random_i
 from tailtheory.probe.run import show_probe
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # The real mismatch source: M7's tiny Qwen2-style LM (random init, lm_head sharpened so that it
 # has a low-probability tail), float32 trainer against a bfloat16 copy (and, in figure 1, a float16 copy and KV-cache decoding).
 # No noise is injected.
@@ -131,12 +142,3 @@ fig, df_s4 = plot_score_norm(n=SIZE["n_s4"])
 show_figure(fig, "token_tail_score_norm", df_s4, provenance("measured", PRESET))
 fig, df_s5 = plot_layer_wedge(T=SIZE["T_s5"])
 show_figure(fig, "token_tail_layer_wedge", df_s5, provenance("measured", PRESET))
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

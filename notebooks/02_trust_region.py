@@ -52,6 +52,17 @@ from tailtheory.trm.figures import (explore_trm, plot_acceptance, plot_bounds_vs
                                     plot_error_vs_bounds)
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # ## (1) The bounds against T in two regimes
 # A small per-step KL everywhere (dense) against a large KL at rare contexts (sparse): the
 # Pinsker-marginal bound wins the first, the Mixed bound the second.
@@ -104,12 +115,3 @@ slack[["bound", "violations", "max_ratio", "violations_halved", "max_ratio_halve
 # %%
 fig, df_acc = plot_acceptance(B=SIZE["B"])
 show_figure(fig, "trust_region_acceptance", df_acc, provenance("measured", PRESET))
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

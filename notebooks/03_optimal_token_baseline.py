@@ -54,6 +54,17 @@ from tailtheory.otb.figures import (explore_otb, plot_baseline_variance, plot_gr
                                     plot_proxy_vs_true)
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # ## (1) Exact variance of each position baseline, relative to the optimum `M⁻¹c` (O3, O4)
 #
 # Random tabular policies (V = 3, T = 2..5, binary rewards), with and without an EOS token.
@@ -98,12 +109,3 @@ pd.DataFrame({
 
 # %%
 explore_otb()
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

@@ -77,6 +77,17 @@ from tailtheory.lopti import figures, measurement, training
 from tailtheory.probe.run import show_probe
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
 #
 # GRPO batches drawn from the warm start with the engine's own rollout, `π_old` and group
@@ -192,12 +203,3 @@ show_figure(fig, "lopti_learn_curves", df_learn,
             provenance("stored", "quick", "results/lopti_learn.json"))
 learn.table().groupby("label", sort=False)[["first_eval", "final_eval", "final_reward"]].agg(
     ["mean", "min", "max"])
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

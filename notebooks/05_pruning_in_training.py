@@ -75,6 +75,17 @@ from tailtheory.pruning.sweep import p4_measurement
 from tailtheory.probe.run import show_probe
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # ## (1) P4 where the tail is real: the ρ sweep on trained models
 #
 # Real bf16 rollout copies against the float32 trainer; the safe set from the sampler's logits on
@@ -140,12 +151,3 @@ from tailtheory.tim.dose import STUDY as DOSE
 restore = training.restore_numbers(DOSE.data(PROFILE))
 for key, value in restore.items():
     print(f"{key:60s} {value:.4g}" if isinstance(value, float) else f"{key:60s} {value}")
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

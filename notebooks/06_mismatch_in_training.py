@@ -67,6 +67,17 @@ from tailtheory.otb import training as otb_training
 from tailtheory.tim import figures, training
 
 # %% [markdown]
+# ## The verdicts first: the registered checks, theory next to measurement
+#
+# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
+# verdict must be the one the ledger `paper_repro.md` records.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(CLAIMS, PROFILE);
+
+# %% [markdown]
 # ## (1) This preset's runs
 #
 # Zero mismatch against `fp8 bypass`, and OTB against GRPO at N = 4; every metric against step,
@@ -115,12 +126,3 @@ learn_o6 = otb_training.STUDY.data(PROFILE, workers=WORKERS)
 fig, df_o6_learn = otb_figures.plot_o6(learn_o6)
 show_figure(fig, "otb_learn_tokens", df_o6_learn,
             provenance("stored", PRESET, "results/otb_learn.json"))
-
-# %% [markdown]
-# ## Verdict: the registered checks, theory next to measurement
-#
-# Each claim's registered check (the one `tailtheory verify` runs) on this preset's profile; the
-# verdict must be the one the ledger `paper_repro.md` records.
-
-# %%
-verdict_report(CLAIMS, PROFILE);

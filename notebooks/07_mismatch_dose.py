@@ -94,6 +94,18 @@ print(f"V6: {v6.verdict} — GRPO unharmed up to k3 = {v6.numbers['logit:k3_safe
       f"{v6.numbers['logit:sigma_harm']:g}) and at every larger σ")
 
 # %% [markdown]
+# ## The verdicts first
+#
+# The registered checks (the ones `tailtheory verify --only V4,V5,V6,T14` runs) on this preset's
+# profile; V4 and V5 read the real paths of section (4); each training claim carries the no-learning
+# regime's recorded verdict beside it as superseded.
+#
+# The sections below show the evidence each verdict rests on.
+
+# %%
+verdict_report(["V4", "V5", "V6", "T14"], PROFILE);
+
+# %% [markdown]
 # ## (1) The dose-response
 #
 # Left: final held-out accuracy against each run's measured k3 (small markers are runs, large
@@ -210,13 +222,3 @@ for key in ("length_law:max_abs_dev", "length_law:bins_checked", "base", "base_h
             "trm_minus_grpo:final_heldout_se"):
     value = t14.numbers[key]
     print(f"{key:34s} {value:.4g}" if isinstance(value, float) else f"{key:34s} {value}")
-
-# %% [markdown]
-# ## Verdict
-#
-# The registered checks (the ones `tailtheory verify --only V4,V5,V6,T14` runs) on this preset's
-# profile; V4 and V5 read the real paths above; each training claim carries the no-learning
-# regime's recorded verdict beside it as superseded.
-
-# %%
-verdict_report(["V4", "V5", "V6", "T14"], PROFILE);
