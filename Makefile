@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro figures test test-thorough test-verl bench sync render lab test-lab clean
+.PHONY: repro figures test test-thorough test-verl bench sync render site lab test-lab clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -98,12 +98,18 @@ sync: $(STAMP)
 render: $(STAMP)
 	env -u MPLBACKEND TAILTHEORY_WIDGETS=0 $(PY) docs/notebooks/render.py --figures $(FIGS) $(NB)
 
+## site: a static report site in build/site/ from the committed ledger, claims.json, figures and
+## renders (docs/site/build.py; nothing executed): open build/site/index.html in a browser
+site: $(STAMP)
+	$(PY) docs/site/build.py --out build/site
+
 ## lab: JupyterLab on notebooks/ (figures a kernel saves go to the ignored figures/scratch/)
 lab: $(STAMP)
 	env -u MPLBACKEND $(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 ## test-lab: JupyterLab in headless Chromium: open notebook 01, Run All, see its figures and its
-## verdict table (not part of `make test`: it installs Debian's chromium with apt-get if missing)
+## verdict table; then the report site's pages (not part of `make test`: it installs Debian's
+## chromium with apt-get if missing)
 test-lab: $(STAMP)
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
