@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	@# new kernel shows its progress bars and explorers instead of "model not found"
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	cp notebooks/lab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	@# after a save, git's record of a notebook whose committed content did not change is refreshed
+	mkdir -p $(VENV)/etc/jupyter
+	cp notebooks/jupyter_server_config.py $(VENV)/etc/jupyter/jupyter_server_config.py
 	@# in a git checkout: strip outputs from notebooks/*.ipynb when committing (.gitattributes
 	@# scopes the filter there; the renders in docs/notebooks/ keep theirs). Cell ids are kept,
 	@# and the language_info that JupyterLab adds on saving goes too.

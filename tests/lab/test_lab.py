@@ -62,6 +62,26 @@ def _which(*names: str) -> str:
                 "chromium-driver")
 
 
+def _git(work: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=work, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _git_checkout(work: Path) -> None:
+    """Make ``work`` a git repository with the checkout's notebook filter, as the Makefile sets it
+    up (nbstripout with ids kept and ``language_info`` stripped), the pair committed."""
+    (work / ".gitattributes").write_text(f"{NAME}.ipynb filter=nbstripout\n"
+                                         f"{NAME}.ipynb diff=ipynb\n")
+    _git(work, "init", "-q")
+    for key, value in (("filter.nbstripout.clean", f'"{sys.executable}" -m nbstripout --keep-id'),
+                       ("filter.nbstripout.smudge", "cat"), ("filter.nbstripout.required", "true"),
+                       ("filter.nbstripout.extrakeys", "metadata.language_info"),
+                       ("user.name", "test"), ("user.email", "test@example.invalid")):
+        _git(work, "config", key, value)
+    _git(work, "add", ".")
+    _git(work, "commit", "-q", "-m", "the committed pair")
+
+
 @pytest.fixture(scope="module")
 def lab():
     """A JupyterLab server on a free local port with a token, rooted at a copy of notebook 01's
@@ -72,6 +92,7 @@ def lab():
     work.mkdir(parents=True)
     for ext in (".ipynb", ".py"):
         shutil.copy2(ROOT / "notebooks" / f"{NAME}{ext}", work / f"{NAME}{ext}")
+    _git_checkout(work)
     home = OUT / "jupyter"
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)  # no "get notified about Jupyter news?" toast over the page
@@ -249,6 +270,30 @@ def test_saving_keeps_the_pair_clean(ran):
     assert stripped == src_nb.read_text(), "nbstripout's filter leaves a difference to commit"
     nb, py = jupytext.read(saved_nb), jupytext.read(saved_py)
     assert [c.source.strip() for c in nb.cells] == [c.source.strip() for c in py.cells]
+
+
+def test_git_sees_no_change_after_saving(ran):
+    """After File → Save, ``git status`` in a checkout with the notebook filter shows nothing to
+    commit (the outputs Lab saved are the filter's to strip), so switching branches is not
+    refused."""
+    _, work, _, _ = ran
+    status = _git(work, "status", "--porcelain", "--untracked-files=no")
+    assert status == "", f"git status after saving in Lab:\n{status}" + _git(work, "diff", "--stat")
+
+
+def test_reopened_notebook_shows_its_widgets(ran, lab):
+    """Reopened in a fresh page with a new kernel, the saved notebook's widget outputs (notebook
+    01's explorer) are drawn from their saved state, not "model not found"."""
+    driver, work, _, _ = ran
+    url, token, _ = lab
+    saved = json.loads((work / f"{NAME}.ipynb").read_text())
+    assert saved["metadata"].get("widgets"), "the saved notebook holds no widget state"
+    driver.get(f"{url}/lab/tree/{NAME}.ipynb?reset&token={token}")
+    WebDriverWait(driver, 120).until(
+        EC.presence_of_element_located((By.CSS_SELECTOR, ".jp-Notebook .jp-CodeCell")))
+    time.sleep(5)
+    page = driver.find_element(By.CSS_SELECTOR, ".jp-Notebook").text
+    assert "model not found" not in page.lower(), "a widget output could not be drawn"
 
 
 def test_figures_went_to_scratch(ran):
