@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tailtheory.diagnose.read import BATCH_ROWS
+from tailtheory.diagnose.read import BATCH_ROWS, FORMATS
 
 DEFAULT_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """DVP's min-p ratios swept: DVP's 1e-8 .. 1e-4 range (arXiv 2512.23087) and P4's 1e-2."""
@@ -51,11 +51,12 @@ def run_diagnose(dumps, out, *, max_excluded: float = MAX_EXCLUDED, **options):
     return d
 
 
-def diagnose_dumps(dumps, *, batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
+def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None):
-    """Every section of the report from ``dumps``, read ``batch_rows`` rows at a time; writes
+    """Every section of the report from ``dumps`` (in format ``fmt``, detected per file when
+    ``auto``: :data:`tailtheory.diagnose.read.FORMATS`), read ``batch_rows`` rows at a time; writes
     nothing. ``delta_max`` / ``delta_avg`` default to the engine's TRM thresholds
     (``MethodParams``); ``register`` (rows of ``tailtheory.tim.dose.register_table``) defaults
     to the stored dose-response register (V6). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM
@@ -65,14 +66,14 @@ def diagnose_dumps(dumps, *, batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
 
     from tailtheory.diagnose.aggregate import Accumulator
     from tailtheory.diagnose.build import diagnosis
-    from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dump
+    from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
 
     dm, da = _trm_defaults()
     delta_max, delta_avg = (dm if delta_max is None else delta_max,
                             da if delta_avg is None else delta_avg)
     _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg)
     files = expand_dumps(dumps)
-    opened = [open_dump(f) for f in files]
+    opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max)
     rows = [d.rows for d in opened]
     bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
@@ -113,7 +114,10 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``tailtheory diagnose``."""
     dm, da = _trm_defaults()
     p.add_argument("dumps", nargs="+", metavar="DUMP",
-                   help="dump files (.parquet / .jsonl), a run directory or its tokens folder")
+                   help="dump files (.parquet / .jsonl / slime's .pt), a run directory or a "
+                        "folder of dumps")
+    p.add_argument("--format", default="auto", choices=FORMATS, dest="fmt",
+                   help="the dumps' format (default: detected per file from its name and keys)")
     p.add_argument("--out", required=True,
                    help="output folder: new, empty, or an earlier diagnose output (replaced)")
     p.add_argument("--rho", default=",".join(f"{r:g}" for r in DEFAULT_RHOS),
@@ -136,7 +140,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
         rhos = tuple(float(r) for r in args.rho.split(",") if r.strip())
     except ValueError:
         raise ValueError(f"--rho must be comma-separated numbers, got {args.rho!r}") from None
-    d = run_diagnose(args.dumps, args.out, batch_rows=args.batch_rows, rhos=rhos,
+    d = run_diagnose(args.dumps, args.out, fmt=args.fmt, batch_rows=args.batch_rows, rhos=rhos,
                      tail_p=args.tail_p, head_p=args.head_p, delta_max=args.trm_delta_max,
                      delta_avg=args.trm_delta_avg, max_excluded=args.max_excluded,
                      progress=not args.quiet)

@@ -38,6 +38,11 @@ top-k entries) are NaN or +-inf are *excluded*, counted per column, never averag
 the generic names, the one place they meet. A run directory or its ``tokens`` folder may be
 given instead of the files.
 
+**Framework dumps** (:mod:`tailtheory.diagnose.frameworks`, with their sources): NeMo-RL's
+``train_data_step*.jsonl``, prime-rl's ``token_exports/step_*/rank_*.jsonl`` and slime / Miles'
+``--dump-details`` ``train_data/*.pt``; :data:`FRAMEWORK_TO_GENERIC` maps each onto the generic
+names. The format is detected per file (:func:`detect`) unless named (``--format``).
+
 Errors (``ValueError`` / ``FileNotFoundError``, the file named): a missing path, a folder with no
 dumps, an unknown suffix, a file that is not parquet / JSON lines, an empty file, missing columns
 (named), values of the wrong type, per-token lists of different lengths, a repeated position.
@@ -48,7 +53,8 @@ Shapes: a :class:`Batch` holds ``n`` token rows, ``(n,)`` arrays and top-k ``(n,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -68,8 +74,27 @@ ENGINE_TO_GENERIC = {"step": "step", "seq": "sample_id", "t": "position", "token
 """Engine column -> generic name; ``logp_train = logp_roll + log_rho`` (``log_rho = log pi_train
 - log pi_roll``, ``tailtheory.engine.types.PolicyBatch.log_rho``, under either ``pi_old`` mode;
 ``logp_old`` is the rollout's under ``--pi-old bypass`` and is not read)."""
-SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl"}
-"""File suffix -> format."""
+FRAMEWORK_TO_GENERIC = {
+    "nemo-rl": {"step": "step", "idx": "sample_id", "token_ids": "token_id",
+                "prev_logprobs": "logp_train", "generation_logprobs": "logp_rollout",
+                "advantages": "advantage", "rewards": "reward"},
+    "prime-rl": {"step": "step", "export_sequence_idx": "sample_id", "token_ids": "token_id",
+                 "trainer_logprobs": "logp_train", "inference_logprobs": "logp_rollout",
+                 "advantages": "advantage"},
+    "slime": {"rollout_id": "step", "sample_index": "sample_id", "tokens": "token_id",
+              "log_probs": "logp_train", "rollout_log_probs": "logp_rollout",
+              "advantages": "advantage", "local_raw_reward": "reward"},
+}
+"""Framework key -> generic name, per framework (:mod:`tailtheory.diagnose.frameworks`).
+``logp_train`` is always the trainer's recomputed log-prob of the sampled token and
+``logp_rollout`` the inference engine's (``log_rho = logp_train - logp_rollout``). ``position``
+is derived (from the first response token); NeMo-RL's ``step`` is the ``N`` of
+``train_data_step{N}.jsonl``; slime's ``local_raw_reward`` falls back to ``rewards``; prime-rl
+exports no reward."""
+FORMATS = ("auto", "generic", "engine", "nemo-rl", "prime-rl", "slime")
+"""Values of ``--format``; ``auto`` detects each file's."""
+SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".pt": "pt"}
+"""File suffix -> format (``.pt``: slime / Miles only)."""
 BATCH_ROWS = 65536
 """Rows read at a time (parquet ``iter_batches``, JSON lines per chunk)."""
 TOPK_VALUES = 1 << 22
@@ -80,9 +105,10 @@ vocabulary stay within memory."""
 
 @dataclass(frozen=True)
 class Dump:
-    """One input file: its path, format (``parquet`` / ``jsonl``), kind (``engine`` /
-    ``generic``), token rows when the file's metadata knows them, its top-k columns, and
-    whether it holds one row per response (``seq_rows``)."""
+    """One input file: its path, format (``parquet`` / ``jsonl`` / ``pt``), kind (``engine``,
+    ``generic`` or a framework), token rows when the file's metadata knows them, its top-k
+    columns, whether it holds one row per response (``seq_rows``), and the samples already read
+    from the other files of a slime run (``seen``)."""
 
     path: Path
     fmt: str
@@ -91,6 +117,7 @@ class Dump:
     topk: tuple[str, ...]
     seq_rows: bool = False
     topk_k: int = 0
+    seen: set | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -116,9 +143,12 @@ class Batch:
 
 def expand_dumps(paths) -> list[Path]:
     """The dump files named by ``paths``: a file stays itself; a run directory gives
-    ``RUN/tokens/step_*.parquet``; any other folder its ``step_*.parquet`` files, else its
+    ``RUN/tokens/step_*.parquet``; any other folder, the first kind it holds of: its
+    ``step_*.parquet`` files, NeMo-RL's ``train_data_step*.jsonl``, prime-rl's
+    ``[token_exports/]step_*/rank_*.jsonl``, slime's ``[train_data/]*.pt``, else its
     ``*.parquet`` and ``*.jsonl`` files. A missing path or a folder without dumps raises
-    ``FileNotFoundError``; the list is sorted per folder and free of repeats."""
+    ``FileNotFoundError``; the list is sorted per folder (steps in numeric order) and free of
+    repeats."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -126,25 +156,90 @@ def expand_dumps(paths) -> list[Path]:
             raise FileNotFoundError(f"{p}: no such file or directory")
         if p.is_dir():
             d = p / "tokens" if (p / "tokens").is_dir() else p
-            found = sorted(d.glob("step_*.parquet")) or sorted(
-                f for s in SUFFIXES for f in d.glob(f"*{s}"))
+            prime = d / "token_exports" if (d / "token_exports").is_dir() else d
+            slime = d / "train_data" if (d / "train_data").is_dir() else d
+            found = (sorted(d.glob("step_*.parquet")) or _natural(d.glob("train_data_step*.jsonl"))
+                     or _natural(prime.glob("step_*/rank_*.jsonl"))
+                     or _natural(d.glob("rank_*.jsonl")) or _natural(slime.glob("*.pt"))
+                     or sorted(f for s in (".parquet", ".jsonl") for f in d.glob(f"*{s}")))
             found = [f for f in found if f.is_file()]
             if not found:
                 raise FileNotFoundError(f"{p}: no dumps in this folder (expected "
-                                        f"tokens/step_*.parquet, *.parquet or *.jsonl)")
+                                        f"tokens/step_*.parquet, train_data_step*.jsonl, "
+                                        f"token_exports/step_*/rank_*.jsonl, train_data/*.pt, "
+                                        f"*.parquet or *.jsonl)")
             out.extend(found)
         else:
             out.append(p)
     return list(dict.fromkeys(out))
 
 
-def open_dump(path: Path) -> Dump:
-    """Check one file before reading it: its suffix, that it is parquet / JSON lines, that it
-    has rows and the columns of one of the two formats. Raises ``ValueError`` naming the file."""
-    fmt = SUFFIXES.get(path.suffix.lower())
-    if fmt is None:
+def _natural(files) -> list[Path]:
+    """Sorted with the numbers in the path compared as numbers (step 2 before step 10)."""
+    key = lambda f: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(f))]  # noqa: E731
+    return sorted(files, key=key)
+
+
+def detect(path: Path) -> str:
+    """The format of one file: a framework's (from its name and keys,
+    :func:`tailtheory.diagnose.frameworks.sniff`), else ``engine`` or ``generic`` (from its
+    columns, checked when it is opened)."""
+    from tailtheory.diagnose import frameworks
+
+    if path.suffix.lower() not in SUFFIXES:
         raise ValueError(f"{path}: unknown dump format {path.suffix!r} (expected "
                          f"{' or '.join(SUFFIXES)})")
+    kind = frameworks.sniff(path)
+    if kind is not None:
+        return kind
+    return "engine" if set(ENGINE_REQUIRED) <= _names(path) else "generic"
+
+
+def _names(path: Path) -> set:
+    if path.suffix.lower() == ".parquet":
+        return set(_parquet(path).schema_arrow.names)
+    first = next(_jsonl_records(path, 1), None)
+    return set(first[0]) if first else set()
+
+
+def open_dumps(files, fmt: str = "auto") -> list[Dump]:
+    """:func:`open_dump` of each file, with ``fmt`` (one of :data:`FORMATS`); the slime files
+    share one record of the samples read, so a sample that several ranks wrote counts once."""
+    seen: set = set()
+    return [open_dump(Path(f), fmt, seen) for f in files]
+
+
+def open_dump(path: Path, fmt: str = "auto", seen: set | None = None) -> Dump:
+    """Check one file before reading it: its format (``fmt``, or detected when ``auto``), that
+    it is parquet / JSON lines / a slime ``.pt``, that it has rows and the columns of its format.
+    Raises ``ValueError`` naming the file."""
+    from tailtheory.diagnose import frameworks
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown --format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    kind = detect(path)
+    if fmt in frameworks.FRAMEWORKS and kind not in frameworks.FRAMEWORKS:
+        frameworks.check(path, fmt)                       # names what the file lacks
+    if fmt != "auto" and kind != fmt and not {kind, fmt} <= {"engine", "generic"}:
+        raise ValueError(f"{path}: --format {fmt}, but this file is a {kind} dump; pass "
+                         f"--format {kind} or auto")
+    kind = fmt if fmt in frameworks.FRAMEWORKS else kind
+    if kind in frameworks.FRAMEWORKS:
+        frameworks.check(path, kind)
+        return Dump(path, SUFFIXES[path.suffix.lower()], kind, None, (), seen=seen)
+    dump = _open_columns(path)
+    if fmt in ("engine", "generic") and dump.kind != fmt:
+        need = ENGINE_REQUIRED if fmt == "engine" else REQUIRED
+        raise ValueError(f"{path}: --format {fmt}, but the file lacks the columns "
+                         f"{', '.join(c for c in need if c not in _names(path))}")
+    return dump
+
+
+def _open_columns(path: Path) -> Dump:
+    """:func:`open_dump` of a generic or engine file."""
+
+
+    fmt = SUFFIXES[path.suffix.lower()]
     if fmt == "parquet":
         import pyarrow as pa
 
@@ -166,7 +261,8 @@ def open_dump(path: Path) -> Dump:
         if missing:
             raise ValueError(f"{path}: missing column(s) {', '.join(missing)} (a generic dump "
                              f"needs {', '.join(REQUIRED)}; an engine dump "
-                             f"{', '.join(ENGINE_REQUIRED)})")
+                             f"{', '.join(ENGINE_REQUIRED)}; the formats read are "
+                             f"{', '.join(FORMATS[1:])}, see docs/diagnose.md)")
     topk = tuple(c for c in TOPK if c in names and kind == "generic")
     return Dump(path, fmt, kind, rows, topk, seq_rows and kind == "generic",
                 _first_len(path, fmt, topk[0]) if topk else 0)
@@ -249,6 +345,12 @@ def iter_batches(dump: Dump, file: int, batch_rows: int = BATCH_ROWS) -> Iterato
     never the whole file at once."""
     import pyarrow as pa
 
+    from tailtheory.diagnose import frameworks
+
+    if dump.kind in frameworks.FRAMEWORKS:
+        for tbl in frameworks.tables(dump.path, dump.kind, batch_rows, dump.seen):
+            yield _to_batch(tbl, dump, file)
+        return
     if dump.topk_k:
         batch_rows = max(1, min(batch_rows, TOPK_VALUES // dump.topk_k))
     if dump.fmt == "parquet":
@@ -296,5 +398,6 @@ def _to_batch(tbl, dump: Dump, file: int) -> Batch:
                  ok=ok, bad={c: int((~f).sum()) for c, f in finite.items() if (~f).any()})
 
 
-__all__ = ["REQUIRED", "OPTIONAL", "TOPK", "ENGINE_TO_GENERIC", "Dump", "Batch", "expand_dumps",
-           "open_dump", "iter_batches", "BATCH_ROWS"]
+__all__ = ["REQUIRED", "OPTIONAL", "TOPK", "ENGINE_TO_GENERIC", "FRAMEWORK_TO_GENERIC", "FORMATS",
+           "Dump", "Batch", "expand_dumps", "detect", "open_dumps", "open_dump", "iter_batches",
+           "BATCH_ROWS"]
