@@ -47,8 +47,9 @@ def sequence_records(token_ids: torch.Tensor, logp_train: torch.Tensor,
     """
     shape = tuple(token_ids.shape)
     if len(shape) != 2 or any(tuple(x.shape) != shape for x in (logp_train, logp_rollout, mask)):
+        got = [tuple(x.shape) for x in (token_ids, logp_train, logp_rollout, mask)]
         raise ValueError(f"token_ids, logp_train, logp_rollout and mask must share one (B, T) "
-                         f"shape; got {[tuple(x.shape) for x in (token_ids, logp_train, logp_rollout, mask)]}")
+                         f"shape; got {got}")
     if len(sample_ids) != shape[0]:
         raise ValueError(f"sample_ids has {len(sample_ids)} ids for {shape[0]} responses")
     keep = mask.detach().bool().cpu()

@@ -115,7 +115,7 @@ def test_needs_dump_dir_and_refuses_an_existing_dump(tmp_path):
     assert trainer.dump_path == tmp_path / "dump" / "rank0.jsonl"
 
 
-# ---- real runs ------------------------------------------------------------------------------------
+# ---- real runs ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("iterations", [1, 2])
 def test_run_writes_every_completion_once_and_diagnose_reads_it(tmp_path, iterations):
@@ -170,9 +170,10 @@ def test_mixes_into_tail_grpo_trainer(tmp_path):
 # ---- the vLLM path, with the batch TRL would pass ------------------------------------------------
 
 def test_vllm_shaped_batch(tmp_path):
-    """The micro-batch as TRL 1.16 builds it with vLLM (old_per_token_logps, NaN sampler log-probs
-    where vLLM could not score, importance_sampling_ratio, a tool_mask): logp_train is TRL's
-    old_per_token_logps, NaN is written as null, tool tokens are left out; the loss is TRL's own."""
+    """The micro-batch as TRL 1.16 builds it with vLLM (old_per_token_logps, NaN sampler
+    log-probs where vLLM could not score, importance_sampling_ratio, a tool_mask): logp_train is
+    TRL's old_per_token_logps, NaN is written as null, tool tokens are left out; the loss is TRL's
+    own."""
     trainer = _dumping(tmp_path, rollout_func=_rollout(torch.float32))
     ref = GRPOTrainer(model=copy.deepcopy(trainer.model), reward_funcs=_reward,
                       args=GRPOConfig(**_common(tmp_path / "ref", max_completion_length=C)),
