@@ -93,8 +93,6 @@ def test_clean_dumps_show_no_shift_or_temperature(tmp_path, sigma):
     d = diagnose_dumps([write_jsonl(tmp_path / "c.jsonl", _plain(recs))])
     assert d.summary["faults"] == []
     assert d.verdicts["faults"][0].startswith("none found")
-    st = d.points  # the shift statistic itself stays far below the warning
-    assert "faults" in st
 
 
 def test_real_bf16_run_has_no_fault(engine_run):
