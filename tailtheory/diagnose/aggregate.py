@@ -17,6 +17,7 @@ Shapes: a batch of ``n`` token rows, ``(n,)``; per-response arrays ``(S,)``.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ import torch
 
 from tailtheory.core.estimators import k1, k2, k3
 from tailtheory.diagnose.columns import TOPK_MASS_TOL
+from tailtheory.diagnose.faults import FaultScan
 from tailtheory.diagnose.read import Batch
 from tailtheory.mismatch.accumulation import sequence_log_ratio
 from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
@@ -43,6 +45,13 @@ REST_NEGLIGIBLE = 1e-9
 """Mass outside a top-k list below which the list counts as the full distribution."""
 STEP_FIELDS = ("n", "sum_k1", "sum_k3", "sum_abs", "max_abs")
 """Per-step sums."""
+RHO_GRID = np.unique(np.concatenate([np.logspace(np.log10(1.001), 3, 31), [2.0]]))
+"""Thresholds ``c > 1`` of the ratio section's tail curve: the share of tokens with ``rho > c``
+and with ``rho < 1 / c`` (``c = 2`` included: the TIS cap and the band's edges)."""
+RATIO_FIELDS = ("n", "sum_rho", "tis_truncated", "band_masked", "sum_k3_clamped",
+                "sum_k3_outside", "max_log_rho", "min_log_rho")
+"""Sums of the importance-ratio section: tokens, rho, tokens with rho above the TIS cap and
+outside the IcePop band, the clamped k3, the k3 of tokens outside the band, extreme log rho."""
 
 
 def implied_eps(p, abs_delta) -> np.ndarray:
@@ -62,16 +71,42 @@ def implied_eps(p, abs_delta) -> np.ndarray:
     return 0.5 * np.log1p(x)
 
 
+def ratio_caps() -> dict[str, float]:
+    """The caps of the engine's corrections (``tailtheory.engine.types.MethodParams``, TIM V4):
+    TIS's ``tis_cap`` and ``seq_tis_cap``, IcePop's token band ``[icepop_low, icepop_high]``,
+    MIS's sequence band ``[mis_low, mis_high]``."""
+    from tailtheory.engine.types import MethodParams
+
+    hp = MethodParams()
+    return dict(tis_cap=hp.tis_cap, seq_tis_cap=hp.seq_tis_cap, band_low=hp.icepop_low,
+                band_high=hp.icepop_high, mis_low=hp.mis_low, mis_high=hp.mis_high)
+
+
+def clamped_k3(log_rho: np.ndarray, low: float, high: float) -> np.ndarray:
+    """k3 of the ratio clamped to the band: ``r - 1 - log r`` with ``r = clip(rho, low, high)``,
+    so one token with a huge ratio adds at most k3 at the band's edge. Shapes: (n,) -> (n,)."""
+    lr = np.clip(log_rho, math.log(low), math.log(high))
+    return np.expm1(lr) - lr
+
+
 class Accumulator:
     """Streaming sums over batches of :class:`~tailtheory.diagnose.read.Batch`.
 
     ``tail_p`` / ``head_p``: trainer-probability cut-offs of tail / head tokens; ``rhos``: DVP's
-    min-p ratios; ``delta_max``: TRM's k2 threshold for the per-token violation rate ``q``.
+    min-p ratios; ``delta_max``: TRM's k2 threshold for the per-token violation rate ``q``;
+    ``kinds``: each file's kind (``engine`` / ``generic``), to name its columns in errors. The
+    fault checks' sums are :attr:`faults` (:class:`~tailtheory.diagnose.faults.FaultScan`).
     """
 
     def __init__(self, files: list[Path], tail_p: float, head_p: float, rhos: tuple[float, ...],
-                 delta_max: float):
+                 delta_max: float, kinds: list[str] | None = None):
         self.files, self.tail_p, self.head_p = files, tail_p, head_p
+        self.faults = FaultScan(files, kinds)
+        self.caps = ratio_caps()
+        self.ratios = dict.fromkeys(RATIO_FIELDS, 0.0)
+        self.ratios.update(max_log_rho=-math.inf, min_log_rho=math.inf)
+        self.rho_above, self.rho_below = np.zeros(len(RHO_GRID)), np.zeros(len(RHO_GRID))
+        self.topk_len = [math.inf, 0]                    # shortest and longest top-k list
         self.rhos, self.delta_max = tuple(rhos), delta_max
         nb = len(P_EDGES) - 1
         self.bins = {f: np.zeros(nb) for f in BIN_FIELDS}
@@ -116,6 +151,7 @@ class Accumulator:
             self.excluded_rows += int((~b.ok).sum())
             for c, k in b.bad.items():
                 self.excluded_by_column[c] = self.excluded_by_column.get(c, 0) + k
+        self.faults.add(b, idx)
         if b.ok.any():
             self._tokens(b, idx)
 
@@ -157,9 +193,27 @@ class Accumulator:
         s["sum_k3"][:n] += np.bincount(idx, weights=kk3, minlength=n)
         np.maximum.at(s["max_k2"], idx, kk2)
         self._fold_steps(b.step[ok], Delta, a, kk3)
+        self._fold_ratios(b.log_rho[ok], kk3)
         side = b.topk_roll if b.topk_roll is not None else b.topk_train
         if side is not None:
             self._fold_dvp(b, idx, Delta)
+
+    def _fold_ratios(self, log_rho: np.ndarray, kk3: np.ndarray) -> None:
+        """The importance ratios ``rho = exp(log_rho)`` against the corrections' caps."""
+        c, r = self.caps, self.ratios
+        out = (log_rho < math.log(c["band_low"])) | (log_rho > math.log(c["band_high"]))
+        r["n"] += len(log_rho)
+        r["sum_rho"] += float(np.exp(log_rho).sum())
+        r["tis_truncated"] += int((log_rho > math.log(c["tis_cap"])).sum())
+        r["band_masked"] += int(out.sum())
+        r["sum_k3_clamped"] += float(clamped_k3(log_rho, c["band_low"], c["band_high"]).sum())
+        r["sum_k3_outside"] += float(kk3[out].sum())
+        if len(log_rho):
+            r["max_log_rho"] = max(r["max_log_rho"], float(log_rho.max()))
+            r["min_log_rho"] = min(r["min_log_rho"], float(log_rho.min()))
+        lg, srt = np.log(RHO_GRID), np.sort(log_rho)
+        self.rho_above += len(srt) - np.searchsorted(srt, lg, side="right")
+        self.rho_below += np.searchsorted(srt, -lg, side="left")
 
     def _fold_bins(self, bin_, Delta, a, p, eps) -> None:
         nb, fin = len(P_EDGES) - 1, np.isfinite(eps)
@@ -211,6 +265,9 @@ class Accumulator:
                              f"largest entry of the top-k list in {int(over.sum())} row(s): the "
                              f"list must hold the k most likely tokens")
         k, n = side.shape[1], len(side)
+        lens = (side > -np.inf).sum(1)
+        self.topk_len = [min(self.topk_len[0], int(lens.min())),
+                         max(self.topk_len[1], int(lens.max()))]
         smallest = np.argmin(np.where(side > -np.inf, side, np.inf), 1)   # the list's last token
         both = roll and b.topk_train is not None
         rest, rest_train = _rest(side), (_rest(b.topk_train[ok]) if both else None)

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 
 from tailtheory.diagnose import sections as sec
-from tailtheory.diagnose.aggregate import STEP_FIELDS, Accumulator
-from tailtheory.diagnose.register import register_section
-from tailtheory.diagnose.sections import Diagnosis, _f
+from tailtheory.diagnose.aggregate import RHO_GRID, STEP_FIELDS, Accumulator
+from tailtheory.diagnose.faults import truncation_note
+from tailtheory.diagnose.register import bottom_line, register_section
+from tailtheory.diagnose.sections import Diagnosis, _f, plural
 from tailtheory.trm.mask import acceptance_prob, trm_mask
 
 LENGTH_BINS = 4
@@ -75,7 +76,8 @@ def trm(acc: Accumulator, d: Diagnosis, s: dict, delta_max: float, delta_avg: fl
         gap = lo.accept_max_k2 - hi.accept_max_k2
         span = lambda r: (f"{int(r.length_lo)}" if r.length_lo == r.length_hi  # noqa: E731
                           else f"{int(r.length_lo)}-{int(r.length_hi)}")
-        lines.append(f"the shortest responses ({span(lo)} tokens) keep "
+        tok = lambda r: "token" if r.length_lo == r.length_hi == 1 else "tokens"  # noqa: E731
+        lines.append(f"the shortest responses ({span(lo)} {tok(lo)}) keep "
                      f"{_f(100 * lo.accept_max_k2, '.3g')}%, the longest ({span(hi)}) "
                      f"{_f(100 * hi.accept_max_k2, '.3g')}%; (1 - q)^T "
                      f"predicts {_f(100 * lo.predicted_iid, '.3g')}% and "
@@ -91,7 +93,7 @@ def dvp(acc: Accumulator, d: Diagnosis, s: dict) -> None:
 
     dv = acc.dvp
     if acc.dvp_side is None or dv["n"].sum() == 0:
-        d.summary["dvp"] = None
+        d.summary["dvp"] = d.summary["topk_k"] = None
         d.verdicts["dvp"] = ["needs the top-k log-probs (columns topk_logp_rollout or "
                              "topk_logp_train, docs/diagnose.md): with sampled-token log-probs "
                              "only, DVP's kept set is unknown."]
@@ -110,13 +112,18 @@ def dvp(acc: Accumulator, d: Diagnosis, s: dict) -> None:
             tbl["mean_pruned_mass_train"] = dv["mass_train"] / n
     d.tables["dvp"] = tbl
     d.summary["dvp"] = tbl.drop(columns=["tokens"]).to_dict("records")
-    exact = tbl.exact_frac.min()
-    lines = [f"DVP's min-p set from the {acc.dvp_side}'s top-k lists ({int(n[0])} tokens): "
-             + ("the pruned mass is exact at every position." if exact == 1 else
+    k_min, k_max = acc.topk_len
+    d.summary["topk_k"] = [int(k_min), int(k_max)]
+    lo, hi = tbl.exact_frac.min(), tbl.exact_frac.max()
+    k = f"top-{k_max}" if k_min == k_max else f"top-{k_min} to top-{k_max}"
+    lines = [f"DVP's min-p set from the {acc.dvp_side}'s {k} lists "
+             f"({plural(int(n[0]), 'token')}): "
+             + ("the pruned mass is exact at every position." if lo == 1 else
                 "the lists stop before every cut-off, so the pruned mass is only an upper "
-                "bound (longer lists make it exact)." if tbl.exact_frac.max() == 0 else
-                f"the pruned mass is exact at {_f(100 * exact, '.3g')}% of positions or more "
-                f"(where the list reaches the cut-off) and an upper bound at the rest.")]
+                "bound (longer lists make it exact)." if hi == 0 else
+                f"the pruned mass is exact where the list reaches the cut-off, at "
+                f"{_f(100 * lo, '.3g')}% to {_f(100 * hi, '.3g')}% of positions depending on "
+                f"rho, and an upper bound at the rest.")]
     for _, r in tbl.iterrows():
         conc = r.abs_delta_share / r.pruned_token_frac if r.pruned_token_frac > 0 else math.nan
         what = ("prunes no sampled token" if r.pruned_token_frac == 0 else
@@ -126,8 +133,10 @@ def dvp(acc: Accumulator, d: Diagnosis, s: dict) -> None:
                    if conc >= sec.PRUNE_CONCENTRATION else
                    f"{_f(conc, '.2g')}x their share: below {sec.PRUNE_CONCENTRATION:g}x, "
                    f"no knee (P4))"))
-        lines.append(f"rho = {r.rho:g}: {what}; mean pruned mass {_f(r.mean_pruned_mass)}, "
-                     f"P2 bias bound R_max sum_t m = {_f(r.p2_bias_bound_mean)} per response "
+        note = truncation_note(r.exact_frac, int(k_max), int(k_min))
+        lines.append(f"rho = {r.rho:g}: {what}; mean pruned mass {_f(r.mean_pruned_mass)}"
+                     + (f" ({note})" if note else "")
+                     + f", P2 bias bound R_max sum_t m = {_f(r.p2_bias_bound_mean)} per response "
                      f"on average (R_max = {r_max:g}).")
     d.verdicts["dvp"] = lines
 
@@ -157,11 +166,61 @@ def steps(acc: Accumulator, d: Diagnosis) -> None:
                            f"{_f(last)} over the last ({_f(growth, '.2g')}x): {trend}."]
 
 
+def ratios(acc: Accumulator, d: Diagnosis, s: dict) -> None:
+    """The raw importance ratios ``rho = exp(logp_train - logp_rollout)`` against the caps of
+    the engine's corrections (TIM V4: TIS, IcePop, MIS), k3 with its per-token clamp beside
+    mean ``|Delta|``, and the tail curve of ``rho`` (the section's figure and CSV)."""
+    import pandas as pd
+
+    r, c = acc.ratios, acc.caps
+    n = max(r["n"], 1)
+    T = s["log_ratio"]
+    seq_out = ((T < math.log(c["mis_low"])) | (T > math.log(c["mis_high"]))).mean() \
+        if len(T) else math.nan
+    seq_tis = (T > math.log(c["seq_tis_cap"])).mean() if len(T) else math.nan
+    k3_all = acc.sum_k3
+    d.summary.update(
+        rho_mean=r["sum_rho"] / n, rho_min=math.exp(r["min_log_rho"]),
+        rho_max=math.exp(min(r["max_log_rho"], 700.0)), ratio_caps=dict(c),
+        tis_truncated_frac=r["tis_truncated"] / n, band_masked_frac=r["band_masked"] / n,
+        seq_tis_truncated_frac=seq_tis, seq_masked_frac=seq_out,
+        k3_clamped=r["sum_k3_clamped"] / n,
+        k3_outside_share=r["sum_k3_outside"] / k3_all if k3_all > 0 else math.nan)
+    d.tables["ratios"] = pd.DataFrame({"c": RHO_GRID, "frac_rho_above_c": acc.rho_above / n,
+                                       "frac_rho_below_1_over_c": acc.rho_below / n})
+    sm = d.summary
+    pct = lambda x: f"{_f(100 * x, '.3g')}%"  # noqa: E731
+    lines = [f"rho = pi_train / pi_roll over {plural(int(r['n']), 'token')}: mean "
+             f"{_f(sm['rho_mean'], '.4g')}, range {_f(sm['rho_min'])} to {_f(sm['rho_max'])}.",
+             f"token TIS (cap {c['tis_cap']:g}) truncates {pct(sm['tis_truncated_frac'])} of "
+             f"tokens; IcePop's band [{c['band_low']:g}, {c['band_high']:g}] masks "
+             f"{pct(sm['band_masked_frac'])}.",
+             f"on complete responses ({len(T)}): prod_t rho_t above the sequence TIS cap "
+             f"{c['seq_tis_cap']:g} in {pct(seq_tis)}, outside MIS's band [{c['mis_low']:g}, "
+             f"{c['mis_high']:g}] in {pct(seq_out)}.",
+             f"mean k3 {_f(sm['k3'])}; clamped to the band, {_f(sm['k3_clamped'])}; tokens "
+             f"outside the band carry {pct(sm['k3_outside_share'])} of the summed k3; mean "
+             f"|Delta| {_f(sm['abs_delta_mean'])}."]
+    d.verdicts["ratios"] = lines
+
+
+def faults_section(acc: Accumulator, d: Diagnosis) -> None:
+    """Run the fault checks (:mod:`tailtheory.diagnose.faults`): an error raises
+    ``ValueError``; warnings go first in the report and into ``summary.json``'s ``faults``."""
+    found = acc.faults.faults(acc.bins)
+    d.summary["faults"] = [f.as_dict() for f in found]
+    d.points["faults"] = found
+    d.verdicts["faults"] = ([f"{f.name}: {f.message}." for f in found] or
+                            ["none found (log-probs <= 0, not probabilities, no off-by-one shift, "
+                             "one temperature on both sides)."])
+
+
 def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
               register: list[dict] | None = None) -> Diagnosis:
-    """Every section from the sums of a finished :class:`Accumulator`, the run placed on the
-    dose-response register last (``register``: rows of ``tailtheory.tim.dose.register_table``;
-    ``None`` reads the stored one). Raises ``ValueError`` when no row was included."""
+    """Every section from the sums of a finished :class:`Accumulator`: the fault checks first,
+    the run placed on the dose-response register and the bottom line last (``register``: rows
+    of ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one). Raises
+    ``ValueError`` when no row was included or a fault is an error."""
     acc.check_complete()
     if acc.groups["all"]["n"] == 0:
         raise ValueError(f"no row with finite log-probs in {len(acc.files)} dump(s) "
@@ -172,12 +231,15 @@ def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
                                excluded_by_column=dict(acc.excluded_by_column),
                                excluded_sequences=int((acc.seq["excluded"][:acc.n_seq] > 0).sum()),
                                tail_p=acc.tail_p, head_p=acc.head_p))
+    faults_section(acc, d)
     sec.envelope(acc, d)
     sec.bias(acc, d)
     sec.accumulation(acc, d, s)
     trm(acc, d, s, delta_max, delta_avg)
     dvp(acc, d, s)
     steps(acc, d)
+    ratios(acc, d, s)
     register_section(d, register)
+    bottom_line(d)
     d.summary = {k: d.summary.get(k) for k in sec.SUMMARY_KEYS}
     return d

@@ -74,7 +74,8 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg)
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
-    acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max)
+    acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
+                      kinds=[d.kind for d in opened])
     rows = [d.rows for d in opened]
     bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
                disable=not progress, file=sys.stderr)

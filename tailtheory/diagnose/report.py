@@ -28,13 +28,16 @@ MARKER = ".tailtheory-diagnose"
 """File that marks a folder as a diagnose output, which a later run may replace."""
 
 SECTIONS = (
+    ("faults", "Faults of the dumps", "the log-probs' domain, alignment and temperature"),
     ("envelope", "|Delta| against p, with M3's envelope", "M3, M7; DVP's (1-p) law"),
     ("tail_bias", "Mean signed Delta by probability: the tail bias", "M4, M5"),
     ("accumulation", "Sequence log-ratio against the number of tail tokens", "M6"),
     ("trm", "TRM's acceptance against threshold and length", "T12"),
     ("dvp", "What DVP's pruning would remove", "P1, P2, P4"),
     ("steps", "k1 and k3 over steps", "TIM's monitors (V2, V5)"),
+    ("ratios", "Importance ratios against the corrections' caps", "TIM's corrections (V4)"),
     ("register", "The run's mean k3 on the mismatch dose-response register", "V6"),
+    ("bottom_line", "Bottom line: what to do", "V6's register and the faults"),
 )
 """The report's sections: table name, title, the claim ids it rests on."""
 
@@ -118,7 +121,7 @@ def draw_all(d: Diagnosis, directory: Path) -> dict[str, str]:
     drawn = {}
     for name, fn in (("envelope", _envelope), ("tail_bias", _bias),
                      ("accumulation", _accumulation), ("trm", _trm), ("dvp", _dvp),
-                     ("steps", _steps)):
+                     ("steps", _steps), ("ratios", _ratios)):
         if name in d.tables and len(d.tables[name]):
             fig, data = fn(d, plt)
             save_figure(fig, name, data, directory=directory)
@@ -230,17 +233,31 @@ def _steps(d: Diagnosis, plt):
     return fig, t
 
 
+def _ratios(d: Diagnosis, plt):
+    t, c = d.tables["ratios"], d.summary["ratio_caps"]
+    fig, a = plt.subplots(figsize=(6.4, 3.8))
+    a.plot(t.c, t.frac_rho_above_c, "o-", ms=3, label="rho > c")
+    a.plot(t.c, t.frac_rho_below_1_over_c, "s-", ms=3, label="rho < 1/c")
+    a.axvline(c["tis_cap"], color="C3", ls=":", lw=1, label=f"TIS cap {c['tis_cap']:g}")
+    a.axvline(1 / c["band_low"], color="C2", ls="--", lw=1,
+              label=f"band [{c['band_low']:g}, {c['band_high']:g}]")
+    a.set(xscale="log", xlabel="c", ylabel="fraction of tokens",
+          title="Raw importance ratios rho = pi_train / pi_roll")
+    a.set_yscale("symlog", linthresh=1e-6)
+    a.set_ylim(bottom=0)
+    a.legend(fontsize=7)
+    return fig, t
+
+
 # --- HTML -------------------------------------------------------------------------------------
 
 def render_html(d: Diagnosis, figures: dict[str, str], inputs: list[Path]) -> str:
     """The report: inputs, the summary, then each section's verdict lines, figure and CSV."""
     e = html.escape
-    files = "".join(f"<li>{e(str(p))}</li>" for p in inputs[:20])
-    if len(inputs) > 20:
-        files += f"<li>... and {len(inputs) - 20} more</li>"
     rows = "".join(f"<tr><td>{e(k)}</td><td>{e(_show(v))}</td></tr>"
-                   for k, v in _clean(d.summary).items() if k not in ("m6", "dvp"))
-    parts = [f"<h1>tailtheory diagnose</h1><p>{len(inputs)} dump(s):</p><ul>{files}</ul>",
+                   for k, v in _clean(d.summary).items()
+                   if k not in ("m6", "dvp", "faults", "bottom_line"))
+    parts = [f"<h1>tailtheory diagnose</h1><p>{e(inputs_line(inputs))}</p>",
              f"<h2>Summary</h2><table>{rows}</table>"
              "<p>Delta = log pi_roll - log pi_train of the sampled token (inference minus "
              "trainer); p is the trainer's probability. Every key is defined in "
@@ -254,6 +271,30 @@ def render_html(d: Diagnosis, figures: dict[str, str], inputs: list[Path]) -> st
              "td{padding:0 1em;font-family:monospace}img{max-width:100%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>tailtheory diagnose"
             f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>\n")
+
+
+INPUTS_SHOWN = 3
+"""The report's header names this many dump files at each end of the list."""
+
+
+def inputs_line(inputs: list[Path]) -> str:
+    """The dumps read, in one line: their count, their common folder, and the first and last
+    :data:`INPUTS_SHOWN` names relative to it (every name when there are at most
+    ``2 * INPUTS_SHOWN``); ``summary.json`` has the count."""
+    paths = [str(p) for p in inputs]
+    if not paths:
+        return "0 dumps."
+    if len(paths) == 1:
+        return f"1 dump: {paths[0]}"
+    try:
+        common = os.path.commonpath([os.path.abspath(p) for p in paths])
+    except ValueError:                                  # different drives
+        common = ""
+    rel = [os.path.relpath(os.path.abspath(p), common) if common else p for p in paths]
+    k = INPUTS_SHOWN
+    names = (", ".join(rel) if len(rel) <= 2 * k else
+             f"{', '.join(rel[:k])}, ... ({len(rel) - 2 * k} more) ..., {', '.join(rel[-k:])}")
+    return f"{len(paths)} dumps" + (f" in {common}" if common else "") + f": {names}"
 
 
 def _show(v) -> str:

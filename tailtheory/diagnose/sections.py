@@ -79,6 +79,27 @@ SUMMARY_KEYS = {
            "(m = 1 - pi(S), an upper bound where the list stops early), exact_frac, "
            "p2_bias_bound_mean / _max (R_max sum_t m per response) and, with both lists, "
            "mean_pruned_mass_train (null without top-k columns)",
+    "topk_k": "[shortest, longest] top-k list read (null without top-k columns)",
+    "rho_mean": "mean over tokens of rho = exp(logp_train - logp_rollout), the raw importance "
+                "ratio",
+    "rho_min": "smallest rho",
+    "rho_max": "largest rho",
+    "ratio_caps": "the caps of the engine's corrections (MethodParams): tis_cap, seq_tis_cap, "
+                  "IcePop's band band_low / band_high, MIS's band mis_low / mis_high",
+    "tis_truncated_frac": "fraction of tokens with rho > tis_cap (truncated by token TIS)",
+    "band_masked_frac": "fraction of tokens with rho outside [band_low, band_high] (masked by "
+                        "IcePop / token_reject)",
+    "seq_tis_truncated_frac": "fraction of complete responses with prod_t rho_t > seq_tis_cap",
+    "seq_masked_frac": "fraction of complete responses with prod_t rho_t outside [mis_low, "
+                       "mis_high] (masked by MIS)",
+    "k3_clamped": "mean over tokens of k3 with rho clamped to [band_low, band_high] (a token "
+                  "adds at most the k3 of the band's edge)",
+    "k3_outside_share": "share of the summed k3 carried by the tokens outside [band_low, "
+                        "band_high]",
+    "faults": "the fault checks' warnings: name, level, message, stats (an error refuses the "
+              "dumps instead)",
+    "bottom_line": "what to do: action (nothing, watch, remedy, reduce_mismatch, "
+                   "fix_temperature, no_verdict) and text, with the register's caveat of scale",
 }
 """Every key of ``summary.json`` and what it holds; ``Delta`` is inference minus trainer."""
 
@@ -128,6 +149,25 @@ def _f(x, fmt=".3g") -> str:
     return "n/a" if x is None or not np.isfinite(x) else format(x, fmt)
 
 
+def plural(n, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in agreement: ``1 token``, ``2 tokens`` (``many``: an irregular
+    plural)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+def times(ratio: float, more: str = "larger", less: str = "smaller", as_: str = "large") -> str:
+    """A ratio ``a / b`` as the words between ``a`` and ``b``: ``"3.2x larger than"`` above 1,
+    ``"smaller, 0.64x as large as"`` below, ``"about as large as"`` when it rounds to 1 at two
+    significant digits, ``"(n/a) than"`` when undefined. ``more`` / ``less`` / ``as_`` name the
+    comparison ("more" / "less" / "much" for a verb)."""
+    if ratio is None or not np.isfinite(ratio):
+        return f"(ratio n/a) {more} than"
+    r = format(ratio, ".2g")
+    if float(r) == 1:
+        return f"about as {as_} as"
+    return f"{r}x {more} than" if ratio > 1 else f"{less}, {r}x as {as_} as"
+
+
 def envelope(acc: Accumulator, d: Diagnosis) -> None:
     """|Delta| against p with M3's envelope; the head/tail ratio (DVP M3, M7)."""
     import pandas as pd
@@ -161,7 +201,7 @@ def envelope(acc: Accumulator, d: Diagnosis) -> None:
                      tail_head_ratio=ratio, eps_implied_q50=q50, eps_implied_q99=q99,
                      eps_implied_max=acc.eps_max)
     lines = [f"mean |Delta| {_f(a['sum_abs'] / a['n'])}, max {_f(a['max_abs'])} over "
-             f"{int(a['n'])} tokens."]
+             f"{plural(int(a['n']), 'token')}."]
     if np.isnan(ratio):
         lines.append(f"too few head (p > {acc.head_p:g}: {int(g['head']['n'])}) or tail "
                      f"(p < {acc.tail_p:g}: {int(g['tail']['n'])}) tokens to compare (need "
@@ -169,8 +209,8 @@ def envelope(acc: Accumulator, d: Diagnosis) -> None:
     else:
         where = ("concentrated in the tail, as DVP's (1-p) law predicts" if ratio >= TAIL_HEAD_RATIO
                  else f"not concentrated in the tail (< {TAIL_HEAD_RATIO:g}x)")
-        lines.append(f"tail tokens mismatch {_f(ratio, '.2g')}x more than head tokens (mean "
-                     f"|Delta| {_f(mean_abs['tail'])} vs {_f(mean_abs['head'])}): {where}.")
+        lines.append(f"tail tokens mismatch {times(ratio, 'more', 'less', 'much')} head tokens "
+                     f"(mean |Delta| {_f(mean_abs['tail'])} vs {_f(mean_abs['head'])}): {where}.")
         e = {k: g[k]["sum_eps"] / g[k]["n_eps"] if g[k]["n_eps"] else math.nan
              for k in ("head", "tail")}
         er = e["tail"] / e["head"] if e["head"] > 0 else math.nan
@@ -178,8 +218,8 @@ def envelope(acc: Accumulator, d: Diagnosis) -> None:
             verdict = ("the (1-p) factor accounts for the gap" if 1 / EPS_FLAT <= er <= EPS_FLAT
                        else "the logits themselves disagree more in the tail" if er > EPS_FLAT
                        else "the head's logits disagree more")
-            lines.append(f"M3: the logit perturbation each token implies is {_f(er, '.2g')}x "
-                         f"larger in the tail than in the head (mean eps {_f(e['tail'])} vs "
+            lines.append(f"M3: the logit perturbation each token implies in the tail is "
+                         f"{times(er)} in the head (mean eps {_f(e['tail'])} vs "
                          f"{_f(e['head'])}): {verdict}.")
     lines.append(f"M3's envelope at the 99th percentile of the implied eps ({_f(q99)}) is drawn; "
                  f"median implied eps {_f(q50)}.")
@@ -208,7 +248,7 @@ def bias(acc: Accumulator, d: Diagnosis) -> None:
              f"head tokens (p > {acc.head_p:g}): mean Delta {says(m_h, t_h)} (M5: near 0)."]
     if np.isfinite(m_t) and np.isfinite(m_h) and abs(t_t) >= T_SIGNIFICANT and m_t > 0:
         lines.append("tail bias: positive on tail tokens, as M4/M5 predict"
-                     + (f", {_f(m_t / m_h, '.2g')}x the head's." if m_h > 0 else "."))
+                     + (f", {times(m_t / m_h)} the head's." if m_h > 0 else "."))
     (m_p, _), (m_n, _) = _mean_t(g["adv_pos"]), _mean_t(g["adv_neg"])
     if np.isfinite(m_p) and np.isfinite(m_n):
         lines.append(f"by advantage sign (TIM): mean Delta {_f(m_p)} where A > 0, {_f(m_n)} "

@@ -33,18 +33,19 @@ def engine_frame(run) -> pd.DataFrame:
                      ignore_index=True)
 
 
-def logit_tokens(B=40, T=12, V=32, sigma=0.3, seed=0, k=None):
-    """Token rows sampled from ``softmax(z + delta)`` with trainer logits ``z`` that have a head
-    (one token 4 above the rest in half the positions). Returns ``(records, z, z_roll, y)``;
-    records carry ``topk_logp_rollout`` / ``topk_logp_train`` over the sampler's ``k`` most
-    likely tokens (all ``V`` when ``k`` is None), in the sampler's order."""
+def logit_tokens(B=40, T=12, V=32, sigma=0.3, seed=0, k=None, temp_roll=1.0):
+    """Token rows sampled from ``softmax((z + delta) / temp_roll)`` with trainer logits ``z``
+    that have a head (one token 4 above the rest in half the positions). Returns ``(records, z,
+    z_roll, y)``; records carry ``topk_logp_rollout`` / ``topk_logp_train`` over the sampler's
+    ``k`` most likely tokens (all ``V`` when ``k`` is None), in the sampler's order; the
+    sampler's log-probs are at ``temp_roll`` (``z_roll`` is returned before the division)."""
     g = torch.Generator().manual_seed(seed)
     z = torch.randn(B, T, V, generator=g, dtype=torch.float64)
     z[..., 0] += 6.0 * (torch.rand(B, T, generator=g) < 0.5)
     z_roll = z + sigma * torch.randn(B, T, V, generator=g, dtype=torch.float64)
-    y = torch.multinomial(torch.softmax(z_roll, -1).reshape(-1, V), 1,
+    y = torch.multinomial(torch.softmax(z_roll / temp_roll, -1).reshape(-1, V), 1,
                           generator=g).reshape(B, T)
-    lp, lp_roll = torch.log_softmax(z, -1), torch.log_softmax(z_roll, -1)
+    lp, lp_roll = torch.log_softmax(z, -1), torch.log_softmax(z_roll / temp_roll, -1)
     order = torch.argsort(lp_roll, -1, descending=True)[..., : (k or V)]
     recs = []
     for b in range(B):
@@ -59,6 +60,7 @@ def logit_tokens(B=40, T=12, V=32, sigma=0.3, seed=0, k=None):
 
 
 def write_jsonl(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 

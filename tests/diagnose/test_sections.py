@@ -23,3 +23,37 @@ def test_group_bins_one_per_value_or_quantiles():
     assert np.bincount(b).tolist() == [25, 25, 25, 25]
     ties = group_bins(np.array([0] * 50 + list(range(1, 51))), 4)               # ties together
     assert len(set(ties[:50])) == 1
+
+
+def test_ratio_and_count_wording():
+    """Ratios below 1 say "smaller"/"less" with "x as large as", never "0.64x larger"; ratios
+    that round to 1 say "about as"; counts agree with their noun."""
+    from tailtheory.diagnose.sections import plural, times
+
+    assert times(3.24) == "3.2x larger than"
+    assert times(0.64) == "smaller, 0.64x as large as"
+    assert times(1.004) == "about as large as" and times(0.996) == "about as large as"
+    assert times(0.5, "more", "less", "much") == "less, 0.5x as much as"
+    assert "n/a" in times(float("nan"))
+    assert plural(1, "token") == "1 token" and plural(2, "token") == "2 tokens"
+    assert plural(0, "response") == "0 responses"
+
+
+def test_verdicts_never_say_larger_below_one(tmp_path):
+    """A dump whose head tokens mismatch more than its tail: "less", not "0.xx more"; one token
+    is "1 token"."""
+    from tailtheory.diagnose.cli import diagnose_dumps
+
+    from .conftest import write_jsonl
+
+    recs = []
+    for s in range(40):
+        for t, (lp, dd) in enumerate([(-0.05, 0.02), (-4.0, 0.001)]):
+            recs.append(dict(sample_id=s, position=t, token_id=0, logp_train=lp,
+                             logp_rollout=lp + dd * (-1) ** s))
+    d = diagnose_dumps([write_jsonl(tmp_path / "h.jsonl", recs)])
+    text = " ".join(d.verdicts["envelope"])
+    assert "tail tokens mismatch less, 0.05x as much as head tokens" in text
+    assert "0.05x more" not in text
+    one = diagnose_dumps([write_jsonl(tmp_path / "one.jsonl", recs[:1])])
+    assert "over 1 token." in one.verdicts["envelope"][0]
