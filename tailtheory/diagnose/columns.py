@@ -9,7 +9,9 @@ Shapes: a column of ``n`` rows -> ``(n,)``; a list column -> ``(n, k_max)``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -145,3 +147,30 @@ def explode(tbl, path: Path):
         start = np.repeat(np.cumsum(ref) - ref, ref)                 # first token of each row
         cols["position"] = pa.array(np.arange(int(ref.sum())) - start)
     return pa.table(cols)
+
+
+def jsonl_records(path: Path, chunk: int) -> Iterator[list[dict]]:
+    """Chunks of ``chunk`` JSON objects (blank lines skipped); line numbers in errors."""
+    recs: list[dict] = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path} line {i}: not JSON ({exc.msg})") from None
+                if not isinstance(rec, dict):
+                    raise ValueError(f"{path} line {i}: expected a JSON object, got "
+                                     f"{type(rec).__name__}")
+                recs.append(rec)
+                if len(recs) == chunk:
+                    yield recs
+                    recs = []
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 JSON lines file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if recs:
+        yield recs

@@ -38,10 +38,9 @@ top-k entries) are NaN or +-inf are *excluded*, counted per column, never averag
 the generic names, the one place they meet. A run directory or its ``tokens`` folder may be
 given instead of the files.
 
-**Framework dumps** (:mod:`tailtheory.diagnose.frameworks`, with their sources): NeMo-RL's
-``train_data_step*.jsonl``, prime-rl's ``token_exports/step_*/rank_*.jsonl`` and slime / Miles'
-``--dump-details`` ``train_data/*.pt``; :data:`FRAMEWORK_TO_GENERIC` maps each onto the generic
-names. The format is detected per file (:func:`detect`) unless named (``--format``).
+**Framework dumps** (:mod:`tailtheory.diagnose.frameworks` and :mod:`~tailtheory.diagnose.slime`,
+with their sources): NeMo-RL's, prime-rl's and slime / Miles'; the format is detected per file
+(:func:`detect`) unless named (``--format``).
 
 Errors (``ValueError`` / ``FileNotFoundError``, the file named): a missing path, a folder with no
 dumps, an unknown suffix, a file that is not parquet / JSON lines, an empty file, missing columns
@@ -52,7 +51,6 @@ Shapes: a :class:`Batch` holds ``n`` token rows, ``(n,)`` arrays and top-k ``(n,
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,23 +72,6 @@ ENGINE_TO_GENERIC = {"step": "step", "seq": "sample_id", "t": "position", "token
 """Engine column -> generic name; ``logp_train = logp_roll + log_rho`` (``log_rho = log pi_train
 - log pi_roll``, ``tailtheory.engine.types.PolicyBatch.log_rho``, under either ``pi_old`` mode;
 ``logp_old`` is the rollout's under ``--pi-old bypass`` and is not read)."""
-FRAMEWORK_TO_GENERIC = {
-    "nemo-rl": {"step": "step", "idx": "sample_id", "token_ids": "token_id",
-                "prev_logprobs": "logp_train", "generation_logprobs": "logp_rollout",
-                "advantages": "advantage", "rewards": "reward"},
-    "prime-rl": {"step": "step", "export_sequence_idx": "sample_id", "token_ids": "token_id",
-                 "trainer_logprobs": "logp_train", "inference_logprobs": "logp_rollout",
-                 "advantages": "advantage"},
-    "slime": {"rollout_id": "step", "sample_index": "sample_id", "tokens": "token_id",
-              "log_probs": "logp_train", "rollout_log_probs": "logp_rollout",
-              "advantages": "advantage", "local_raw_reward": "reward"},
-}
-"""Framework key -> generic name, per framework (:mod:`tailtheory.diagnose.frameworks`).
-``logp_train`` is always the trainer's recomputed log-prob of the sampled token and
-``logp_rollout`` the inference engine's (``log_rho = logp_train - logp_rollout``). ``position``
-is derived (from the first response token); NeMo-RL's ``step`` is the ``N`` of
-``train_data_step{N}.jsonl``; slime's ``local_raw_reward`` falls back to ``rewards``; prime-rl
-exports no reward."""
 FORMATS = ("auto", "generic", "engine", "nemo-rl", "prime-rl", "slime")
 """Values of ``--format``; ``auto`` detects each file's."""
 SUFFIXES = {".parquet": "parquet", ".jsonl": "jsonl", ".pt": "pt"}
@@ -198,7 +179,7 @@ def detect(path: Path) -> str:
 def _names(path: Path) -> set:
     if path.suffix.lower() == ".parquet":
         return set(_parquet(path).schema_arrow.names)
-    first = next(_jsonl_records(path, 1), None)
+    first = next(cols.jsonl_records(path, 1), None)
     return set(first[0]) if first else set()
 
 
@@ -219,13 +200,13 @@ def open_dump(path: Path, fmt: str = "auto", seen: set | None = None) -> Dump:
         raise ValueError(f"unknown --format {fmt!r} (expected one of {', '.join(FORMATS)})")
     kind = detect(path)
     if fmt in frameworks.FRAMEWORKS and kind not in frameworks.FRAMEWORKS:
-        frameworks.check(path, fmt)                       # names what the file lacks
+        _check_framework(path, fmt)                       # names what the file lacks
     if fmt != "auto" and kind != fmt and not {kind, fmt} <= {"engine", "generic"}:
         raise ValueError(f"{path}: --format {fmt}, but this file is a {kind} dump; pass "
                          f"--format {kind} or auto")
     kind = fmt if fmt in frameworks.FRAMEWORKS else kind
     if kind in frameworks.FRAMEWORKS:
-        frameworks.check(path, kind)
+        _check_framework(path, kind)
         return Dump(path, SUFFIXES[path.suffix.lower()], kind, None, (), seen=seen)
     dump = _open_columns(path)
     if fmt in ("engine", "generic") and dump.kind != fmt:
@@ -250,7 +231,7 @@ def _open_columns(path: Path) -> Dump:
         if seq_rows:
             rows = rows and None  # sequence rows: the token count is known only once read
     else:
-        first = next(_jsonl_records(path, 1), None)
+        first = next(cols.jsonl_records(path, 1), None)
         names, rows = (set(first[0]) if first else set()), (None if first else 0)
         seq_rows = bool(first) and isinstance(first[0].get("logp_train"), list)
     if rows == 0:
@@ -274,7 +255,7 @@ def _first_len(path: Path, fmt: str, c: str) -> int:
     if fmt == "parquet":
         first = next(_parquet(path).iter_batches(batch_size=1, columns=[c])).column(0)[0].as_py()
     else:
-        first = next(_jsonl_records(path, 1))[0].get(c)
+        first = next(cols.jsonl_records(path, 1))[0].get(c)
     while isinstance(first, list) and first and isinstance(first[0], list):
         first = first[0]
     return len(first) if isinstance(first, list) else 0
@@ -294,38 +275,11 @@ def _parquet(path: Path):
         raise ValueError(f"{path}: not a readable parquet file ({exc})") from None
 
 
-def _jsonl_records(path: Path, chunk: int) -> Iterator[list[dict]]:
-    """Chunks of ``chunk`` JSON objects (blank lines skipped); line numbers in errors."""
-    recs: list[dict] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path} line {i}: not JSON ({exc.msg})") from None
-                if not isinstance(rec, dict):
-                    raise ValueError(f"{path} line {i}: expected a JSON object, got "
-                                     f"{type(rec).__name__}")
-                recs.append(rec)
-                if len(recs) == chunk:
-                    yield recs
-                    recs = []
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a UTF-8 JSON lines file") from None
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if recs:
-        yield recs
-
-
 def _jsonl_tables(path: Path, chunk: int, need: tuple[str, ...]):
     import pyarrow as pa
 
     line = 0
-    for recs in _jsonl_records(path, chunk):
+    for recs in cols.jsonl_records(path, chunk):
         for j, r in enumerate(recs):
             missing = [c for c in need if c not in r]
             if missing:
@@ -348,7 +302,7 @@ def iter_batches(dump: Dump, file: int, batch_rows: int = BATCH_ROWS) -> Iterato
     from tailtheory.diagnose import frameworks
 
     if dump.kind in frameworks.FRAMEWORKS:
-        for tbl in frameworks.tables(dump.path, dump.kind, batch_rows, dump.seen):
+        for tbl in framework_tables(dump.path, dump.kind, batch_rows, dump.seen):
             yield _to_batch(tbl, dump, file)
         return
     if dump.topk_k:
@@ -398,6 +352,46 @@ def _to_batch(tbl, dump: Dump, file: int) -> Batch:
                  ok=ok, bad={c: int((~f).sum()) for c, f in finite.items() if (~f).any()})
 
 
-__all__ = ["REQUIRED", "OPTIONAL", "TOPK", "ENGINE_TO_GENERIC", "FRAMEWORK_TO_GENERIC", "FORMATS",
+def _check_framework(path: Path, kind: str) -> None:
+    from tailtheory.diagnose import frameworks
+    from tailtheory.diagnose.slime import slime_samples
+
+    if kind == "slime":
+        slime_samples(path)                               # loads and checks the whole file
+    else:
+        frameworks.check(path, kind)
+
+
+def framework_tables(path: Path, kind: str, batch_rows: int, seen: set | None = None) -> Iterator:
+    """Token rows of one framework dump as arrow tables in the generic names, about
+    ``batch_rows`` rows each (a response is never split). ``seen``, shared by the slime files
+    of one run, skips a sample that another rank's file already gave."""
+    from tailtheory.diagnose import frameworks
+    from tailtheory.diagnose.slime import slime_rows
+
+    rows = {"nemo-rl": frameworks.nemo_rl_rows, "prime-rl": frameworks.prime_rl_rows,
+            "slime": lambda p: slime_rows(p, seen)}[kind]
+    buf, n = [], 0
+    for part in rows(path):
+        buf.append(part)
+        n += len(part["logp_train"])
+        if n >= batch_rows:
+            yield _arrow_table(buf)
+            buf, n = [], 0
+    if buf:
+        yield _arrow_table(buf)
+
+
+def _arrow_table(parts: list[dict]):
+    import pyarrow as pa
+
+    arrays = {}
+    for k in [k for k in parts[0] if all(k in p for p in parts)]:
+        vals = np.concatenate([np.asarray(p[k]) for p in parts])
+        arrays[k] = pa.array(vals.tolist() if vals.dtype == object else vals)
+    return pa.table(arrays)
+
+
+__all__ = ["REQUIRED", "OPTIONAL", "TOPK", "ENGINE_TO_GENERIC", "FORMATS",
            "Dump", "Batch", "expand_dumps", "detect", "open_dumps", "open_dump", "iter_batches",
            "BATCH_ROWS"]

@@ -23,7 +23,6 @@ Shapes: ``B = P * G`` responses of ``T`` tokens; per-token ``(B, T)``, logits ``
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
