@@ -18,14 +18,31 @@
 #
 # Claims reproduced (ids of `docs/claims.md`):
 #
-# - **M3, M7** (DVP, TIM): the real bf16 training–inference mismatch `|Δ|` of a tiny transformer
-#   lies under the exact bound `log(1 + (1 − p)(e^{2ε} − 1))` and its first-order form.
-# - **M4, M5** (DVP): sampled tokens carry a positive mean `Δ` (= KL(p'‖p)), concentrated on the tail.
+# - **M3, M7** (DVP, TIM): the real bf16 training–inference mismatch $\lvert\Delta\rvert$ of a tiny
+#   transformer lies under the exact bound $\log\big(1 + (1-p)(e^{2\varepsilon}-1)\big)$ and its
+#   first-order form $(1-p)(e^{2\varepsilon}-1)$.
+# - **M4, M5** (DVP): sampled tokens carry a positive mean $\Delta$ (equal to
+#   $\mathrm{KL}(p' \,\Vert\, p)$), concentrated on the tail.
 # - **M6** (DVP): the sequence log-ratio drifts with the number of tail tokens.
-# - **P4** (DVP): sweeping the min-p ratio `ρ`: pruned mass (the bias bound of P2) against the
+# - **P4** (DVP): sweeping the min-p ratio $\rho$: pruned mass (the bias bound of P2) against the
 #   mismatch left after pruning both sides with the same safe set.
-# - **S4, S5** (LOPTI): `‖e_k − p‖` lies between `sqrt(V/(V−1))(1 − p)` and `sqrt(2)(1 − p)`;
-#   per layer, activation-gradient norms fall inside the Jacobian wedge.
+# - **S4, S5** (LOPTI): $\lVert e_k - p\rVert$ lies between $\sqrt{V/(V-1)}\,(1-p_k)$ and
+#   $\sqrt{2}\,(1-p_k)$; per layer, activation-gradient norms fall inside the Jacobian wedge.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $z$, $p$ | the trainer's logits and probabilities, $p = \mathrm{softmax}(z)$; in a bound, $p$ is one token's probability |
+# | $z + \delta$, $p'$ | the inference engine's logits and probabilities; $\delta$ holds every numerical difference (rounding, kernels, KV cache) |
+# | $\Delta$ | a token's log-prob mismatch, $\Delta_k = \log p'_k - \log p_k$ (inference minus trainer) |
+# | $\varepsilon$ | the logit mismatch's size: M3 assumes $\max_j \lvert\delta_j - \delta_k\rvert \le 2\varepsilon$ (true when every $\lvert\delta_j\rvert \le \varepsilon$); figure (1) takes $\varepsilon = \max_{j,k} \lvert\delta_j - \delta_k\rvert / 2$ per position |
+# | $\sigma$ | the scale of injected Gaussian logit noise, $\delta_j \sim N(0, \sigma^2)$ i.i.d. (sections 2 and 3) |
+# | $k$, $p_k$, $e_k$ | the sampled token, its trainer probability and its one-hot vector; $e_k - p$ is the score $\partial \log p_k / \partial z$ |
+# | $V$ | the vocabulary size |
+# | $\rho$ | the min-p ratio of the safe set: a token is kept when its probability is at least $\rho$ times the largest |
+# | $m$ | the pruned mass: the probability outside the safe set |
+# | $a$, $J$ | a layer's activations and its Jacobian $J = \partial z / \partial a$, with largest singular value $\lVert J\rVert$ and smallest $\sigma_\text{min}(J)$ (S5) |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -87,7 +104,11 @@ pairs = {path: paired_logits(model, ids, path) for path in M7_PATHS}  # (B, T, V
 z, z_bf16 = pairs["bf16"]
 
 # %% [markdown]
-# ## (1) |Δ| against p, with M3's exact and first-order bounds (M3, M7)
+# ## (1) $\lvert\Delta\rvert$ against $p$, with M3's exact and first-order bounds (M3, M7)
+#
+# One panel per path: the bf16 copy, the fp16 copy, KV-cache decoding. Dots: tokens (every token
+# with $p > 0.01$, a random sample of the rest). Black lines: M3's exact bound; red: its
+# first-order form; solid at the largest $\varepsilon$ measured, dotted at the median.
 
 # %%
 if MODEL is None:
@@ -97,18 +118,24 @@ if MODEL is None:
 None if MODEL is None else show_probe("mismatch", MODEL, DEVICE, PRESET)
 
 # %% [markdown]
-# ### Explore M3: slide ε and p
-# Random logit perturbations `δ` with every `|δ_j| ≤ ε` (dots) against M3's exact bound, its
-# first-order form and M2's linear `2ε(1 − p)`; the star is the witness `δ_k = −ε`, `δ_j = +ε`,
-# which attains the exact bound. Left: every token at this `ε`; right: the bounds at this `p`
-# against `ε`. In Jupyter with ipywidgets the sliders redraw it (a fraction of a second);
-# elsewhere it is drawn once, at `ε = 0.05`, `p = 0.5`, and not saved.
+# ### Explore M3: slide $\varepsilon$ and $p$
+# Random logit perturbations $\delta$ with every $\lvert\delta_j\rvert \le \varepsilon$ (dots)
+# against M3's exact bound (black), its first-order form (red dashed) and M2's linear
+# $2\varepsilon(1-p)$ (blue dotted); the star is the witness $\delta_k = -\varepsilon$,
+# $\delta_j = +\varepsilon$ for $j \ne k$, which attains the exact bound. Left: every token at this
+# $\varepsilon$; right: the bounds at this $p$ against $\varepsilon$, the square the largest random
+# $\lvert\Delta\rvert$ near this $p$. In Jupyter with ipywidgets the sliders redraw it (a fraction
+# of a second); elsewhere it is drawn once, at $\varepsilon = 0.05$, $p = 0.5$, and not saved.
 
 # %%
 explore_m3()
 
 # %% [markdown]
-# ## (2) Mean signed Δ of sampled tokens by probability bin (M4, M5)
+# ## (2) Mean signed $\Delta$ of sampled tokens by probability bin (M4, M5)
+#
+# Gaussian logit noise, $\sigma = 0.3$. Dots: the mean $\Delta$ of the tokens the engine samples,
+# per bin of the trainer's $p$, with $\pm 2$ standard errors; red line: M5's second-order
+# prediction.
 
 # %%
 fig, df_sel = plot_selection_bias(sigma=0.3, n_contexts=SIZE["n_ctx"])
@@ -116,6 +143,11 @@ show_figure(fig, "token_tail_selection_bias", df_sel, provenance("measured", PRE
 
 # %% [markdown]
 # ## (3) Cumulative log-ratio along sequences with many vs few tail tokens (M6)
+#
+# Gaussian logit noise, $\sigma = 0.3$. Lines: the mean over sequences of the cumulative
+# $\log \pi_\text{train} / \pi_\text{infer} = -\sum_{t' \le t} \Delta_{t'}$ (the trainer's
+# probability of the prefix over the engine's), one colour per group; bands: $\pm 1$ standard
+# deviation; dotted: $\pm\sigma\sqrt{t}$, the spread of a zero-mean random walk.
 
 # %%
 fig, df_acc = plot_accumulation(sigma=0.3, B=SIZE["B_seq"])
@@ -123,7 +155,11 @@ show_figure(fig, "token_tail_accumulation", df_acc, provenance("measured", PRESE
 
 # %% [markdown]
 # ## (4) The pruning trade-off (P4)
-# The safe set is the sampler's (min-p on the bf16 logits), applied to both sides.
+# The safe set is the sampler's (min-p on the bf16 logits), applied to both sides. Left, against
+# $\rho$: the mean pruned mass $m$ per token (dots) and P2's bound $\sum_t m$ per sequence
+# (squares). Right: the fraction of each mismatch measure left after pruning (sequence KL, mean
+# and largest $\lvert\Delta\rvert$), against the mean pruned mass; dotted: the negligible mass
+# $10^{-3}$; a knee would sit in the lower left.
 
 # %%
 if MODEL is None:
@@ -135,7 +171,14 @@ if MODEL is None:
  if MODEL is None else show_probe("pruning", MODEL, DEVICE, PRESET))
 
 # %% [markdown]
-# ## (5) Score norm against 1 − p (S4) and the per-layer wedge (S5)
+# ## (5) Score norm against $1 - p$ (S4) and the per-layer wedge (S5)
+#
+# First figure: dots are sampled tokens; lines the lower bound $\sqrt{V/(V-1)}\,(1-p_k)$ (blue),
+# the upper $\sqrt{2}\,(1-p_k)$ (red) and the weaker $\sqrt{2(1-p_k)}$ (red dotted); triangles the
+# witnesses that attain each end. Second figure, one panel per layer: black dots are tokens'
+# $\lVert\nabla_a \log p_k\rVert$, red and blue ticks each token's own Jacobian bounds
+# $\lVert J\rVert\sqrt{2}\,(1-p_k)$ and $\sigma_\text{min}(J)\sqrt{V/(V-1)}\,(1-p_k)$, grey dashed
+# lines the fitted $c_\text{lo}(1-p_k)$ and $c_\text{hi}(1-p_k)$.
 
 # %%
 fig, df_s4 = plot_score_norm(n=SIZE["n_s4"])

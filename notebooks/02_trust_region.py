@@ -18,14 +18,32 @@
 #
 # Claims reproduced (ids of `docs/claims.md`):
 #
-# - **T1–T8** (TRM): the surrogate error `Error = J(π_θ) − J(π_roll) − L'(π_θ)` is bounded by the
-#   classical `2T(T−1)ε²`, the Pinsker-marginal, Mixed, Coupling, Adaptive and Unified bounds.
-#   Checked by exact enumeration of tabular policies, with the reward in `[0, 1]` that maximises
-#   `|Error|` for each pair.
+# - **T1–T8** (TRM): the surrogate error
+#   $\text{Error} = J(\pi_\theta) - J(\pi_\text{roll}) - L'(\pi_\theta)$ is bounded by the classical
+#   $2T(T-1)\varepsilon^2$, the Pinsker-marginal, Mixed, Coupling, Adaptive and Unified bounds.
+#   Checked by exact enumeration of tabular policies, with the reward in $[0, 1]$ that maximises
+#   $\lvert\text{Error}\rvert$ for each pair.
 # - **T10** (derived): every bound still holds halved — and the halved bounds are attained.
-# - **T12** (TRM): masking whole sequences by `max_t D_KL ≤ δ_max` keeps a sequence with
-#   probability `(1 − q)^T`: long sequences are dropped more often.
-# - **T13** (TRM): the exact `|Error|` grows with `T`, with a smaller exponent than the bounds'.
+# - **T12** (TRM): masking whole sequences by $\max_t D_\text{KL}(c_t) \le \delta_\text{max}$ keeps
+#   a sequence with probability $(1-q)^T$: long sequences are dropped more often.
+# - **T13** (TRM): the exact $\lvert\text{Error}\rvert$ grows with $T$, with a smaller exponent than
+#   the bounds'.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $x$, $y$, $c_t$ | a prompt, a response $y = (y_1, \dots, y_T)$, and the context $c_t = (x, y_{<t})$ of its token $y_t$ |
+# | $T$ | the horizon: the number of tokens in a response |
+# | $\pi_\text{roll}$, $\pi_\theta$ | the policy that sampled the rollouts and the policy being trained; both tabular here (one logit row per context) |
+# | $R$, $J(\pi)$ | the reward, in $[0, 1]$, and the expected reward $J(\pi) = \mathbb{E}_{y \sim \pi}[R]$ |
+# | $\rho_t$ | $\pi_\theta(y_t \mid c_t) / \pi_\text{roll}(y_t \mid c_t)$, the ratio of a sampled token's probabilities |
+# | $L'$, Error | the surrogate $L' = \mathbb{E}_\text{roll}[R \sum_t (\rho_t - 1)]$ and its error $\text{Error} = J(\pi_\theta) - J(\pi_\text{roll}) - L'$ |
+# | $D_\text{TV}(c)$, $D_\text{KL}(c)$ | the divergences of the two policies' next-token distributions at a context $c$, rollout against train: $D_\text{KL}(c) = \mathrm{KL}(\pi_\text{roll}(\cdot \mid c) \,\Vert\, \pi_\theta(\cdot \mid c))$ |
+# | $\varepsilon$, $\delta$ | the largest $D_\text{TV}$ and the largest $D_\text{KL}$ over the contexts $\pi_\text{roll}$ reaches |
+# | $D^\text{seq}_\text{KL}$ | the sequence-level KL, $\sum_t \mathbb{E}_{c_t}[D_\text{KL}(c_t)]$ |
+# | $\delta_\text{max}$, $q$ | TRM's threshold on a token's divergence, and the per-token rate at which it is exceeded |
+# | $V$ | the vocabulary size ($V = 2$ in section (2) and the explorer) |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -63,9 +81,12 @@ from tailtheory.trm.figures import (explore_trm, plot_acceptance, plot_bounds_vs
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
-# ## (1) The bounds against T in two regimes
+# ## (1) The bounds against $T$ in two regimes
 # A small per-step KL everywhere (dense) against a large KL at rare contexts (sparse): the
-# Pinsker-marginal bound wins the first, the Mixed bound the second.
+# Pinsker-marginal bound wins the first, the Mixed bound the second. Left: $\delta = 10^{-3}$ at
+# every step; right: $\delta = 0.5$ at rare contexts, $D^\text{seq}_\text{KL} = 10^{-3}$ per step.
+# One line per bound, log-log: T1 black, T2 and T3 blue, T4 and T5 green, T6 purple, T7 orange
+# (solid: the KL form; dotted: the TV form), T8 red dashed.
 
 # %%
 fig, df_bounds = plot_bounds_vs_T()
@@ -73,9 +94,10 @@ show_figure(fig, "trust_region_bounds_vs_T", df_bounds, provenance("measured", P
 df_bounds[df_bounds["T"] == 1000].pivot(index="bound", columns="regime", values="value")
 
 # %% [markdown]
-# ## (2) Exact |Error| against every bound as T grows
-# One logit pair shared by all contexts of a `V = 2` tree (fixed per-step divergence), the
-# worst-case reward for each `T`.
+# ## (2) Exact $\lvert\text{Error}\rvert$ against every bound as $T$ grows
+# One logit pair shared by all contexts of a $V = 2$ tree (fixed per-step divergence), the
+# worst-case reward for each $T$. Black dots: the exact $\lvert\text{Error}\rvert$ (mean over
+# seeds); lines: the bounds, coloured as in (1); red dotted: T8 halved (T10).
 
 # %%
 df_T = tx.error_vs_T(range(2, SIZE["T_max"] + 1), scale=0.3, seeds=range(SIZE["seeds"]),
@@ -89,12 +111,13 @@ exponents = {k: tx.growth_exponent(df_T_mean["T"][fit], df_T_mean[c][fit]) for k
 exponents
 
 # %% [markdown]
-# ### Explore: slide T and δ
-# One `V = 2` pair: `π_roll` uniform, `π_θ` the same two logits in every context, so that
-# `KL(π_roll ‖ π_θ) = δ` everywhere. Left: the exact `|Error|` (worst-case reward, by
-# enumeration) and every bound from `T = 2` to the chosen `T`; right: their values at `T`. In
-# Jupyter with ipywidgets the sliders redraw it (a fraction of a second); elsewhere it is drawn
-# once, at `T = 8`, `δ = 0.01`, and not saved.
+# ### Explore: slide $T$ and $\delta$
+# One $V = 2$ pair: $\pi_\text{roll}$ uniform, $\pi_\theta$ the same two logits in every context,
+# so that $\mathrm{KL}(\pi_\text{roll} \,\Vert\, \pi_\theta) = \delta$ everywhere. Left: the exact
+# $\lvert\text{Error}\rvert$ (worst-case reward, by enumeration; black dots) and every bound
+# (lines, coloured as in (1)) from $T = 2$ to the chosen $T$; right: their values at $T$ (bars).
+# In Jupyter with ipywidgets the sliders redraw it (a fraction of a second); elsewhere it is drawn
+# once, at $T = 8$, $\delta = 0.01$, and not saved.
 
 # %%
 explore_trm()
@@ -110,7 +133,10 @@ slack[["bound", "violations", "max_ratio", "violations_halved", "max_ratio_halve
        "share_min", "share_min_T2_T6"]]
 
 # %% [markdown]
-# ## (4) TRM's acceptance rate against T (T12)
+# ## (4) TRM's acceptance rate against $T$ (T12)
+#
+# Lines: $(1-q)^T$ for three per-token violation rates $q$; dots of the same colour: the
+# acceptance rate of simulated sequences.
 
 # %%
 fig, df_acc = plot_acceptance(B=SIZE["B"])

@@ -19,15 +19,16 @@
 # Claims (ids of `docs/claims.md`), on `kk_trace`: Knights and Knaves whose responses work the
 # answer out person by person (about 100 tokens) before a final answer the reward checks.
 #
-# - **L1** A token's gradient magnitude scales with `1 − p`, through the network.
-# - **L4** (Figure 1) With the denominator over all tokens, the gradient norm of one `π_old` bin's
-#   advantages decreases with the bin; updating only the lowest bin moves every bin almost like
-#   updating all; the highest bin alone moves little.
-# - **L5** (Figure 3) Among tokens with `Â > 0`, the fraction whose probability rose after the
-#   update is about 0.5 in the top bin for GRPO and higher with AR and Lopti.
-# - **L2** Advantage Reweighting `Â ← (α π_old + 1 − α) Â` trains better than GRPO.
-# - **L3** Lopti (low-probability tokens first, then the rest, η = 0.5) trains better than GRPO
-#   and than its reversed order.
+# - **L1** A token's gradient magnitude scales with $1 - p$, through the network.
+# - **L4** (Figure 1) With the denominator over all tokens, the gradient norm of one
+#   $\pi_\text{old}$ bin's advantages decreases with the bin; updating only the lowest bin moves
+#   every bin almost like updating all; the highest bin alone moves little.
+# - **L5** (Figure 3) Among tokens with $\hat A > 0$, the fraction whose probability rose after
+#   the update is about 0.5 in the top bin for GRPO and higher with AR and Lopti.
+# - **L2** Advantage Reweighting $\hat A \leftarrow (\alpha\,\pi_\text{old} + 1 - \alpha)\,\hat A$
+#   trains better than GRPO.
+# - **L3** Lopti (low-probability tokens first, then the rest, $\eta = 0.5$) trains better than
+#   GRPO and than its reversed order.
 # - **L6** GRPO → +AR+Lopti raises held-out accuracy (0.39 → 0.57 at 3B on K&K).
 #
 # Preset `quick` (CPU, minutes) probes and trains a pipeline-check version of every method for a few steps
@@ -39,6 +40,17 @@
 # > (held-out accuracy drifted down in every arm). Those verdicts are recorded once, with their
 # > numbers, in `results/superseded/verdicts.json` (figures in `figures/superseded/`); `tailtheory
 # > verify` prints each beside the current one and never recomputes it.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $p$, $\pi_\text{old}$ | a token's probability; $\pi_\text{old}$ is the probability of a sampled token under the policy that generated it (detached) |
+# | bins | the four bins of $\pi_\text{old}$: $[0, 0.25]$, $(0.25, 0.5]$, $(0.5, 0.75]$, $(0.75, 1]$ |
+# | $\hat A$ | a token's advantage: its response's group advantage (GRPO) |
+# | AR, $\alpha$ | Advantage Reweighting, $\hat A \leftarrow (\alpha\,\pi_\text{old} + 1 - \alpha)\,\hat A$ per token, for both signs of $\hat A$; $\alpha = 0$ is GRPO |
+# | Lopti, $\eta$ | two passes on the same batch: first the tokens with $\pi_\text{old} < \eta$, then the rest; reversed: the rest first |
+# | $\Delta\pi$ | the change of a token's probability after one update |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -90,17 +102,24 @@ verdict_report(CLAIMS, PROFILE);
 # %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
 #
-# GRPO batches drawn from the warm start with the engine's own rollout, `π_old` and group
+# GRPO batches drawn from the warm start with the engine's own rollout, $\pi_\text{old}$ and group
 # advantages (full: 3 seeds × 8 batches of 4 prompts × 8 responses; quick: 2 seeds × 2 small
 # batches of the quick warm start, whose advantages are all zero: a pipeline check). On each
 # batch one SGD step (lr 0.01) on the surrogate with the denominator over all response tokens:
-# tokens and mean advantage per `π_old` bin, the gradient norm with one bin's advantages kept,
-# `Δπ` per bin after updating all bins / only the lowest / only the highest, the fraction of
-# `Â > 0` tokens whose probability rose after a GRPO, AR (α 0.3) or Lopti (η 0.5) step, and the
-# parameter-gradient norm of a few tokens per bin (L1). Bars: seed mean, min–max over seeds.
+# tokens and mean advantage per $\pi_\text{old}$ bin, the gradient norm with one bin's advantages
+# kept, $\Delta\pi$ per bin after updating all bins / only the lowest / only the highest, the
+# fraction of $\hat A > 0$ tokens whose probability rose after a GRPO, AR ($\alpha = 0.3$) or Lopti
+# ($\eta = 0.5$) step, and the parameter-gradient norm of a few tokens per bin (L1).
+#
+# Bars: seed mean; error bars: min–max over seeds. Figure 1: (a) the fraction of response tokens
+# per bin, (b) the mean advantage, (c), (e), (f) the mean $\Delta\pi$ after updating all bins, the
+# lowest only, the highest only, one colour per sign of $\hat A$; (d) the gradient norm with only
+# bin $b$'s advantages kept, the dashed line and grey band the same for all tokens (seed mean,
+# min–max). Figure 3: left, one colour per method; right, the top bin seed by seed (dots) with the
+# seed mean (short line); dashed: 0.5.
 #
 # With `MODEL` set, the same probes run on that checkpoint instead, on one batch of
-# standard-library text: `π_old` is the model's own probability of each token, and with no
+# standard-library text: $\pi_\text{old}$ is the model's own probability of each token, and with no
 # reward the advantages are +1 on half the sequences and −1 on the other half (how the network
 # routes the surrogate's gradient by bin, not a task's update); the stored figures follow.
 
@@ -135,7 +154,8 @@ df_fig1.head(12)
 # start and from GRPO half-way through a run of it (seed 1 after 60 of 120 steps): does the
 # interference of Figure 1 appear once the policy is learning? Stored in
 # `results/lopti_probes_learn.json` (`python -m tailtheory.lopti.learn_probes` measures again,
-# about 10 CPU minutes); L4 and L5 take the worse of the two policies' verdicts.
+# about 10 CPU minutes); L4 and L5 take the worse of the two policies' verdicts. The figures
+# are drawn as above.
 
 # %%
 from tailtheory.lopti import learn_probes
@@ -153,8 +173,8 @@ for policy in learn_probes.POLICIES:
 # %% [markdown]
 # ## (2) This preset's runs: GRPO, AR, Lopti, AR+Lopti and Lopti reversed
 #
-# Same warm start, same seeds; every metric against step, seeds as a band (the figure
-# `tailtheory plot RUN ...` draws for any runs).
+# Same warm start, same seeds; every metric against step, the line the mean over seeds and the
+# band their min–max (the figure `tailtheory plot RUN ...` draws for any runs).
 #
 # Under `quick` the table shows a reward of 0.0 for every method, and that is expected: the quick
 # preset's 120-step warm start is a pipeline check that barely answers at all (its responses run
@@ -184,6 +204,9 @@ if MODEL is None:
 # accuracy = mean of its last 2 evaluations. Criterion, fixed before measuring: an ordering counts
 # when the difference of seed means exceeds 2 standard errors (`Measurement.compare` of
 # `tailtheory.engine.comparison`).
+#
+# In both figures, one colour per method: the line is the mean over seeds, the band their
+# min–max; reward is a running mean over 10 steps (first figure) or 5 (second).
 
 # %%
 from tailtheory.engine import learning

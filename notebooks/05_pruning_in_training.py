@@ -16,21 +16,26 @@
 # %% [markdown]
 # # 05 — Vocabulary pruning in training (DVP, arXiv 2512.23087)
 #
-# DVP samples from, and trains inside, a safe vocabulary `S(s) = {a : π(a|s) ≥ ρ max_b π(b|s)}`:
-# the tail, where low precision disagrees most per token, is cut on both sides, at a bias that
-# P2 bounds by `R_max Σ_t E[m(s_t)]` (`m` = the pruned mass).
+# DVP samples from, and trains inside, a safe vocabulary: at each state $s$, the tokens whose
+# probability is at least $\rho$ times the largest,
 #
-# - **P4** (the trade, on trained tails) As ρ sweeps from 1e-8 to 1e-1, DVP's argument predicts a
-#   knee: small ρ removes most of the biased mismatch at negligible pruned mass. Our
-#   formalisation, fixed before measuring: ≥ 50% of the sequence KL removed at mean pruned mass
-#   ≤ 1e-3. Measured on two trained models — a small LM pretrained here on the Python standard
-#   library's source (byte-level BPE, V = 4096) and the task's warm-started policy — next to the
-#   random model of notebook 01.
-# - **P5** GRPO with bf16 rollouts, with and without DVP at ρ ∈ {1e-8, 1e-6, 1e-4, 1e-2}: per
-#   step the pruned mass along the sampled trajectories and the bias bound it implies, next to
-#   the reward; DVP's claim is a small bias and training at least as stable as without pruning.
+# $$S(s) = \{a : \pi(a \mid s) \ge \rho \max_b \pi(b \mid s)\}.$$
 #
-# Preset `quick` (CPU, minutes) trains GRPO and DVP (ρ = 1e-4) for a few steps from a 120-step
+# The tail, where low precision disagrees most per token, is cut on both sides, at a bias that
+# P2 bounds by $R_\text{max} \sum_t \mathbb{E}[m(s_t)]$ ($m$ = the pruned mass).
+#
+# - **P4** (the trade, on trained tails) As $\rho$ sweeps from 1e-8 to 1e-1, DVP's argument
+#   predicts a knee: small $\rho$ removes most of the biased mismatch at negligible pruned mass.
+#   Our formalisation, fixed before measuring: ≥ 50% of the sequence KL removed at mean pruned
+#   mass ≤ 1e-3. Measured on two trained models — a small LM pretrained here on the Python
+#   standard library's source (byte-level BPE, $V = 4096$) and the task's warm-started policy —
+#   next to the random model of notebook 01.
+# - **P5** GRPO with bf16 rollouts, with and without DVP at
+#   $\rho \in \{10^{-8}, 10^{-6}, 10^{-4}, 10^{-2}\}$: per step the pruned mass along the sampled
+#   trajectories and the bias bound it implies, next to the reward; DVP's claim is a small bias
+#   and training at least as stable as without pruning.
+#
+# Preset `quick` (CPU, minutes) trains GRPO and DVP ($\rho = 10^{-4}$) for a few steps from a 120-step
 # warm start, a pipeline check. P5's verdict and per-step figure come from the learning testbed
 # (section (3): the `learn` recipe, where GRPO raises held-out accuracy by more than 0.2 in every
 # seed), stored run by run in `results/dvp_learn.json`.
@@ -38,6 +43,20 @@
 # > **Superseded.** P5 was first measured on runs where GRPO itself did not learn. That verdict
 # > is recorded once, with its numbers, in `results/superseded/verdicts.json` (figure in
 # > `figures/superseded/`); `tailtheory verify` prints it beside the current one.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $s$, $s_t$ | a state (a context), and the state at position $t$ of a response |
+# | $a$, $b$, $\pi(a \mid s)$ | tokens, and the policy's probability of $a$ at $s$ |
+# | $\rho$ | the min-p ratio of the safe set (`rho` in run labels) |
+# | $S(s)$ | the safe set, $\{a : \pi(a \mid s) \ge \rho \max_b \pi(b \mid s)\}$, used by the sampler and the trainer alike |
+# | $m(s)$ | the pruned mass $1 - \pi(S(s) \mid s)$, the probability outside the safe set |
+# | $R_\text{max}$ | the largest reward; P2 bounds the bias by $R_\text{max} \sum_t \mathbb{E}[m(s_t)]$ |
+# | $p$, $\Delta$ | a token's probability under the float32 trainer, and its log-prob mismatch $\log p' - \log p$ with $p'$ the bf16 copy's |
+# | $\tau$ | an outlier threshold: a token is an outlier when $\lvert\Delta\rvert > \tau$ |
+# | $V$ | the vocabulary size |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -86,12 +105,17 @@ from tailtheory.probe.run import show_probe
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
-# ## (1) P4 where the tail is real: the ρ sweep on trained models
+# ## (1) P4 where the tail is real: the $\rho$ sweep on trained models
 #
 # Real bf16 rollout copies against the float32 trainer; the safe set from the sampler's logits on
 # both sides. Left to right: the full-distribution sequence KL left, the sampled tokens' mean
-# `|Δ|` left, the outlier rates `P(|Δ| > τ)` and the pruned mass, against ρ. The second figure
-# asks whether the mismatch sits where the sampled mass is (shares per bin of the trainer's `p`).
+# $\lvert\Delta\rvert$ left, the outlier rates $P(\lvert\Delta\rvert > \tau)$ and the pruned mass,
+# against $\rho$. One colour per model and text (the random model of notebook 01 among them),
+# dots at the swept $\rho$; in the outlier panel the line style marks $\tau$; thin black line: one
+# half (first panel); dotted: the negligible mass 1e-3 (last panel). The second figure asks
+# whether the mismatch sits where the sampled mass is: per bin of the trainer's $p$, bars are the
+# shares of the sampler's mass, of $\mathbb{E}\lvert\Delta\rvert$ and of the KL, black dots the
+# share of the sampled tokens' summed $\lvert\Delta\rvert$.
 # Both profiles read the stored measurement (`results/p4_trained.json`: pretraining the corpus
 # LM takes about 5 CPU minutes); `tailtheory verify --only P4 --profile thorough` re-measures it.
 
@@ -116,7 +140,8 @@ None if MODEL is None else show_probe("pruning", MODEL, DEVICE, PRESET)
 # %% [markdown]
 # ## (2) This preset's runs: GRPO and DVP with bf16 rollouts
 #
-# Every metric against step, seeds as a band (`tailtheory plot` draws the same for any runs);
+# Every metric against step, the line the mean over seeds and the band their min–max
+# (`tailtheory plot` draws the same for any runs);
 # `dvp/pruned_mass` is the mean pruned mass per response token.
 
 # %%
@@ -135,11 +160,17 @@ if MODEL is None:
 # The `learn` recipe (GRPO learns there: held-out accuracy +0.2 or more in every seed on
 # `exact`), on `bf16` rollouts, seeds 1-5 (study `dvp_learn`, `results/dvp_learn.json`;
 # `tailtheory study dvp_learn` trains what is missing; GRPO's runs are the dose study's bf16
-# runs). Criterion, fixed before measuring: for every ρ ≤ 1e-4 the bound
-# `R_max · mean_seq Σ_t m(s_t)` stays below 0.05 at every step of every seed, and the final
-# reward (last 10 steps) is not below GRPO's by more than 2 standard errors over seeds. Beside it: does pruning restore training where a
+# runs). Criterion, fixed before measuring: for every $\rho \le 10^{-4}$ the bound
+# $R_\text{max} \cdot \operatorname{mean}_\text{seq} \sum_t m(s_t)$ stays below 0.05 at every step
+# of every seed, and the final reward (last 10 steps) is not below GRPO's by more than 2 standard
+# errors over seeds. Beside it: does pruning restore training where a
 # controlled mismatch hurts? DVP (min-p 1e-6) on the logit-noise dose where GRPO is harmed
 # (notebook 07), against GRPO there and against `exact`.
+#
+# Panels, per step: the P2 bound, the sampled tokens' mean
+# $\lvert\log\pi_\text{train} - \log\pi_\text{roll}\rvert$ (the panel's "rho" is that probability
+# ratio, not the min-p $\rho$), and the reward; one colour per arm (GRPO, DVP at each $\rho$), the line the mean over seeds,
+# the band their min–max.
 
 # %%
 learn_p5 = training.STUDY.data(PROFILE, workers=WORKERS)

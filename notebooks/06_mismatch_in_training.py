@@ -19,11 +19,11 @@
 # TIM's headline: a small token-level disagreement between the rollout engine and the trainer
 # can, by itself, destabilise RL. Here GRPO runs on `kk_trace` (responses of ~100 tokens) that
 # differ only in the rollout path — `exact` (zero mismatch, V1), `bf16`, `fp8` (e4m3 weights,
-# bf16 compute) — under both ways of getting `π_old`.
+# bf16 compute) — under both ways of getting $\pi_\text{old}$.
 #
-# - **V3** `C(r) = −(r − 1)A`, split by the sign of `A`: the same for recompute and bypass at
+# - **V3** $C(r) = -(r-1)A$, split by the sign of $A$: the same for recompute and bypass at
 #   zero mismatch; skewed by sign under mismatch.
-# - **O6 (b)** OTB at N = 4 against GRPO at N = 4 and N = 16, reward and held-out accuracy
+# - **O6 (b)** OTB at $N = 4$ against GRPO at $N = 4$ and $N = 16$, reward and held-out accuracy
 #   against the tokens consumed.
 #
 # V4 and V5 (does mismatch alone harm training; does the mismatch KL stay flat meanwhile) and
@@ -38,6 +38,19 @@
 # > **Superseded.** These claims were first measured on runs where GRPO itself did not learn.
 # > Those verdicts are recorded once, with their numbers, in `results/superseded/verdicts.json`
 # > (figures in `figures/superseded/`); `tailtheory verify` prints each beside the current one.
+#
+# **Notation.**
+#
+# | term | meaning |
+# |---|---|
+# | $\pi_\text{train}$, $\pi_\text{roll}$ | the trainer's probability of a sampled token, and the rollout engine's |
+# | $\rho$ | $\pi_\text{train} / \pi_\text{roll}$ per sampled token; exactly 1 on the `exact` path |
+# | $\pi_\text{old}$ | the policy of the PPO ratio: by *recompute* a trainer forward ($\pi_\text{old} = \pi_\text{train}$), by *bypass* the rollout's log-probs ($\pi_\text{old} = \pi_\text{roll}$) |
+# | $r$ | the PPO ratio $\pi_\text{new} / \pi_\text{old}$; at the step's one update $r = \pi_\text{train} / \pi_\text{old}$ |
+# | $A$ | a token's advantage: its response's group advantage |
+# | $C$ | a token's advantage-weighted contribution, $C(r) = -(r-1)A$ |
+# | $d$ | the difference of the mean $\log\rho$ of sampled tokens between $A > 0$ and $A < 0$ |
+# | $N$ | the group size: responses sampled per prompt |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -80,8 +93,9 @@ verdict_report(CLAIMS, PROFILE);
 # %% [markdown]
 # ## (1) This preset's runs
 #
-# Zero mismatch against `fp8 bypass`, and OTB against GRPO at N = 4; every metric against step,
-# seeds as a band (`tailtheory plot` draws the same). The token dumps go through V3's pipeline.
+# Zero mismatch against `fp8 bypass`, and OTB against GRPO at $N = 4$; every metric against step,
+# the line the mean over seeds and the band their min–max (`tailtheory plot` draws the same).
+# The token dumps go through V3's pipeline.
 
 # %%
 shown = ["exact recompute", "fp8 bypass"]
@@ -93,14 +107,21 @@ numbers = training.STUDY.measure(PRESET, workers=WORKERS, labels=shown)  # reads
 figures.contribution_table(numbers).groupby(["label", "sign"])["count"].sum()
 
 # %% [markdown]
-# ## (2) V3 on the learning testbed: the contribution `C = −(r − 1)A` by sign of `A`
+# ## (2) V3 on the learning testbed: the contribution $C = -(r-1)A$ by sign of $A$
 #
-# At the step's one update `r = π_train / π_old`: exactly 1 under recompute, `ρ` under bypass.
+# At the step's one update $r = \pi_\text{train} / \pi_\text{old}$: exactly 1 under recompute,
+# $\rho$ under bypass.
 # The `learn` recipe (study `mismatch_learn`: `exact` under both modes for 10 steps, `bf16` and
 # `fp8` under both for 120, 5 seeds, every run dumping its tokens; `results/mismatch_learn.json`,
 # `tailtheory study mismatch_learn` trains what is missing). Beside it, not replacing it, the
-# sign-free question: does `log ρ` of sampled tokens differ between `A > 0` and `A < 0`
-# (`d = mean(log ρ | A > 0) − mean(log ρ | A < 0)`, seeds as the unit)?
+# sign-free question: does $\log\rho$ of sampled tokens differ between $A > 0$ and $A < 0$? The
+# table gives, with seeds as the unit,
+#
+# $$d = \operatorname{mean}(\log\rho \mid A > 0) - \operatorname{mean}(\log\rho \mid A < 0).$$
+#
+# The figure, one panel per run group: bars are the share of tokens per bin of $C$ (lower edges on
+# the axis; logarithmic on either side of 0, values beyond $\pm 1$ in the end bins; the bin
+# $[0, 10^{-6})$ holds the exact zeros), one colour per sign of $A$.
 
 # %%
 from tailtheory.tim.rho_sign import rho_sign_table
@@ -114,12 +135,16 @@ rho_sign_table(learn_v3, ["bf16 bypass", "fp8 bypass"])
 # %% [markdown]
 # ## (3) O6 on the learning testbed: reward against tokens consumed
 #
-# OTB at N = 4 against GRPO at N = 4 and N = 16 on the `learn` recipe (`exact` rollouts, 32
+# OTB at $N = 4$ against GRPO at $N = 4$ and $N = 16$ on the `learn` recipe (`exact` rollouts, 32
 # prompts a step, 120 steps, seeds 1-5; study `otb_learn`, `results/otb_learn.json`,
-# `tailtheory study otb_learn` trains what is missing); GRPO at the recipe's own N = 8 is drawn
-# beside it. Criterion, fixed before measuring: GRPO N = 16 beats GRPO N = 4, OTB N = 4 is not
-# below GRPO N = 16 and beats GRPO N = 4 (final reward, last 10 steps, 2 standard errors over
-# seeds).
+# `tailtheory study otb_learn` trains what is missing); GRPO at the recipe's own $N = 8$ is drawn
+# beside it. Criterion, fixed before measuring: GRPO $N = 16$ beats GRPO $N = 4$, OTB $N = 4$ is
+# not below GRPO $N = 16$ and beats GRPO $N = 4$ (final reward, last 10 steps, 2 standard errors
+# over seeds).
+#
+# Reward (a running mean over 5 steps) and held-out accuracy against the response tokens
+# consumed; one colour per configuration, the line the mean over seeds (at the step's mean token
+# count), the band their min–max.
 
 # %%
 learn_o6 = otb_training.STUDY.data(PROFILE, workers=WORKERS)

@@ -23,23 +23,24 @@
 # GRPO on the zero-mismatch `exact` path gains more than 0.2 held-out accuracy in every seed),
 # with the trainer untouched:
 #
-# - **logit noise**: the sampler draws from `softmax(z + δ)`, `δ ~ N(0, σ²)` i.i.d. per logit
-#   (Gaussian, DVP's model) and reports that distribution's log-probs;
-# - **weight noise**: the inference copy's block weights times `(1 + σ ε)`, re-drawn at every
-#   sync (quantisation-like).
+# - **logit noise**: the sampler draws from $\mathrm{softmax}(z + \delta)$,
+#   $\delta \sim N(0, \sigma^2)$ i.i.d. per logit (Gaussian, DVP's model) and reports that
+#   distribution's log-probs;
+# - **weight noise**: the inference copy's block weights times $(1 + \sigma\varepsilon)$,
+#   $\varepsilon \sim N(0, 1)$ per weight, re-drawn at every sync (quantisation-like).
 #
 # Held-out accuracy is always sampled noise-free from the trainer's weights, so it measures
 # what training did, not the noise at test time. Each run's mismatch is its **measured** mean
-# per-token k3, never σ; the real rollout paths (a separate float32 engine, bf16, fp16, fp8)
+# per-token k3, never $\sigma$; the real rollout paths (a separate float32 engine, bf16, fp16, fp8)
 # sit on the same axis at their measured k3.
 #
 # **Rule, fixed before measuring** (`tailtheory.tim.dose`, and the ledger): a point is *harmed*
 # when the `exact` runs' final held-out accuracy (mean of the last 2 evaluations) exceeds its own
 # by more than 2 standard errors over seeds (at least 3 seeds a point). GRPO's threshold lies
 # between the largest k3 of an unharmed point below its first harmed point and that harmed
-# point's k3, and counts only when every larger σ is harmed too and the rollouts there are still
+# point's k3, and counts only when every larger $\sigma$ is harmed too and the rollouts there are still
 # well-formed (mean `reward/format` >= 0.5). Remedies (token TIS, MIS, IcePop, TRM, DVP; then
-# sequence TIS and geometric rejection, added before their runs) run at one σ chosen before
+# sequence TIS and geometric rejection, added before their runs) run at one $\sigma$ chosen before
 # they ran; a remedy moves the threshold when it is not harmed there.
 #
 # **Scale.** A 0.72M-parameter model on a toy task. The thresholds are orders of magnitude to
@@ -58,7 +59,8 @@
 # | geometric rejection | a sequence kept only when the geometric mean of its $\rho_t$ lies in a narrow band (TIM) |
 # | TRM | trust-region masking: a sequence kept only when its largest token divergence is under a threshold; arXiv 2512.23075 |
 # | DVP | the sampler and trainer both restricted to a min-p safe vocabulary; arXiv 2512.23087 |
-# | σ | the injected noise's scale: logit noise $\delta \sim N(0, \sigma^2)$, or relative weight noise |
+# | $\sigma$ | the injected noise's scale: logit noise $\delta \sim N(0, \sigma^2)$, or relative weight noise (weights times $1 + \sigma\varepsilon$, $\varepsilon \sim N(0, 1)$) |
+# | $q$, $T$ | TRM's per-token violation rate (a token's $k_2 = (\log\rho_t)^2/2$ over the threshold), and a response's length in tokens |
 
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
@@ -146,8 +148,11 @@ if DUMP is not None:  # its [register] lines place the run; register.json holds 
 # ## (3) The curves: held-out accuracy and the mismatch monitor over training (V5 on the sweep)
 #
 # Where training is harmed, does the per-step k3 (the monitor TIM proposes) show it? Under logit
-# noise k3 is the injected mismatch itself, so it moves with σ by construction; what it cannot
-# show is whether that much mismatch hurts — the dose-response above answers that.
+# noise k3 is the injected mismatch itself, so it moves with $\sigma$ by construction; what it
+# cannot show is whether that much mismatch hurts — the dose-response above answers that.
+#
+# One colour per arm: the line is the mean over seeds, the band their min–max; the k3 axis is
+# linear below 1e-4 and logarithmic above.
 
 # %%
 m = dose.STUDY.measurement(data)
@@ -163,13 +168,13 @@ show_figure(fig, "mismatch_dose_curves", table, STORED)
 # ## (4) The real paths on the learning testbed (V4, V5)
 #
 # The same study's GRPO runs on the real rollout paths — a separate float32 inference engine
-# (`kv`), bf16 and fp16 copies, fp8 (e4m3) weights, and fp8 with `π_old` taken from the rollout
+# (`kv`), bf16 and fp16 copies, fp8 (e4m3) weights, and fp8 with $\pi_\text{old}$ taken from the rollout
 # (bypass) — against the zero-mismatch runs. V4 (does a real path's mismatch alone harm GRPO?)
 # and V5 (does k3 stay flat where it harms?) are judged on them with the rules fixed in the
 # ledger before they ran; a path with fewer than 3 stored seeds is pending. The `kv` curve's k3
 # is float32 rounding alone (the same function computed by another decoder, in another order):
 # around 1e-12, and machine-dependent: another CPU's kernels give exactly 0 at some steps and a
-# few float32 ulps of a log-prob at others.
+# few float32 ulps of a log-prob at others. Drawn as in (3); the k3 axis is linear below 1e-6.
 
 # %%
 real = m.labels(role="baseline") + m.labels(role="real")
@@ -201,11 +206,15 @@ real_table.style.format({"k3": "{:.2g}", "final_eval": "{:.3f}", "final_reward":
 # ## (5) TRM on the learning testbed (T14)
 #
 # TRM (arXiv 2512.23075) keeps a sequence only when none of its tokens' divergences exceeds a
-# threshold; with a per-token violation rate `q` a sequence of `T` tokens survives with
-# probability `(1 − q)^T`. Two checks, the rule unchanged from the no-learning regime and no new
+# threshold; with a per-token violation rate $q$ a sequence of $T$ tokens survives with
+# probability $(1-q)^T$. Two checks, the rule unchanged from the no-learning regime and no new
 # runs: (a) that length law on the token dumps of the bf16 / fp8 runs of the V3 study
-# (`mismatch_learn`); (b) on the σ where the remedies above run (GRPO harmed), does masking keep
-# training where GRPO alone does not — TRM against GRPO on final reward, held-out beside it.
+# (`mismatch_learn`); (b) on the $\sigma$ where the remedies above run (GRPO harmed), does masking
+# keep training where GRPO alone does not — TRM against GRPO on final reward, held-out beside it.
+#
+# The figure, one panel per k2 threshold and one colour per run group: dots are the fraction of
+# sequences kept per response-length bin (a larger dot: more sequences in the bin), solid lines
+# $(1-q)^T$ with the run's $q$, dashed lines the same with the bin's own $q$.
 
 # %%
 from tailtheory.tim import training as paths
