@@ -71,14 +71,15 @@ def kernel_env(figures: Path) -> dict[str, str]:
     return env
 
 
-def render(src: Path, figures: Path) -> Path:
-    """Execute ``src`` and write its render; returns the render's path."""
+def render(src: Path, figures: Path, made_from: str) -> Path:
+    """Execute ``src`` and write its render, its note naming ``made_from``
+    (:func:`provenance_line`); returns the render's path."""
     nb = jupytext.read(src)
     nb.metadata.pop("jupytext", None)  # a render is not paired: Lab must not write a .py beside it
     note = nbformat.v4.new_markdown_cell(
         f"*A render of [`notebooks/{src.name}`](../../notebooks/{src.name}) (paired with "
         f"`{src.stem}.ipynb`), executed on its `quick` preset by `make render` at "
-        f"{provenance_line()}. Edit the source, not this file; `tests/test_render.py` fails "
+        f"{made_from}. Edit the source, not this file; `tests/test_render.py` fails "
         "when the two differ.*")
     nb.cells.insert(0, note)
     for i, cell in enumerate(nb.cells):  # stable ids: a re-render changes outputs only
@@ -102,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     figures = args.figures.resolve()
     figures.mkdir(parents=True, exist_ok=True)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
+    made_from = provenance_line()  # before the renders refresh figures/ (the tree as it was)
     for src in sources(args.notebooks):
         t0 = time.monotonic()
         print(f"== {src.relative_to(ROOT)}", flush=True)
-        out = render(src, figures)
+        out = render(src, figures, made_from)
         print(f"   -> {out.relative_to(ROOT)} ({time.monotonic() - t0:.0f} s)", flush=True)
     return 0
 
