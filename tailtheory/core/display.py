@@ -98,8 +98,11 @@ def figure_alt(fig, name: str) -> str:
     """A figure's alternative text: its name, then its title and each panel's title and axis
     labels (what a reader who cannot see it needs to know it is there and what it plots)."""
     title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
-    panels = [" / ".join(x for x in (ax.get_title(), f"{ax.get_ylabel()} against "
-                                     f"{ax.get_xlabel()}" if ax.get_xlabel() else "") if x)
+    def axis(ax) -> str:
+        y, x = ax.get_ylabel(), ax.get_xlabel()
+        return f"{y} against {x}" if y and x else x or y
+
+    panels = [" / ".join(x for x in (ax.get_title(), axis(ax)) if x)
               for ax in fig.axes if ax.get_visible()]
     return "; ".join(x for x in [f"figure {name}", title, *panels] if x)
 
