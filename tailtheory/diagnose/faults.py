@@ -290,7 +290,8 @@ def truncation_note(exact_frac: float, k_max: int, k_min: int) -> str:
         return (f"the {k} lists stop before this cut-off at "
                 f"{_pct(1 - exact_frac)} of positions, so this mass is the probability outside "
                 f"the lists, not a bias of DVP (full lists, k = V, measure it)")
-    return f"an upper bound at the {_pct(1 - exact_frac)} of positions where the {k} list stops early"
+    return (f"an upper bound at the {_pct(1 - exact_frac)} of positions where the {k} list "
+            f"stops early")
 
 
 def _pct(x: float) -> str:

@@ -212,12 +212,8 @@ def nemo_rl_rows(path: Path) -> Iterator[dict]:
             raise ValueError(f"{path} {where}: lacks {', '.join(missing)}{_nemo_hint(missing)}")
         per = {k: _per_token(rec[k]) for k in NEMO_RL_KEYS}
         adv = _per_token(rec.get("advantages"))
-        arr = {"token_ids": int_array(per["token_ids"], path, where, "token_ids"),
-               "token_loss_mask": float_array(per["token_loss_mask"], path, where,
-                                              "token_loss_mask"),
-               "generation_logprobs": float_array(per["generation_logprobs"], path, where,
-                                              "generation_logprobs"),
-               "prev_logprobs": float_array(per["prev_logprobs"], path, where, "prev_logprobs")}
+        arr = {k: (int_array if k == "token_ids" else float_array)(per[k], path, where, k)
+               for k in NEMO_RL_KEYS}
         if isinstance(adv, list):
             arr["advantages"] = float_array(adv, path, where, "advantages")
         _same_length(arr, path, where)
@@ -247,12 +243,8 @@ def prime_rl_rows(path: Path) -> Iterator[dict]:
         if missing:
             raise ValueError(f"{path} {where}: lacks {', '.join(missing)} (not a prime-rl "
                              f"token export line)")
-        arr = {"token_ids": int_array(rec["token_ids"], path, where, "token_ids"),
-               "loss_mask": float_array(rec["loss_mask"], path, where, "loss_mask"),
-               "inference_logprobs": float_array(rec["inference_logprobs"], path, where,
-                                             "inference_logprobs"),
-               "trainer_logprobs": float_array(rec["trainer_logprobs"], path, where,
-                                           "trainer_logprobs")}
+        arr = {k: (int_array if k == "token_ids" else float_array)(rec[k], path, where, k)
+               for k in PRIME_RL_KEYS if k != "step"}
         for k in ("advantages", "mismatch_kl", "rl_weights", "ref_kl_weights"):
             if isinstance(rec.get(k), list) and any(x is not None for x in rec[k]):
                 arr[k] = float_array(rec[k], path, where, k)

@@ -132,14 +132,9 @@ def slime_rows(path: Path, seen: set | None = None) -> Iterator[dict]:
             if key in seen:
                 continue                                 # a tensor-parallel copy
             seen.add(key)
-        arr = {"loss_masks": float_array(_np(s["loss_masks"]).reshape(-1), path, where,
-                                         "loss_masks"),
-               "rollout_log_probs": float_array(_np(s["rollout_log_probs"]).reshape(-1), path, where,
-                                            "rollout_log_probs"),
-               "log_probs": float_array(_np(s["log_probs"]).reshape(-1), path, where, "log_probs")}
-        if s.get("advantages") is not None:
-            arr["advantages"] = float_array(_np(s["advantages"]).reshape(-1), path, where,
-                                        "advantages")
+        keys = ["loss_masks", "rollout_log_probs", "log_probs"]
+        keys += ["advantages"] * (s.get("advantages") is not None)
+        arr = {k: float_array(_np(s[k]).reshape(-1), path, where, k) for k in keys}
         for k, v in arr.items():
             if len(v) != resp:
                 raise ValueError(f"{path} {where}: {k} has {len(v)} entries but the response "
