@@ -88,3 +88,17 @@ def test_figure_table_claims_read_ranges_and_lists():
     assert site.claims_of("T1-T8, T10") == {f"T{i}" for i in (*range(1, 9), 10)}
     assert site.claims_of("V3, O6") == {"V3", "O6"}
     assert site.claims_of("every training claim") == set()
+
+
+def test_a_folder_the_builder_did_not_write_is_never_emptied(tmp_path):
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "draft.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="did not write"):
+        site.build(mine)
+    assert (mine / "draft.txt").read_text() == "mine"
+    out = tmp_path / "site"
+    site.build(out)
+    (out / "stale.html").write_text("old")
+    site.build(out)                                       # a site built before: rebuilt
+    assert not (out / "stale.html").exists() and (out / "index.html").exists()

@@ -40,6 +40,8 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}img{max-width:100%}
 section.claim{border-top:1px solid #ddd;padding-top:.6em;margin-top:1.2em}"""
 VERDICT_STYLE = {"HOLDS": "#d8f0dc", "HOLDS-UNDER": "#d8f0dc", "TOY-SCALE": "#e6f2d6",
                  "REFUTED": "#f9d6d5", "NOT-REPRODUCED": "#fdebc8"}
+MARKER = ".tailtheory-site"
+"""The file that marks a folder as a site this builder wrote (and may empty on its next build)."""
 _FIG = re.compile(r"`(figures/[\w/.-]+\.png)`")
 _CLAIM_RANGE = re.compile(r"\b([A-Z])(\d{1,2})\s*-\s*(?:\1)?(\d{1,2})\b")
 
@@ -146,7 +148,8 @@ def build_notebooks(out: Path) -> list[Path]:
 
 
 def build(out: Path) -> tuple[int, list[Path]]:
-    """Build the site into ``out`` (emptied first); ``(claims, notebook pages)``."""
+    """Build the site into ``out`` (a new or empty folder, or a site built before, emptied
+    first; any other folder is refused); ``(claims, notebook pages)``."""
     import mistune
 
     md = mistune.create_markdown(escape=True)
@@ -154,16 +157,21 @@ def build(out: Path) -> tuple[int, list[Path]]:
     def markdown(text: str) -> str:  # one table cell: inline Markdown, no wrapping paragraph
         return re.sub(r"^<p>|</p>\s*$", "", md(text.replace("<br>", "\n")).strip())
 
-    if out.exists():
+    if out.exists() and any(out.iterdir()):
+        if not (out / MARKER).exists():  # a folder this builder did not write is never emptied
+            raise SystemExit(f"{out} holds files this builder did not write: choose a new or "
+                             f"empty folder, or a site built before")
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by docs/site/build.py; emptied by its next build\n")
     return build_index(out, markdown), build_notebooks(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "site",
-                    help="where to write the site (emptied first; default: build/site/)")
+                    help="where to write the site: a new or empty folder, or a site built before "
+                         "(emptied first); default: build/site/")
     args = ap.parse_args(argv)
     claims, pages = build(args.out.resolve())
     print(f"wrote {args.out / 'index.html'} ({claims} claims) and {len(pages)} notebook pages")

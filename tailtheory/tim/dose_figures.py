@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from tailtheory.tim.dose import (MIN_SEEDS, REMEDIES, STUDY, WELL_FORMED, dose_table,
-                                 register_table, threshold)
+                                 threshold)
 
 REMEDY_NAMES = {method: name for name, method in REMEDIES.items()}
 """A remedy's method -> the name its arm is drawn under."""
@@ -21,14 +21,6 @@ def dose_frame(data):
     import pandas as pd
 
     return pd.DataFrame(dose_table(data))
-
-
-def register_frame(data):
-    """:func:`tailtheory.tim.dose.register_table` as a pandas frame: the register a user acts on
-    (GRPO's threshold per noise kind, each remedy at its sigma, each real path)."""
-    import pandas as pd
-
-    return pd.DataFrame(register_table(data))
 
 
 def run_points(data):

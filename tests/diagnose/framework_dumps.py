@@ -9,6 +9,7 @@ import torch
 
 from tailtheory.cli import main
 from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
+from tests.diagnose.test_read import _fails  # noqa: F401  (the one-line refusal, shared)
 
 
 PAD = 0
@@ -63,16 +64,6 @@ def _same(got: pd.DataFrame, want: pd.DataFrame, cols) -> None:
     for c in cols:
         np.testing.assert_allclose(got[c].to_numpy(float), want[c].to_numpy(float), rtol=1e-6,
                                    atol=1e-6, err_msg=c)
-
-
-def _fails(capsys, tmp_path, *args, match):
-    out = tmp_path / "report"
-    assert main(["diagnose", *map(str, args), "--out", str(out), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("tailtheory: error: ") and len(err.splitlines()) == 1, err
-    assert match in err, err
-    assert not out.exists()
-    return err
 
 
 def _report(tmp_path, *args):

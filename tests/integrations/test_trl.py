@@ -28,6 +28,10 @@ ATOL = 1e-6
 """float32 loss / gradient agreement with TRL: both run the same fused forward."""
 
 
+ROLLOUT_TOKENS = 4
+"""The runs' ``max_completion_length``: the tokens a test's ``rollout_func`` samples."""
+
+
 def _model(seed: int = 0):
     return tiny_lm(vocab_size=V, hidden=16, layers=1, heads=2, kv_heads=1, seed=seed)
 
@@ -43,9 +47,10 @@ def _reward(completions, **_):
 
 def _common(tmp_path, **kw) -> dict:
     base = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                max_completion_length=4, max_steps=2, learning_rate=1e-2, use_cpu=True,
-                report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0,
-                bf16=False, dataloader_num_workers=0, gradient_checkpointing=False)
+                max_completion_length=ROLLOUT_TOKENS, max_steps=2, learning_rate=1e-2,
+                use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
+                disable_tqdm=True, seed=0, bf16=False, dataloader_num_workers=0,
+                gradient_checkpointing=False)
     return {**base, **kw}
 
 
@@ -199,29 +204,38 @@ def test_lopti_passes_are_trl_iterations(tmp_path):
     assert "tail/lopti/low_frac" not in logs[1]           # no new generation on iteration 1
 
 
-def _bf16_rollout(prompts, trainer):
-    """A TRL ``rollout_func``: sample with a bfloat16 copy of the policy and return its own
-    log-probs, so pi_roll differs from the float32 trainer's pi_old (a real mismatch)."""
-    tok, model = trainer.processing_class, copy.deepcopy(trainer.model).to(torch.bfloat16).eval()
-    p_ids, c_ids, lps = [], [], []
-    for text in prompts:
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), do_sample=True, max_new_tokens=4, top_k=0,
-                                 top_p=1.0, output_scores=True, return_dict_in_generate=True,
-                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-        new = out.sequences[0, len(ids):].tolist()
-        lp = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.scores, new)]
-        p_ids.append(ids)
-        c_ids.append(new)
-        lps.append(lp)
-    return {"prompt_ids": p_ids, "completion_ids": c_ids, "logprobs": lps}
+def _rollout(dtype):
+    """A TRL ``rollout_func`` sampling with the policy (a copy in ``dtype``) and returning the
+    sampler's own log-probs of the sampled tokens (raw logits: temperature 1, no top-k / top-p)."""
+    def rollout(prompts, trainer):
+        tok = trainer.processing_class
+        model = trainer.model
+        if dtype != torch.float32:  # a fresh copy: TRL's patched forward would run the original
+            model = _model()
+            model.load_state_dict(trainer.model.state_dict())
+            model.to(dtype)
+        p_ids, c_ids, lps = [], [], []
+        for text in prompts:                   # TRL's sampler already repeats each prompt
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                out = model.generate(torch.tensor([ids]), do_sample=True,
+                                     max_new_tokens=ROLLOUT_TOKENS, top_k=0, top_p=1.0,
+                                     output_logits=True,
+                                     return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
+                                     eos_token_id=tok.eos_token_id)
+            new = out.sequences[0, len(ids):].tolist()
+            lp = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.logits, new)]
+            p_ids.append(ids)
+            c_ids.append(new)
+            lps.append(lp)
+        return {"prompt_ids": p_ids, "completion_ids": c_ids, "logprobs": lps}
+    return rollout
 
 
 def test_rollout_logprobs_give_a_real_mismatch(tmp_path):
     """With rollout log-probs (a bf16 sampler via TRL's rollout_func), log_rho is not 0 and the
     corrections act: the per-token mismatch metrics in TRL's logs are positive."""
-    _, logs = _train(tmp_path, "tis+icepop", rollout_func=_bf16_rollout)
+    _, logs = _train(tmp_path, "tis+icepop", rollout_func=_rollout(torch.bfloat16))
     for h in logs:
         assert h["tail/mismatch/abs_mean"] > 0 and h["tail/mismatch/k3"] > 0
         assert h["tail/tis/weight_mean"] != 1.0

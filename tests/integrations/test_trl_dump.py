@@ -24,39 +24,13 @@ from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dump  # no
 from tailtheory.integrations.trl import TailGRPOConfig, TailGRPOTrainer  # noqa: E402
 from tailtheory.integrations.trl_dump import (DumpingGRPOTrainer,  # noqa: E402
                                               TokenDumpMixin, trainer_logps)
-from tests.integrations.test_trl import _batch, _common, _data, _model, _reward  # noqa: E402
+from tests.integrations.test_trl import (_batch, _common, _data, _model, _reward,  # noqa: E402
+                                          ROLLOUT_TOKENS, _rollout)
 from tailtheory.engine.tokenizer import build_tokenizer  # noqa: E402
 
 V = 64
-C = 4
+C = ROLLOUT_TOKENS
 """max_completion_length of the runs."""
-
-
-def _rollout(dtype):
-    """A TRL ``rollout_func`` sampling with the policy (a copy in ``dtype``) and returning the
-    sampler's own log-probs of the sampled tokens (raw logits: temperature 1, no top-k / top-p)."""
-    def rollout(prompts, trainer):
-        tok = trainer.processing_class
-        model = trainer.model
-        if dtype != torch.float32:  # a fresh copy: TRL's patched forward would run the original
-            model = _model()
-            model.load_state_dict(trainer.model.state_dict())
-            model.to(dtype)
-        p_ids, c_ids, lps = [], [], []
-        for text in prompts:                   # TRL's sampler already repeats each prompt
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            with torch.no_grad():
-                out = model.generate(torch.tensor([ids]), do_sample=True, max_new_tokens=C,
-                                     top_k=0, top_p=1.0, output_logits=True,
-                                     return_dict_in_generate=True, pad_token_id=tok.pad_token_id,
-                                     eos_token_id=tok.eos_token_id)
-            new = out.sequences[0, len(ids):].tolist()
-            lp = [float(torch.log_softmax(s[0].float(), -1)[t]) for s, t in zip(out.logits, new)]
-            p_ids.append(ids)
-            c_ids.append(new)
-            lps.append(lp)
-        return {"prompt_ids": p_ids, "completion_ids": c_ids, "logprobs": lps}
-    return rollout
 
 
 def _dumping(tmp_path, rollout_func=None, cls=DumpingGRPOTrainer, config=GRPOConfig, **kw):

@@ -37,9 +37,3 @@ def test_plot_dose_draws_every_arm():
     pts = dose_figures.run_points(_data())
     assert len(pts) == 5 + 3 * 5 and set(pts["role"]) == {"baseline", "dose", "real", "remedy"}
     plt.close(fig)
-
-
-def test_register_frame_has_the_threshold():
-    reg = dose_figures.register_frame(_data())
-    grpo = reg[(reg["method"] == "grpo") & (reg["kind"] == "logit")].iloc[0]
-    assert grpo["k3_safe"] == pytest.approx(2e-2) and grpo["k3_harm"] == pytest.approx(0.2)
