@@ -25,6 +25,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
+CACHE_ENV = "TAILTHEORY_CACHE"
+"""Environment variable that moves the caches (tests point it at a temporary folder)."""
+
+
+def cache_dir(name: str) -> Path:
+    """``$TAILTHEORY_CACHE/<name>``, else ``cache/<name>`` of the checkout (or of the working
+    directory, for an installed package)."""
+    default = REPO_ROOT / "cache" if (REPO_ROOT / "pyproject.toml").exists() else Path("cache")
+    return Path(os.environ.get(CACHE_ENV, default)) / name
+
 
 SCRATCH_FIGURES = "scratch"
 """Sub-folder of the checkout's ``figures/`` (ignored by git) that a Jupyter kernel writes to."""

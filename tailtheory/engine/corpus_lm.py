@@ -36,10 +36,9 @@ from pathlib import Path
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.core.io import REPO_ROOT, atomic_write_json
+from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (CACHE_ENV: tests)
 from tailtheory.core.models import TinyLMConfig, damaged_weights, load_lm, num_params, tiny_lm
 from tailtheory.engine.threads import resolve_threads, torch_threads
-from tailtheory.engine.warm_cache import CACHE_ENV
 
 CORPUS_VOCAB = 4096
 """BPE vocabulary of the corpus LM: a subword vocabulary 8x the task models' 512, big enough for
@@ -169,8 +168,7 @@ def config_hash(cfg: CorpusLMConfig, digest: str) -> str:
 
 def cache_root() -> Path:
     """``$TAILTHEORY_CACHE/corpus_lm``, else ``cache/corpus_lm`` of the checkout."""
-    default = REPO_ROOT / "cache" if (REPO_ROOT / "pyproject.toml").exists() else Path("cache")
-    return Path(os.environ.get(CACHE_ENV, default)) / "corpus_lm"
+    return cache_dir("corpus_lm")
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):
@@ -309,15 +307,20 @@ def corpus_lm(cfg: CorpusLMConfig | None = None, progress: bool = True, force: b
     not cached. Returns its folder; open it with :func:`load_corpus_lm`. ``force`` retrains;
     ``threads``: torch CPU threads (0: one for a model this small)."""
     cfg = cfg or CorpusLMConfig()
-    if not isinstance(cfg, CorpusLMConfig):
-        raise TypeError(f"cfg must be a CorpusLMConfig, got {type(cfg).__name__}")
-    train_files, held_files = corpus_files(cfg)
-    final = cache_root() / config_hash(cfg, corpus_digest(train_files + held_files))
+    final = cache_root() / corpus_key(cfg)
     if (final / RECORD).exists() and not force:
         return final
     model, tokenizer, held, record = train_corpus_lm(cfg, progress, threads)
     _save(final, model, tokenizer, held, record)
     return final
+
+
+def corpus_key(cfg: CorpusLMConfig) -> str:
+    """The cache key of ``cfg``'s corpus LM on this Python: its config and its corpus bytes."""
+    if not isinstance(cfg, CorpusLMConfig):
+        raise TypeError(f"cfg must be a CorpusLMConfig, got {type(cfg).__name__}")
+    train_files, held_files = corpus_files(cfg)
+    return config_hash(cfg, corpus_digest(train_files + held_files))
 
 
 def _save(final: Path, model, tokenizer, held: torch.Tensor, record: dict) -> None:
@@ -392,6 +395,6 @@ def heldout_batch(path: str | Path, B: int, L: int, seed: int = 0) -> torch.Tens
     return wins[order[:B]].clone()
 
 
-__all__ = ["CORPUS_VOCAB", "CorpusLMConfig", "corpus_lm", "load_corpus_lm", "heldout_batch",
+__all__ = ["CORPUS_VOCAB", "CorpusLMConfig", "corpus_lm", "corpus_key", "load_corpus_lm", "heldout_batch",
            "heldout_stream", "read_corpus_record", "corpus_files", "train_tokenizer",
            "encode_stream", "cache_root"]

@@ -8,11 +8,19 @@ The statements are reasoning-gym ``knights_knaves`` ``metadata["statements"]`` t
 (:func:`render_kk_trace`) tries the assignments of :func:`kk_assignments` in order and checks
 person after person; :func:`parse_kk_trace` accepts the search for *any* value expressions and
 returns the answer it ends on.
+
+``kk_prose`` writes the same search as English might: every trace word (``try is ok no so``) is
+drawn from a list of synonyms (:data:`PROSE_SYNONYMS`) with Zipf weights (:data:`PROSE_ZIPF`),
+and each attempt checks its people in a random order (:func:`render_kk_prose`). The choice has no
+bearing on the answer, so a policy that imitates it keeps several plausible tokens at every such
+slot: the spread of sampled probabilities a real LM's text has. :func:`parse_kk_trace` reads it
+back with ``prose=True``.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 
 KK_CONNECTIVES = {"and": "&", "or": "|", "->": ">", "<=>": "="}
 KK_ATOMS = {"telling-truth": "T", "lying": "F"}
@@ -57,17 +65,42 @@ def kk_assignments(n: int):
     return itertools.product((True, False), repeat=n)
 
 
-def render_kk_trace(statements) -> tuple[str, tuple[bool, ...]]:
+PROSE_SYNONYMS = {
+    "try": ("try", "suppose", "assume", "consider", "take", "say", "posit"),
+    "is": ("is", "gives", "means", "yields", "equals", "makes"),
+    "ok": ("ok", "fine", "good", "holds", "consistent", "agrees", "matches"),
+    "no": ("no", "fails", "contradiction", "wrong", "clash", "impossible", "breaks"),
+    "so": ("so", "hence", "thus", "therefore", "answer", "finally"),
+}
+"""``kk_prose``: the words that may stand for each trace word, the canonical one first. No word
+stands for two."""
+
+PROSE_ZIPF = 0.7
+"""Exponent of the synonyms' weights: the ``k``-th (from 1) is drawn with weight ``k ** -0.7``, a
+Zipf law as word frequencies follow in text (for 7 synonyms: 0.30, 0.19, 0.14, 0.11, 0.10, 0.09,
+0.08; for 6: 0.32, 0.20, 0.15, 0.12, 0.11, 0.09), so about 70% of the words drawn have a chance
+below 1/4, the lowest of LOPTI's probability bins."""
+
+PROSE_WORDS = tuple(w for ws in PROSE_SYNONYMS.values() for w in ws[1:])
+"""The synonyms that are not trace words themselves."""
+
+_CANONICAL = {w: c for c, ws in PROSE_SYNONYMS.items() for w in ws}
+
+
+def render_kk_trace(statements, rng: random.Random | None = None) -> tuple[str, tuple[bool, ...]]:
     """``(trace words, solution)``: the search of the ``kk_trace`` task (module docstring).
 
     Tries the assignments of :func:`kk_assignments` in order; checks person after person until
     one's statement value differs from their hypothesised value (``no``); stops at the first
-    assignment where every check says ``ok`` and repeats it after ``so``.
+    assignment where every check says ``ok`` and repeats it after ``so``. With ``rng`` each attempt
+    checks its people in an order drawn from it (``kk_prose``), else ``P0``, ``P1``, ...
     """
     words: list[str] = []
-    for h in kk_assignments(len(statements)):
+    n = len(statements)
+    for h in kk_assignments(n):
         words += ["try", *(_TV[v] for v in h), ":"]
-        for i, s in enumerate(statements):
+        for i in (rng.sample(range(n), n) if rng else range(n)):
+            s = statements[i]
             r = kk_truth(s, h)
             words += [f"P{i}", render_statement(s, h), "is", _TV[r], _VERDICT[r == h[i]]]
             if r != h[i]:
@@ -77,7 +110,21 @@ def render_kk_trace(statements) -> tuple[str, tuple[bool, ...]]:
     raise ValueError("no assignment satisfies every statement")
 
 
-def parse_kk_trace(words: list[str], n: int, max_depth: int) -> str | None:
+def render_kk_prose(statements, rng: random.Random) -> tuple[str, tuple[bool, ...]]:
+    """``(prose words, solution)``: :func:`render_kk_trace` with its people in ``rng``'s order,
+    then every trace word replaced by a synonym drawn with the :data:`PROSE_ZIPF` weights."""
+    trace, h = render_kk_trace(statements, rng)
+    return " ".join(_synonym(w, rng) for w in trace.split()), h
+
+
+def _synonym(word: str, rng: random.Random) -> str:
+    options = PROSE_SYNONYMS.get(word)
+    if options is None:
+        return word
+    return rng.choices(options, [(k + 1) ** -PROSE_ZIPF for k in range(len(options))])[0]
+
+
+def parse_kk_trace(words: list[str], n: int, max_depth: int, prose: bool = False) -> str | None:
     """The answer (``T F T``) of a well-formed ``kk_trace`` response, else None.
 
     Well-formed: the search of :func:`render_kk_trace` for *some* value expressions (each of
@@ -85,16 +132,24 @@ def parse_kk_trace(words: list[str], n: int, max_depth: int) -> str | None:
     whose ``is`` value evaluates their expression and whose verdict compares it with the person's
     hypothesised value, each attempt cut at its first ``no``, stopping at the first all-``ok``
     attempt, then ``so`` and that attempt's hypothesis. Only the value expressions are free.
+    ``prose``: the ``kk_prose`` form, where any synonym of :data:`PROSE_SYNONYMS` stands for a
+    trace word and an attempt checks each person once, in any order.
     """
+    if prose:
+        words = [_CANONICAL.get(w, w) for w in words]
     pos = 0
     for h in kk_assignments(n):
         hyp = [_TV[v] for v in h]
         if words[pos: pos + n + 2] != ["try", *hyp, ":"]:
             return None
         pos += n + 2
-        for i in range(n):
-            if words[pos: pos + 1] != [f"P{i}"]:
+        unchecked = [f"P{i}" for i in range(n)]
+        for _ in range(n):
+            person = words[pos] if pos < len(words) else None
+            if person not in (unchecked if prose else unchecked[:1]):
                 return None
+            unchecked.remove(person)
+            i = int(person[1:])
             r, pos = _read_value(words, pos + 1, max_depth)
             if r is None or words[pos: pos + 3] != ["is", _TV[r], _VERDICT[r == h[i]]]:
                 return None

@@ -27,6 +27,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.models import TinyLMConfig, num_params, tiny_lm
+from tailtheory.engine.corpus_lm import CorpusLMConfig
 from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks import TASKS, Problem, Task, get_task
 from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -76,6 +77,10 @@ class SFTConfig:
     """Generator seeds of the training and held-out problems; RL should draw from other seeds."""
     seed: int = 0
     """Model initialisation, batch order and evaluation sampling."""
+    pretrained: CorpusLMConfig | None = None
+    """Start from the corpus LM of this config (:mod:`tailtheory.engine.corpus_lm`: its weights and
+    its byte-level BPE tokenizer, which the task then speaks; ``model`` must be its model) instead
+    of a random ``model`` speaking the word-level tokenizer (``None``)."""
     stop_in_window: bool = True
     """Stop as soon as the accuracy enters the window (the warm start RL needs). False trains
     exactly ``max_steps`` steps and keeps the result whatever its accuracy: a pipeline check
@@ -100,6 +105,9 @@ class SFTConfig:
             raise ValueError(f"chance_margin must lie in [0, 1), got {self.chance_margin}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.pretrained is not None and self.pretrained.model != self.model:
+            raise ValueError(f"model must be the pretrained corpus LM's model "
+                             f"({self.pretrained.model}), got {self.model}")
         low = self.acc_floor(self.make_task())  # bad task_kwargs fail here, not in training
         if low > self.acc_high:
             raise ValueError(f"the window is empty: chance + chance_margin = {low:.3f} exceeds "
@@ -115,15 +123,31 @@ class SFTConfig:
         """Lower edge of the accuracy window for ``task``."""
         return max(self.acc_low, task.chance_accuracy + self.chance_margin)
 
-    def make_task(self) -> Task:
-        """The task this config trains on, with the model's vocabulary size."""
-        return get_task(self.task, vocab_size=self.model.vocab_size, **self.task_kwargs)
+    def make_task(self, tokenizer=None) -> Task:
+        """The task this config trains on, with the model's vocabulary size, speaking
+        ``tokenizer`` (``None``: the word-level one)."""
+        return get_task(self.task, vocab_size=self.model.vocab_size, tokenizer=tokenizer,
+                        **self.task_kwargs)
+
+    def start(self, device: str = "cpu") -> tuple:
+        """``(model, task)`` training starts from: the pretrained corpus LM and the task speaking
+        its tokenizer (trained first when it is not cached), or a random ``model`` built from
+        ``seed`` and the task speaking the word-level tokenizer."""
+        if self.pretrained is None:
+            return tiny_lm(self.model, seed=self.seed).to(device), self.make_task()
+        from tailtheory.engine.corpus_lm import corpus_lm, load_corpus_lm
+
+        model, tokenizer = load_corpus_lm(corpus_lm(self.pretrained), device=device)
+        return model, self.make_task(tokenizer)
 
 
-TASK_DEFAULTS = {"kk_trace": {"batch_size": 32, "lr": 2e-3, "eval_every": 50}}
+TASK_DEFAULTS = {"kk_trace": {"batch_size": 32, "lr": 2e-3, "eval_every": 50},
+                 "kk_prose": {"batch_size": 32, "lr": 1e-3, "eval_every": 50,
+                              "pretrained": CorpusLMConfig(), "model": CorpusLMConfig().model}}
 """Per-task departures from the :class:`SFTConfig` defaults. ``kk_trace``'s responses are about
 100 tokens (25x ``kk``'s): batch 128 took 5.4 s a step on a 2-core CPU; batch 32 at lr 2e-3
-entered the window (accuracy 0.25) after 750 steps, evaluated every 50 (measured)."""
+entered the window (accuracy 0.25) after 750 steps, evaluated every 50 (measured). ``kk_prose``
+starts from the pretrained corpus LM, whose tokenizer has a real vocabulary tail."""
 
 _BUDGET_FIELDS = ("max_steps",)
 """Fields that bound the run but do not change what a finished run trained: a result that entered
@@ -136,6 +160,12 @@ def config_hash(cfg: SFTConfig) -> str:
     fields = {k: v for k, v in asdict(cfg).items() if k not in budget}
     if cfg.stop_in_window:  # the default stays out of the hash: earlier caches keep their keys
         del fields["stop_in_window"]
+    if cfg.pretrained is None:
+        del fields["pretrained"]
+    else:  # the corpus LM's own key: its config and the corpus bytes of this Python
+        from tailtheory.engine.corpus_lm import corpus_key
+
+        fields["pretrained"] = corpus_key(cfg.pretrained)
     blob = json.dumps({"version": SFT_CACHE_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -166,16 +196,15 @@ def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0):
     threads (0: one for a model this small on the CPU).
     """
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = tiny_lm(cfg.model, seed=cfg.seed)
+    model, task = cfg.start(device)
     with torch_threads(resolve_threads(threads, num_params(model), device)):
-        return _train_sft(cfg, model.to(device).train(), device, progress)
+        return _train_sft(cfg, model.train(), task, device, progress)
 
 
-def _train_sft(cfg: SFTConfig, model, device: str, progress: bool):
+def _train_sft(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    task = cfg.make_task()
     X, Y, held_out = sft_data(cfg, task)
     lengths = packed_lengths(Y)                         # (N,) on the CPU: pad may equal EOS
     X, Y = X.to(device), Y.to(device)

@@ -37,7 +37,7 @@ def load_task(cfg: TrainConfig, tokenizer=None, vocab_size: int | None = None):
 
 
 def _task_kwargs(cfg: TrainConfig) -> dict:
-    kk = cfg.task in ("kk", "kk_trace")
+    kk = cfg.task.startswith("kk")
     return {"n_people": cfg.n_people} if kk and cfg.n_people != 3 else {}
 
 

@@ -75,16 +75,17 @@ different seeds never share an index (the generators seed each problem by its in
 from __future__ import annotations
 
 import inspect
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.engine.knights_knaves import (kk_value_len, parse_kk_trace, render_kk_trace,
-                                              render_statement)
-from tailtheory.engine.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, build_tokenizer,
-                                         check_tokenizer, tokens_per_word)
+from tailtheory.engine.knights_knaves import (PROSE_WORDS, kk_value_len, parse_kk_trace,
+                                              render_kk_prose, render_kk_trace, render_statement)
+from tailtheory.engine.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, WORDS,
+                                         build_tokenizer, check_tokenizer, tokens_per_word)
 
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
@@ -128,6 +129,9 @@ class Task:
 
     name: str = ""
     rg_name: str = ""
+    words: tuple[str, ...] = WORDS
+    """Every word a response may use: the word-level tokenizer holds them, a given tokenizer must
+    write them back, and :attr:`tokens_per_word` is measured over them."""
 
     def __init__(self, seed: int = 0, vocab_size: int | None = None, *, tokenizer=None,
                  **rg_kwargs: Any):
@@ -135,12 +139,13 @@ class Task:
         self.rg_kwargs = rg_kwargs
         own = tokenizer is None
         if own:
-            tokenizer = build_tokenizer(DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size)
+            tokenizer = build_tokenizer(DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size,
+                                        self.words)
         self.tokenizer = tokenizer
         self.vocab_size = check_positive_int(len(tokenizer) if vocab_size is None else vocab_size,
                                              "vocab_size")
         if not own:
-            check_tokenizer(tokenizer, self.vocab_size)
+            check_tokenizer(tokenizer, self.vocab_size, words=self.words)
         self.n_tokens = len(tokenizer)  # ids it knows; [n_tokens, vocab_size): padding rows
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = self.eos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
@@ -149,7 +154,7 @@ class Task:
         # a response's first word follows the prompt's last word (a space), or a chat template's
         # generation prompt, which ends in a newline (nothing)
         self.response_prefix = "" if self.chat else " "
-        self.tokens_per_word = tokens_per_word(tokenizer)
+        self.tokens_per_word = tokens_per_word(tokenizer, self.words)
 
     # --- rendering (subclasses) ---
     max_response_words: int = 0
@@ -326,6 +331,23 @@ class KnightsKnavesTrace(KnightsKnaves):
         return self.final_answer(words) is not None
 
 
+class KnightsKnavesProse(KnightsKnavesTrace):
+    """``kk_prose``: the ``kk_trace`` search written with a choice of words and order
+    (:func:`~tailtheory.engine.knights_knaves.render_kk_prose`): each trace word may be any of its
+    synonyms, drawn with Zipf weights, and each attempt checks its people in a random order. The
+    ideal response of a problem is drawn once, from its generator index, so a training pool holds
+    every form; any form of the search is well-formed, and only the final answer is scored."""
+
+    name = "kk_prose"
+    words = WORDS + PROSE_WORDS
+
+    def target(self, problem: Problem) -> str:
+        return render_kk_prose(problem.meta["statements"], random.Random(problem.meta["rg_index"]))[0]
+
+    def final_answer(self, words: list[str]) -> str | None:
+        return parse_kk_trace(words, self.n_people, self.depth, prose=True)
+
+
 class ChainSum(Task):
     """``chain_sum``: ``a ± b ± c`` with small non-negative terms (reasoning-gym ``chain_sum``)."""
 
@@ -358,7 +380,7 @@ class ChainSum(Task):
                 and not (digits[0] == "0" and (len(digits) > 1 or words[:1] == ["-"])))
 
 
-TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, ChainSum)}
+TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, KnightsKnavesProse, ChainSum)}
 """Task registry: name -> class."""
 
 

@@ -19,15 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tailtheory.core.io import REPO_ROOT, atomic_write_json
+from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (CACHE_ENV: tests)
 from tailtheory.core.models import load_lm
 from tailtheory.engine.sft import TASK_DEFAULTS, SFTConfig, config_hash, train_sft
 from tailtheory.engine.tasks import TASKS, Task, get_task
 from tailtheory.engine.threads import resolve_threads
-
-CACHE_ENV = "TAILTHEORY_CACHE"
-"""Environment variable that moves the cache (tests point it at a temporary folder)."""
-
 
 class WarmStartMissed(ValueError):
     """The warm start ended outside its accuracy window; its message says what to do."""
@@ -35,8 +31,7 @@ class WarmStartMissed(ValueError):
 
 def cache_root() -> Path:
     """``$TAILTHEORY_CACHE/sft``, else ``cache/sft`` of the checkout (or working directory)."""
-    default = REPO_ROOT / "cache" if (REPO_ROOT / "pyproject.toml").exists() else Path("cache")
-    return Path(os.environ.get(CACHE_ENV, default)) / "sft"
+    return cache_dir("sft")
 
 
 def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool = False,
@@ -187,7 +182,7 @@ def sft_main(args) -> int:
     """
     resolve_threads(args.threads, 0)  # a bad count fails before any work
     people = args.n_people
-    kk = args.task in ("kk", "kk_trace")
+    kk = args.task.startswith("kk")
     kwargs = {} if people is None or (kk and people == 3) else {"n_people": people}
     cfg = SFTConfig.for_task(args.task, task_kwargs=kwargs, max_steps=args.steps,
                              **({} if args.eval_every is None else {"eval_every": args.eval_every}))

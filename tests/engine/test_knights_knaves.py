@@ -86,3 +86,67 @@ def test_kk_trace_derives_the_generators_answer():
                 for s in p.meta["statements"]:
                     assert kk_truth(s, h) == bool(KKD.test_satisfiability(s, h))
             assert words.count("try") == 1 + list(kk_assignments(n)).index(p.meta["solution"])
+
+
+# --- kk_prose: the same search with a choice of words and order ------------------------------
+
+PROSE = ("suppose T T T : P1 ( T & F ) gives F fails "
+         "try T T F : P0 ~ F is T fine P1 ( F & T ) is F wrong "
+         "take T F T : P0 ~ T means F no "
+         "try T F F : P0 ~ T is F no "
+         "assume F T T : P0 ~ F is T clash "
+         "try F T F : P0 ~ F is T no "
+         "try F F T : P2 ( F | T ) is T holds P0 ~ T yields F ok P1 ( T & F ) is F good "
+         "hence F F T")
+"""The hand-worked puzzle in prose: synonyms throughout; under T T T P1 is checked first (and
+fails), under F F T the order is P2, P0, P1."""
+
+
+def test_parse_kk_prose_by_hand():
+    assert parse_kk_trace(PROSE.split(), 3, 2, prose=True) == "F F T"
+    assert parse_kk_trace(TRACE.split(), 3, 2, prose=True) == "F F T"    # the canonical form too
+    assert parse_kk_trace(PROSE.split(), 3, 2) is None                  # not kk_trace's grammar
+
+
+@pytest.mark.parametrize("old, new", [
+    ("P2 ( F | T ) is T holds P0", "P2 ( F | T ) is T holds P2"),       # a person checked twice
+    ("hence F F T", "hence F F T P1"),                                  # words after the answer
+    ("gives F fails", "gives F holds"),                                 # verdict contradicts
+    ("hence", "because"),                                               # not a synonym of so
+    ("P1 ( T & F ) is F good", "P1 ( T & F ) is F"),                    # a check left out
+])
+def test_parse_kk_prose_refuses(old, new):
+    assert old in PROSE
+    assert parse_kk_trace(PROSE.replace(old, new, 1).split(), 3, 2, prose=True) is None
+
+
+def test_synonyms_are_distinct_and_zipf_weighted():
+    from collections import Counter
+    import random
+
+    from tailtheory.engine.knights_knaves import PROSE_SYNONYMS, PROSE_ZIPF, render_kk_prose
+
+    every = [w for ws in PROSE_SYNONYMS.values() for w in ws]
+    assert len(every) == len(set(every)) and all(c == ws[0] for c, ws in PROSE_SYNONYMS.items())
+    rng = random.Random(0)
+    counts = Counter(w for _ in range(400) for w in render_kk_prose(STATEMENTS, rng)[0].split()
+                     if w in PROSE_SYNONYMS["try"])
+    share = [counts[w] / sum(counts.values()) for w in PROSE_SYNONYMS["try"]]
+    expected = [k ** -PROSE_ZIPF for k in range(1, 8)]
+    expected = [e / sum(expected) for e in expected]                      # 0.30, 0.19, ...
+    assert all(abs(s - e) < 0.03 for s, e in zip(share, expected)), share
+    orders = Counter(tuple(w for w in render_kk_prose(STATEMENTS, rng)[0].split()
+                           if w.startswith("P"))[-3:] for _ in range(300))
+    assert len(orders) == 6                                               # every order of F F T
+
+
+def test_render_kk_prose_solves_and_parses():
+    import random
+
+    from tailtheory.engine.knights_knaves import render_kk_prose
+
+    task = get_task("kk_prose", n_people=3)
+    for i, p in enumerate(task.problems(30, seed=5)):
+        words, h = render_kk_prose(p.meta["statements"], random.Random(i))
+        assert h == p.meta["solution"]
+        assert parse_kk_trace(words.split(), 3, 2, prose=True) == p.answer

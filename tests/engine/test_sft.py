@@ -159,7 +159,7 @@ def test_stopping_rule(monkeypatch, accs, stop, steps):
 def test_small_model_trains_on_one_thread_and_restores_the_count(monkeypatch):
     """The tiny model trains on one CPU thread unless told otherwise; the caller's count is back
     afterwards. (Training itself is replaced: two threads on a busy test machine are slow.)"""
-    monkeypatch.setattr(sft, "_train_sft", lambda cfg, model, device, progress:
+    monkeypatch.setattr(sft, "_train_sft", lambda cfg, model, task, device, progress:
                         (model, None, {"threads": torch.get_num_threads()}))
     before = torch.get_num_threads()
     for threads, used in ((0, 1), (1, 1), (3, 3)):
@@ -167,3 +167,28 @@ def test_small_model_trains_on_one_thread_and_restores_the_count(monkeypatch):
         assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="threads"):
         sft.train_sft(TINY, progress=False, threads=-1)
+
+
+# --- a warm start from the pretrained corpus LM -------------------------------------------
+
+def test_pretrained_warm_start_speaks_the_corpus_tokenizer(tmp_path, monkeypatch):
+    """``pretrained``: training starts from the corpus LM's very weights, the task speaks its BPE
+    tokenizer, and the cache key follows the corpus LM's; a model other than its is refused."""
+    from tailtheory.core.provenance import weights_fingerprint
+    from tailtheory.engine import corpus_lm as clm
+    from tests.engine.test_corpus_lm import TINY as TINY_CORPUS
+
+    monkeypatch.setenv(clm.CACHE_ENV, str(tmp_path))
+    cfg = dataclasses.replace(TINY, task="kk_prose", pretrained=TINY_CORPUS,
+                              model=TINY_CORPUS.model)
+    model, task = cfg.start()
+    corpus_model, tokenizer = clm.load_corpus_lm(clm.corpus_lm(TINY_CORPUS, progress=False))
+    assert weights_fingerprint(model) == weights_fingerprint(corpus_model)
+    assert task.tokenizer.get_vocab() == tokenizer.get_vocab() and task.vocab_size == 384
+    assert task.reward(task.problems(1)[0], task.target_ids(task.problems(1)[0])).correct
+    other = dataclasses.replace(TINY_CORPUS, steps=4)
+    assert config_hash(cfg) != config_hash(dataclasses.replace(cfg, pretrained=other,
+                                                               model=other.model))
+    assert config_hash(cfg) != config_hash(dataclasses.replace(cfg, pretrained=None))
+    with pytest.raises(ValueError, match="pretrained corpus LM's model"):
+        dataclasses.replace(cfg, model=TINY.model)

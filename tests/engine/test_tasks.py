@@ -35,9 +35,9 @@ def cs():
 def test_unknown_task_lists_valid_names():
     """One error that names every registered task."""
     with pytest.raises(ValueError, match=r"unknown task 'sudoku'; valid tasks: "
-                                         r"\['chain_sum', 'kk', 'kk_trace'\]"):
+                                         r"\['chain_sum', 'kk', 'kk_prose', 'kk_trace'\]"):
         get_task("sudoku")
-    assert set(TASKS) == {"kk", "kk_trace", "chain_sum"}
+    assert set(TASKS) == {"kk", "kk_trace", "kk_prose", "chain_sum"}
 
 
 @pytest.mark.parametrize("name, kw, match", [
@@ -303,3 +303,18 @@ def test_kk_trace_one_changed_word(data):
 
 _KKT = get_task("kk_trace")
 _KKT_PROBLEM = Problem([1], "F F T", {"trace": TRACE})
+
+
+# --- kk_prose: the search in words chosen from synonyms -----------------------------------
+
+def test_kk_prose_targets_vary_and_score():
+    task = get_task("kk_prose", n_people=2)
+    problems = task.problems(40, seed=15)
+    targets = [task.target(p) for p in problems]
+    assert targets == [task.target(p) for p in problems]                  # drawn once per problem
+    trace = get_task("kk_trace", n_people=2)
+    assert sum(t != trace.target(p) for t, p in zip(targets, problems)) > 30
+    for p in problems:
+        assert len(task.target_ids(p)) <= task.max_response_len
+        assert task.reward(p, task.target_ids(p)) == Reward(CORRECT_REWARD, True, True)
+    assert task.tokenizer.encode(" consistent contradiction") != [task.tokenizer.unk_token_id] * 2
