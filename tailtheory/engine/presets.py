@@ -1,7 +1,8 @@
 """Presets of the training notebooks: ``quick`` (a CPU, minutes, run by ``make test``),
 ``full`` (the evidence of the no-learning regime: the task's real warm start, more steps and
 seeds) and ``learn`` (the learning testbed, recipe ``learn`` of :mod:`tailtheory.engine.recipes`:
-where GRPO gains >= 0.2 held-out accuracy in every seed; five seeds).
+where GRPO gains >= 0.2 held-out accuracy in every seed; five seeds) and ``matched`` (recipe
+``matched``: the papers' regime, the learning testbed written in words by a pretrained BPE LM).
 
 The ``quick`` warm start is a pipeline check, not evidence: a fixed number of supervised steps,
 kept whatever its accuracy (``stop_in_window=False``). It has learnt part
@@ -17,8 +18,11 @@ from pathlib import Path
 from tailtheory.engine.sft import SFTConfig
 from tailtheory.engine.warm_cache import warm_start
 
-PRESETS = ("quick", "full", "learn")
+PRESETS = ("quick", "full", "learn", "matched")
 """The notebooks' presets."""
+
+RECIPE_PRESETS = ("learn", "matched")
+"""Presets that are the recipes of the same name (:mod:`tailtheory.engine.recipes`)."""
 
 TRACE_TASK = "kk_trace"
 """The long-response task of the training notebooks: Knights and Knaves with a worked search
@@ -36,12 +40,16 @@ def check_preset(preset: str) -> str:
 
 
 def warm_sft_config(preset: str, task: str = TRACE_TASK) -> SFTConfig:
-    """The warm start of ``preset``: the task's own (``full``), the learning recipe's (``learn``:
-    two people per puzzle) or a short one (``quick``)."""
+    """The warm start of ``preset``: the task's own (``full``), a recipe's (``learn`` and
+    ``matched``: :func:`~tailtheory.engine.start.warm_config` of the recipe; ``task`` does not
+    apply) or a short one (``quick``)."""
     if check_preset(preset) == "full":
         return SFTConfig.for_task(task)
-    if preset == "learn":
-        return SFTConfig.for_task(task, task_kwargs={"n_people": 2})
+    if preset in RECIPE_PRESETS:
+        from tailtheory.engine.recipes import recipe_config
+        from tailtheory.engine.start import warm_config
+
+        return warm_config(recipe_config(preset))
     return SFTConfig.for_task(task, max_steps=QUICK_SFT_STEPS, eval_every=QUICK_SFT_STEPS,
                               eval_n=64, stop_in_window=False)
 
@@ -71,20 +79,21 @@ EVIDENCE_BACKEND = "hf"
 with the Hugging Face forward; it stays so until the claims are re-measured on the ``learn``
 recipe (which samples with the ``fast`` engine)."""
 
-SEEDS = {"quick": (0, 1), "full": (0, 1, 2), "learn": (1, 2, 3, 4, 5)}
+SEEDS = {"quick": (0, 1), "full": (0, 1, 2), "learn": (1, 2, 3, 4, 5),
+         "matched": (1, 2, 3, 4, 5)}
 """Seeds per configuration: training claims are read off the spread over these."""
 
 
 def train_config(preset: str, **overrides):
     """The :class:`~tailtheory.engine.config.TrainConfig` of a training notebook's runs on
     :data:`TRACE_TASK` from the preset's warm start (``overrides``: method, rollout, ...);
-    ``learn``: the recipe's config (its task and people fixed)."""
+    ``learn`` and ``matched``: the recipe's config (its task and people fixed)."""
     from tailtheory.engine.config import TrainConfig
 
-    if check_preset(preset) == "learn":
+    if check_preset(preset) in RECIPE_PRESETS:
         from tailtheory.engine.recipes import recipe_config
 
-        return recipe_config("learn", **overrides)
+        return recipe_config(preset, **overrides)
     model = "warm" if preset == "full" else str(warm_model("quick", progress=False))
     return TrainConfig(**{"task": TRACE_TASK, "model": model, "lr": TRAIN_LR,
                           "rollout_backend": EVIDENCE_BACKEND, **TRAIN_SIZES[preset],

@@ -11,6 +11,13 @@ answer only), from the task's supervised warm start (cached; sampled accuracy in
 ``[0.35, 0.70]``), 32 prompts x 8 responses a step on the ``exact`` rollout path, held-out
 accuracy on 256 problems no run trains on. The numbers it reaches, per seed, are in the README
 ("Does RL learn here?") and in ``benchmarks/learn_curve.json``.
+
+``matched``: the same GRPO on ``kk_prose`` (the same puzzles and search, written with
+Zipf-weighted synonyms and people checked in any order) from a warm start of the pretrained corpus
+LM (:mod:`tailtheory.engine.corpus_lm`: a byte-level BPE of 4,096 tokens trained on Python's
+standard library, so the vocabulary's tail is real text, not unused ids). Its sampled tokens sit
+in LOPTI's probability bins as the paper's Qwen2.5-7B does (the regime table in
+``docs/regime.md``); the README's "The papers' regime" gives its bins and learning curve.
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ RECIPES: dict[str, dict] = {
         "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
         "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
     },
+    "matched": {
+        "task": "kk_prose", "n_people": 2, "model": "warm", "method": "grpo",
+        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
+        "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
+    },
 }
 """Recipe name -> the :class:`~tailtheory.engine.config.TrainConfig` fields it sets."""
 
@@ -32,6 +44,8 @@ FIXED = ("task", "n_people")
 DESCRIPTIONS = {
     "learn": "the learning testbed: GRPO raises held-out accuracy on kk_trace (2 people) from "
              "its warm start",
+    "matched": "the papers' regime: the learn testbed in words from a pretrained BPE LM, whose "
+               "sampled tokens fill LOPTI's low-probability bins as a 7B model's do",
 }
 
 

@@ -35,10 +35,10 @@ MID_SEED = 1
 MID_STEP = 60
 """Half of the recipe's 120 steps."""
 
-def _sizes():
+def _sizes(recipe: str = "learn"):
     from tailtheory.lopti.measurement import PROBE_SIZES
 
-    return PROBE_SIZES["learn"]["seeds"], PROBE_SIZES["learn"]["batches"]
+    return PROBE_SIZES[recipe]["seeds"], PROBE_SIZES[recipe]["batches"]
 
 POLICIES = ("warm", "mid")
 """The probed policies."""
@@ -47,13 +47,23 @@ COMMAND = "python -m tailtheory.lopti.learn_probes"
 """Measures again and stores ``results/lopti_probes_learn.json``."""
 
 
-def _grpo_config():
+RECIPES = ("learn", "matched")
+"""The recipes probed: the learning testbed, and the papers' regime (stored apart)."""
+
+
+def _check(recipe: str) -> str:
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r} for the probes; valid: {', '.join(RECIPES)}")
+    return recipe
+
+
+def _grpo_config(recipe: str = "learn"):
     from tailtheory.engine.presets import train_config
 
-    return train_config("learn", method="grpo", seed=MID_SEED)
+    return train_config(_check(recipe), method="grpo", seed=MID_SEED)
 
 
-def mid_policy(progress: bool = True):
+def mid_policy(progress: bool = True, recipe: str = "learn"):
     """``(model, task)``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` steps,
     trained (once; kept under the run cache's ``probes/`` folder) and checked against the cached
     full run's first lines when that run exists (a ``RuntimeError`` if they differ)."""
@@ -63,7 +73,7 @@ def mid_policy(progress: bool = True):
     from tailtheory.engine.trainer import train
     from tailtheory.engine.warm_cache import load_warm_start
 
-    cfg = _grpo_config()
+    cfg = _grpo_config(recipe)
     out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{MID_STEP}"
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or read_checkpoint(ckpt)["step"] != MID_STEP:
@@ -78,66 +88,72 @@ def mid_policy(progress: bool = True):
         if len(theirs) == MID_STEP and [same(m) for m in mine] != [same(m) for m in theirs]:
             raise RuntimeError(f"the half-way policy in {out} does not retrace the cached run "
                                f"{full}: its metric lines differ; delete {out} and run again")
-    model, task = load_warm_start(warm_model("learn", progress=False), device="cpu")
+    model, task = load_warm_start(warm_model(recipe, progress=False), device="cpu")
     model.load_state_dict(read_checkpoint(ckpt)["model"])
     return model, task
 
 
-def probe_config() -> dict:
-    """What the stored measurement is keyed by: the full measurement's keys on the learn preset,
-    the policies and the half-way step."""
+def probe_config(recipe: str = "learn") -> dict:
+    """What the stored measurement is keyed by: the full measurement's keys on the recipe's
+    preset, the policies and the half-way step."""
     from tailtheory.lopti.measurement import probe_config as base
 
-    return {**base("learn"), "policies": list(POLICIES), "mid_seed": MID_SEED,
+    return {**base(_check(recipe)), "policies": list(POLICIES), "mid_seed": MID_SEED,
             "mid_step": MID_STEP}
 
 
-def measure_learn_probes(progress: bool = True) -> dict:
+def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
     """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
     from tailtheory.engine.presets import warm_model
     from tailtheory.engine.warm_cache import load_warm_start
     from tailtheory.lopti.measurement import measure
 
-    cfg, (seeds, batches) = _grpo_config(), _sizes()
+    cfg, (seeds, batches) = _grpo_config(recipe), _sizes(recipe)
     out = {}
     for policy in POLICIES:
-        model, task = (load_warm_start(warm_model("learn", progress=False), device="cpu")
-                       if policy == "warm" else mid_policy(progress))
+        model, task = (load_warm_start(warm_model(recipe, progress=False), device="cpu")
+                       if policy == "warm" else mid_policy(progress, recipe))
         out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
     return out
 
 
-def learn_probe_data(profile: str) -> dict:
-    """The stored measurement (``quick``) or a new one, stored (``thorough``)."""
+def learn_probe_data(profile: str, recipe: str = "learn") -> dict:
+    """The stored measurement of ``recipe`` (``quick``; ``results/lopti_probes_<recipe>.json``)
+    or a new one, stored (``thorough``)."""
     from tailtheory.core.measurements import measured
 
-    return measured("lopti_probes_learn", probe_config(), measure_learn_probes, profile, COMMAND)
+    return measured(f"lopti_probes_{_check(recipe)}", probe_config(recipe),
+                    lambda: measure_learn_probes(True, recipe), profile,
+                    f"{COMMAND} {recipe}")
 
 
-def _both(fn, data: dict, shown: tuple = ()) -> Evidence:
+def _both(fn, data: dict, shown: tuple = (), recipe: str = "learn") -> Evidence:
     parts = {p: fn(data[p]) for p in POLICIES}
     nums = {f"{p}:{k}": v for p, ev in parts.items() for k, v in ev.numbers.items()}
     nums.update({f"{p}:verdict": str(ev.verdict) for p, ev in parts.items()})
-    note = (f"learn recipe, warm start and GRPO step {MID_STEP}: the worst of the two; "
+    note = (f"{recipe} recipe, warm start and GRPO step {MID_STEP}: the worst of the two; "
             + parts["warm"].note)
     key = tuple(f"{p}:verdict" for p in POLICIES) + tuple(f"mid:{k}" for k in shown)
     return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note, key)
 
 
-def l4_learn_evidence(data: dict) -> Evidence:
+def l4_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L4 on both policies (rule of :func:`tailtheory.lopti.measurement.l4_evidence`)."""
     from tailtheory.lopti.measurement import l4_evidence
 
-    return _both(l4_evidence, data, ("e_rel_dist", "f_rel_size"))
+    return _both(l4_evidence, data, ("e_rel_dist", "f_rel_size"), recipe)
 
 
-def l5_learn_evidence(data: dict) -> Evidence:
+def l5_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L5 on both policies (rule of :func:`tailtheory.lopti.measurement.l5_evidence`)."""
     from tailtheory.lopti.measurement import l5_evidence
 
-    return _both(l5_evidence, data, ("delta_AR", "delta_Lopti"))
+    return _both(l5_evidence, data, ("delta_AR", "delta_Lopti"), recipe)
 
 
 if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    learn_probe_data("thorough")
-    print("stored results/lopti_probes_learn.json")
+    import sys
+
+    name = sys.argv[1] if len(sys.argv) > 1 else "learn"
+    learn_probe_data("thorough", name)
+    print(f"stored results/lopti_probes_{name}.json")

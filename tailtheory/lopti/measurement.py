@@ -40,9 +40,11 @@ from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
 from tailtheory.engine.comparison import Z_CRIT, compare, mean_se, worst
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8},
-               "learn": {"seeds": (1, 2, 3), "batches": 4}}
+               "learn": {"seeds": (1, 2, 3), "batches": 4},
+               "matched": {"seeds": (1, 2, 3), "batches": 4}}
 """Seeds and batches per seed of each preset; batch sizes are the preset's training sizes
-(``learn``: 32 prompts x 8 responses a batch, :mod:`tailtheory.lopti.learn_probes`)."""
+(``learn`` and ``matched``: 32 prompts x 8 responses a batch,
+:mod:`tailtheory.lopti.learn_probes`)."""
 
 PROBE_VERSION = 1
 """Part of the stored measurement's config: bump it when a change here changes the numbers."""
@@ -104,13 +106,13 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
 def probe_config(preset: str = "full") -> dict:
     """What a stored measurement of ``preset`` is keyed by: warm start, sizes, step, thresholds."""
-    from tailtheory.engine.presets import TRACE_TASK, check_preset, train_config, warm_sft_config
+    from tailtheory.engine.presets import check_preset, train_config, warm_sft_config
     from tailtheory.engine.sft import config_hash
     from tailtheory.engine.trainer import PROBLEM_SEED
 
     check_preset(preset)
     cfg = train_config(preset, method="grpo")
-    return {"version": PROBE_VERSION, "task": TRACE_TASK,
+    return {"version": PROBE_VERSION, "task": cfg.task,
             "warm_start": config_hash(warm_sft_config(preset)),
             "seeds": list(PROBE_SIZES[preset]["seeds"]), "batches": PROBE_SIZES[preset]["batches"],
             "prompts_per_step": cfg.prompts_per_step, "group_size": cfg.group_size,

@@ -54,6 +54,20 @@ def test_cli_passes_explicit_flags_only(monkeypatch, tmp_path):
     assert cfg.lr == 1e-4 and cfg.task == "kk_trace"
 
 
+def test_matched_recipe_is_learn_in_prose_from_the_pretrained_corpus_lm():
+    """``matched`` differs from ``learn`` in its task only, and its warm start starts from the
+    corpus LM (its BPE tokenizer) under the same accuracy window."""
+    from tailtheory.engine.corpus_lm import CorpusLMConfig
+    from tailtheory.engine.start import warm_config
+
+    learn, matched = recipes.RECIPES["learn"], recipes.RECIPES["matched"]
+    assert {k for k in learn if learn[k] != matched[k]} == {"task"}
+    assert matched["task"] == "kk_prose"
+    warm = warm_config(recipes.recipe_config("matched"))
+    assert warm.pretrained == CorpusLMConfig() and warm.model == CorpusLMConfig().model
+    assert warm_config(recipes.recipe_config("learn")).pretrained is None
+
+
 def test_train_config_rejects_an_unknown_backend():
     with pytest.raises(ValueError, match="unknown rollout_backend 'vllm'"):
         TrainConfig(rollout_backend="vllm")

@@ -17,6 +17,17 @@ def test_probe_config_is_the_learn_preset_with_both_policies():
     assert c["policies"] == ["warm", "mid"] and c["mid_step"] == 60
 
 
+def test_probe_config_of_the_matched_recipe_keys_its_own_task_and_warm_start():
+    learn, matched = lp.probe_config("learn"), lp.probe_config("matched")
+    assert (learn["task"], matched["task"]) == ("kk_trace", "kk_prose")
+    assert learn["warm_start"] != matched["warm_start"]
+    assert {k: v for k, v in learn.items() if k not in ("task", "warm_start")} == {
+        k: v for k, v in matched.items() if k not in ("task", "warm_start")}
+    with pytest.raises(ValueError, match="unknown recipe 'full' for the probes; valid: learn, "
+                                         "matched"):
+        lp.probe_config("full")
+
+
 @pytest.mark.parametrize("warm, mid, expected", [
     (Verdict.TOY_SCALE, Verdict.TOY_SCALE, Verdict.TOY_SCALE),
     (Verdict.TOY_SCALE, Verdict.NOT_REPRODUCED, Verdict.NOT_REPRODUCED),
