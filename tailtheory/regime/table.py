@@ -79,10 +79,15 @@ def claim_rows(rows: list[dict]) -> list[dict]:
 
 
 def regime_frame(recipes=DOC_RECIPES):
-    """The table as a pandas frame (notebook 04): numbers as they are, ``None`` as blank."""
+    """The table as a pandas frame (notebook 04): numbers as they are, a missing paper value as
+    :data:`NOT_STATED`, a ratio without one as ``–``."""
     import pandas as pd
 
-    return pd.DataFrame(regime_rows(recipes)).drop(columns=["key"]).set_index("quantity")
+    df = pd.DataFrame(regime_rows(recipes)).drop(columns=["key"]).set_index("quantity")
+    df["paper"] = [NOT_STATED if x is None or x != x else x for x in df["paper"]]
+    for col in [c for c in df if c.endswith(" ratio")]:
+        df[col] = ["–" if x is None or x != x else x for x in df[col]]
+    return df
 
 
 def _num(x) -> str:
@@ -236,16 +241,19 @@ def plot_bin_fractions(recipes=DOC_RECIPES):
         for p in POLICIES:
             series[f"{r} {POLICY_NAMES[p]}"] = [vals[p][f"lopti/tok_frac_b{b}"][0]
                                                 for b in range(4)]
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    fig, ax = plt.subplots(figsize=(9, 3.6))
     width = 0.8 / len(series)
     for i, (name, ys) in enumerate(series.items()):
         ax.bar(np.arange(4) + (i - (len(series) - 1) / 2) * width, ys, width, label=name)
+    for b, y in enumerate(LOPTI_FIG1A):  # the paper's regime: within 2x of its value
+        ax.hlines([y * BAND[0], y * BAND[1]], b - 0.45, b + 0.45, colors="k", linestyles="--",
+                  linewidth=0.8, label="paper's value / 2 and x 2" if b == 0 else None)
     ax.set_yscale("log")
     ax.set_xticks(range(4), bins)
     ax.set_xlabel("pi_old bin of the sampled response token")
     ax.set_ylabel("share of sampled response tokens")
     ax.set_title("Tokens per pi_old bin: paper against testbed")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     data = pd.DataFrame([{"series": s, "bin": bins[b], "share": ys[b]}
                          for s, ys in series.items() for b in range(4)])

@@ -92,3 +92,10 @@ def test_bin_fraction_figure(rows):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_frame_shows_missing_paper_values_as_not_stated():
+    df = rt.regime_frame(("learn",))
+    row = df.loc["reward variance within a group (mean over groups; R_max = 1)"]
+    assert row["paper"] == NOT_STATED and row["learn warm ratio"] == "–"
+    assert df.loc["responses per prompt G", "learn warm ratio"] == 1.0
