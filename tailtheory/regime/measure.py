@@ -36,6 +36,7 @@ from dataclasses import replace
 
 import torch
 
+from tailtheory.lopti.measurement import PROBE_SIZES
 from tailtheory.regime.quantities import PATHS, RHOS
 
 VERSION = 1
@@ -44,9 +45,8 @@ VERSION = 1
 POLICIES = ("warm", "mid")
 """The probed policies: the warm start and GRPO half-way (the LOPTI probes' two)."""
 
-SEEDS, BATCHES = (1, 2, 3), 4
-"""Seeds and batches per seed (``tailtheory.lopti.measurement.PROBE_SIZES["learn"]``, tested
-equal: the same batches as the stored LOPTI probes)."""
+SEEDS, BATCHES = PROBE_SIZES["learn"]["seeds"], PROBE_SIZES["learn"]["batches"]
+"""Seeds and batches per seed: the stored LOPTI probes' (the same batches)."""
 
 LOGIT_ROWS = 16
 """Responses per forward of the pruned-mass sweep: a few ``(16, T, V)`` float64 tensors."""

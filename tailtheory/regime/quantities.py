@@ -20,6 +20,9 @@ import math
 from dataclasses import dataclass
 
 from tailtheory.core.registry import Verdict
+from tailtheory.engine.types import MethodParams
+from tailtheory.pruning.training import P5_RHOS
+from tailtheory.tim.training import PATHS as TIM_PATHS
 
 NOT_STATED = "not stated"
 """The paper cell of a quantity without a paper value: no value the project has read in the paper
@@ -48,15 +51,15 @@ LOPTI_GROUP_SIZE = 8
 LOPTI_TEMPERATURE = 0.7
 """LOPTI's K&K rollout temperature (``paper_repro.md``, constants: "LOPTI: 0.7")."""
 
-LOPTI_ETA = 0.5
-"""Lopti's threshold on K&K (THEORY.md, L3): the low group is ``pi_old < eta``."""
+LOPTI_ETA = MethodParams.eta
+"""Lopti's threshold on K&K (THEORY.md, L3; the engine's default): the low group is
+``pi_old < eta``."""
 
-RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
-"""The min-p thresholds the project trains DVP with (P5; ``tailtheory.pruning.training.P5_RHOS``,
-tested equal)."""
+RHOS = P5_RHOS
+"""The min-p thresholds the project trains DVP with (P5)."""
 
-PATHS = ("bf16", "fp8")
-"""The real rollout paths of the learning testbed's mismatch studies (V3-V6, T14)."""
+PATHS = tuple(p for p in TIM_PATHS if p != "exact")
+"""The real rollout paths of the learning testbed's mismatch study (V3; T14 reads its runs)."""
 
 LOPTI_TRAINING = ("L2", "L3", "L6")
 LOPTI_ONE_STEP = ("L1", "L4", "L5")

@@ -26,18 +26,16 @@ from typing import Callable
 
 import numpy as np
 
-from tailtheory.regime.quantities import LOPTI_ETA, PATHS, RHOS
+from tailtheory.regime.quantities import PATHS, RHOS
 
 BIN_KEYS = ("tok_frac", "adv_abs")
 
 
 def bin_values(count, tokens: int, adv_abs_sum) -> dict[str, float]:
     """LOPTI's bin quantities from pooled sums: token share per bin, the share below ``eta``
-    (the first two bins, ``eta = 0.5``), mean ``|A|`` per bin (``nan`` for an empty bin).
-    Shapes: count (4,), adv_abs_sum (4,)."""
+    (the first two bins: their upper edge is ``eta = 0.5``, tested), mean ``|A|`` per bin
+    (``nan`` for an empty bin). Shapes: count (4,), adv_abs_sum (4,)."""
     count, adv = np.asarray(count, float), np.asarray(adv_abs_sum, float)
-    if LOPTI_ETA != 0.5:  # pragma: no cover - the bins' second edge is eta
-        raise ValueError("the share below eta is read off the bins only for eta = 0.5")
     out = {f"lopti/tok_frac_b{b}": float(count[b] / tokens) for b in range(4)}
     out["lopti/tok_frac_below_eta"] = float(count[:2].sum() / tokens)
     out.update({f"lopti/adv_abs_b{b}": float(adv[b] / count[b]) if count[b] else float("nan")

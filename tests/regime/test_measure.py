@@ -65,12 +65,6 @@ def test_pruned_sums_equal_the_obvious_code():
     assert slow[-1] > 0
 
 
-def test_sizes_are_the_lopti_probes():
-    from tailtheory.lopti.measurement import PROBE_SIZES
-
-    assert rm.SEEDS == PROBE_SIZES["learn"]["seeds"] and rm.BATCHES == PROBE_SIZES["learn"]["batches"]
-
-
 def test_config_names_the_recipe_and_its_half_way_step():
     c = rm.regime_config("learn")
     assert c["recipe"] == "learn" and c["mid_step"] == 60 and c["fields"]["task"] == "kk_trace"

@@ -31,12 +31,13 @@ def test_paper_values_are_the_quoted_ones():
     assert all("arXiv 2505.12929" in rq.quantity(k).cite for k in with_paper)
 
 
-def test_thresholds_and_paths_are_the_studies():
-    from tailtheory.pruning.training import P5_RHOS
-    from tailtheory.tim.training import PATHS
+def test_thresholds_paths_and_eta():
+    """DVP's thresholds from 1e-8 to 1e-2; the real paths; Lopti's eta is the second bin edge,
+    so the share below it is the first two bins' (``sources.bin_values``)."""
+    from tailtheory.lopti.probes import BIN_EDGES
 
-    assert rq.RHOS == P5_RHOS
-    assert set(rq.PATHS) <= set(PATHS) - {"exact"}
+    assert rq.RHOS == (1e-8, 1e-6, 1e-4, 1e-2) and rq.PATHS == ("bf16", "fp8")
+    assert rq.LOPTI_ETA == BIN_EDGES[1] == 0.5
 
 
 def test_unknown_quantity_lists_the_valid_ones():
