@@ -48,9 +48,6 @@ POLICIES = ("warm", "mid")
 SEEDS, BATCHES = PROBE_SIZES["learn"]["seeds"], PROBE_SIZES["learn"]["batches"]
 """Seeds and batches per seed: the stored LOPTI probes' (the same batches)."""
 
-LOGIT_ROWS = 16
-"""Responses per forward of the pruned-mass sweep: a few ``(16, T, V)`` float64 tensors."""
-
 COMMAND = "python -m tailtheory.regime.measure --recipe {recipe}"
 """Measures a recipe again and stores ``results/regime_<recipe>.json``."""
 
@@ -65,15 +62,21 @@ def _bin_sums(pi_old, adv, mask) -> tuple[list[int], list[float]]:
 
 
 @torch.no_grad()
-def pruned_sums(model, rb, rhos=RHOS, rows: int = LOGIT_ROWS) -> list[float]:
+def pruned_sums(model, rb, rhos=RHOS, rows: int | None = None) -> list[float]:
     """``sum_t m(s_t)`` over every response token of ``rb``, one per ``rho``: the trainer's
     min-p safe set (:func:`~tailtheory.core.safeset.keep_from_logp`) and the mass outside it.
+    One forward per ``rows`` responses (default: about
+    :data:`~tailtheory.core.stats.CHUNK_ELEMENTS` logits a chunk, so a few float64 tensors of that
+    size at any vocabulary).
 
     Source: DVP (P1, P2). Shapes: rb (B responses) -> [len(rhos)] floats."""
     from tailtheory.core.safeset import keep_from_logp
+    from tailtheory.core.stats import CHUNK_ELEMENTS
     from tailtheory.engine.forward_stats import batch_rows
     from tailtheory.engine.policy_forward import response_logits
 
+    T, V = rb.response.shape[1], model.get_output_embeddings().weight.shape[0]
+    rows = rows or max(1, CHUNK_ELEMENTS // (T * V))
     out = [0.0] * len(rhos)
     for idx in torch.arange(rb.response.shape[0]).split(rows):
         sub = batch_rows(rb, idx, rb.prompt_len, rb.response.shape[1])
