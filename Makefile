@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro figures test test-thorough test-verl bench sync render site lab test-lab clean
+.PHONY: repro figures test test-thorough test-verl bench sync render site lab test-lab docs clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -100,6 +100,13 @@ sync: $(STAMP)
 ## `make render NB="01 04"` renders some
 render: $(STAMP)
 	env -u MPLBACKEND TAILTHEORY_WIDGETS=0 $(PY) docs/notebooks/render.py --figures $(FIGS) $(NB)
+
+## docs: regenerate the generated docs from the code and the stored measurements: docs/claims.md
+## (the claims registry and paper cards) and docs/regime.md (the regime table, results/); the
+## tests fail when either is stale
+docs: $(STAMP)
+	$(PY) -m tailtheory.core.docs
+	$(PY) -m tailtheory.regime.table
 
 ## site: a static report site in build/site/ from the committed ledger, claims.json, figures and
 ## renders (docs/site/build.py; nothing executed): open build/site/index.html in a browser

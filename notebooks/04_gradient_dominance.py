@@ -100,6 +100,30 @@ from tailtheory.probe.run import show_probe
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
+# ## (0) The regime: how far the testbed is from the paper
+#
+# The verdicts are measured on the `learn` recipe's policies: its warm start and GRPO half-way
+# (step 60 of 120). The quantities that drive LOPTI's claims, there and in the paper, with the
+# ratio testbed / paper: a negative verdict is *regime-limited* when one of its claim's
+# quantities lies outside 2x of the paper's value (`docs/regime.md` holds every training
+# claim's, regenerated from the stored measurements by `python -m tailtheory.regime.table`;
+# "not stated": no paper value the project has read).
+#
+# The figure: the share of sampled response tokens per $\pi_\text{old}$ bin, LOPTI's Figure 1(a)
+# (Qwen2.5-7B on K&K) against the testbed, on a log axis, so that the gap in the lowest bin reads
+# as a distance.
+
+# %%
+from tailtheory.regime import table as regime
+
+fig, df_regime = regime.plot_bin_fractions()
+show_figure(fig, "regime_bin_fractions", df_regime,
+            provenance("stored", "quick", "results/lopti_probes_learn.json"))
+lopti_rows = regime.regime_frame().loc[lambda d: d.claims.str.contains(r"\bL\d")]
+lopti_rows[["claims", "paper", "learn warm", "learn mid", "learn warm ratio", "learn mid ratio",
+            "regime-limited?"]]
+
+# %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
 #
 # GRPO batches drawn from the warm start with the engine's own rollout, $\pi_\text{old}$ and group

@@ -1,7 +1,7 @@
 """The package's structure, read from its source with ``ast`` (no module of it is imported).
 
 - **floors**: ``core`` < ``engine`` < the paper sections < the front ends (``cli``,
-  ``diagnose``, ``integrations``). A module imports only its own floor or lower ones: ``core``
+  ``diagnose``, ``integrations``, ``probe``, ``regime``). A module imports only its own floor or lower ones: ``core``
   imports neither the engine nor a section, the engine no section, a section no front end.
   Sections may import each other, and no module of the package may sit on an import cycle.
   Every ``import`` statement counts, at the top of a file or inside a function alike (a module
@@ -34,7 +34,7 @@ SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """The paper sections, one folder each."""
 
 FLOORS = {"core": 0, "engine": 1, **{s: 2 for s in SECTIONS}, "cli": 3, "diagnose": 3,
-          "integrations": 3, "probe": 3}
+          "integrations": 3, "probe": 3, "regime": 3}
 """The floor of each top-level folder (or module) of the package: imports run down or
 sideways, never up."""
 

@@ -63,32 +63,33 @@ def _grpo_config(recipe: str = "learn"):
     return train_config(_check(recipe), method="grpo", seed=MID_SEED)
 
 
-def mid_policy(progress: bool = True, recipe: str = "learn"):
-    """``(model, task)``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` steps,
-    trained (once; kept under the run cache's ``probes/`` folder) and checked against the cached
-    full run's first lines when that run exists (a ``RuntimeError`` if they differ)."""
+def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):
+    """``(model, task)``: the run ``cfg`` (default: GRPO seed :data:`MID_SEED` of the ``learn``
+    recipe) after ``step`` steps, trained (once; kept under the run cache's ``probes/`` folder)
+    and checked against the cached full run's first lines when that run exists (a
+    ``RuntimeError`` if they differ). Any recipe's config serves (the ``matched`` recipe's probes,
+    the regime probe's half-way policy, :mod:`tailtheory.regime.measure`)."""
     from tailtheory.engine.checkpoint import read_checkpoint, read_metrics
-    from tailtheory.engine.presets import warm_model
     from tailtheory.engine.runs import run_key, runs_root
+    from tailtheory.engine.start import load_start
     from tailtheory.engine.trainer import train
-    from tailtheory.engine.warm_cache import load_warm_start
 
-    cfg = _grpo_config(recipe)
-    out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{MID_STEP}"
+    cfg = cfg or _grpo_config()
+    out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{step}"
     ckpt = out / "checkpoint.pt"
-    if not ckpt.exists() or read_checkpoint(ckpt)["step"] != MID_STEP:
-        train(replace(cfg, steps=MID_STEP, out=str(out), checkpoint_every=MID_STEP),
+    if not ckpt.exists() or read_checkpoint(ckpt)["step"] != step:
+        train(replace(cfg, steps=step, out=str(out), checkpoint_every=step),
               resume=ckpt.exists(), progress=progress)
     full = runs_root() / run_key(cfg)
     if (full / "metrics.jsonl").exists():
-        mine, theirs = read_metrics(out), read_metrics(full)[:MID_STEP]
+        mine, theirs = read_metrics(out), read_metrics(full)[:step]
         # timings differ; metrics added to the engine after the cached run was made are absent
         shared = {k for m in theirs for k in m if not k.startswith("time/")}
         same = lambda m: {k: m.get(k) for k in shared}  # noqa: E731
-        if len(theirs) == MID_STEP and [same(m) for m in mine] != [same(m) for m in theirs]:
+        if len(theirs) == step and [same(m) for m in mine] != [same(m) for m in theirs]:
             raise RuntimeError(f"the half-way policy in {out} does not retrace the cached run "
                                f"{full}: its metric lines differ; delete {out} and run again")
-    model, task = load_warm_start(warm_model(recipe, progress=False), device="cpu")
+    model, task = load_start(cfg)  # the recipe's warm start and its task, as the run began
     model.load_state_dict(read_checkpoint(ckpt)["model"])
     return model, task
 
@@ -112,7 +113,7 @@ def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
     out = {}
     for policy in POLICIES:
         model, task = (load_warm_start(warm_model(recipe, progress=False), device="cpu")
-                       if policy == "warm" else mid_policy(progress, recipe))
+                       if policy == "warm" else mid_policy(progress, cfg))
         out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
     return out
 
