@@ -87,6 +87,22 @@ class Evidence:
                                        key: superseded(claim)["verdict"]}, self.note, self.key)
 
 
+    def beside(self, today: "Evidence", where: str = "matched recipe (papers' regime)",
+               today_name: str = "learn recipe") -> "Evidence":
+        """This evidence, measured on ``where`` (the ``matched`` recipe, whose sampled tokens sit
+        in LOPTI's probability bins as the papers' models' do), with ``today``'s (the same check on
+        the ``today_name`` testbed) beside it: its verdict and key numbers under ``today_name:``,
+        its context (the superseded verdict) kept. The claim's verdict is this one: the
+        papers' regime decides; ``today`` says whether the regime changed it."""
+        mine = {"measured on": where, **{k: v for k, v in self.numbers.items()
+                                         if k != "measured on"}}
+        theirs = {f"{today_name}: verdict": str(today.verdict),
+                  **{f"{today_name}: {k}": v for k, v in today.key_items()},
+                  **{k: v for k, v in today.numbers.items() if "superseded" in k}}
+        key = (self.key or tuple(k for k, _ in self.key_items()))[:3] + (f"{today_name}: verdict",)
+        return Evidence(self.verdict, {**mine, **theirs}, self.note, key)
+
+
 LEARN_DECODER = "fast"
 """The decoder the learning testbed rolls out with (the ``learn`` recipe's ``rollout_backend``:
 the engine's own plain-torch forward, ``tailtheory.engine.inference``), named beside every verdict

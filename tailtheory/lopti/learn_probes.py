@@ -138,6 +138,13 @@ def _both(fn, data: dict, shown: tuple = (), recipe: str = "learn") -> Evidence:
     return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note, key)
 
 
+def l1_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
+    """L1 on both policies (rule of :func:`tailtheory.lopti.measurement.l1_evidence`)."""
+    from tailtheory.lopti.measurement import l1_evidence
+
+    return _both(l1_evidence, data, ("rho_mean", "rho_se"), recipe)
+
+
 def l4_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L4 on both policies (rule of :func:`tailtheory.lopti.measurement.l4_evidence`)."""
     from tailtheory.lopti.measurement import l4_evidence
