@@ -34,44 +34,66 @@ def _verdicts() -> dict:
     return {c: claims[c].expected for c in CLAIMS}
 
 
+MEASURED_ON = {"L1": "matched", "L4": "matched", "L5": "matched"}
+"""The recipe each claim's verdict is measured on, where it is not ``learn`` (the ledger's
+"Training claims: where they ran"): a claim is read against that recipe's ratios."""
+
+
+def measured_on(claim: str, recipes) -> str:
+    """The recipe of ``recipes`` whose ratios judge ``claim``: its :data:`MEASURED_ON` recipe, or
+    ``learn``, or the first of ``recipes`` when that one is not among them."""
+    r = MEASURED_ON.get(claim, "learn")
+    return r if r in recipes else recipes[0]
+
+
 def regime_rows(recipes=DOC_RECIPES) -> list[dict]:
     """One row per quantity: claims, quantity, paper value and citation, each recipe's value per
-    policy and its ratio to the paper, the "regime-limited?" reading, the testbed's sources."""
+    policy and its ratio to the paper, the "regime-limited?" reading (each claim against the
+    recipe its verdict is measured on, :func:`measured_on`), the testbed's sources."""
     from tailtheory.regime.measure import POLICIES
-    from tailtheory.regime.sources import regime_values
+    from tailtheory.regime.quantities import NEGATIVE
 
     if isinstance(recipes, str) or not recipes:
         raise ValueError(f"recipes must be a non-empty sequence of recipe names, got {recipes!r}")
+    from tailtheory.regime.sources import regime_values
+
     values = {r: regime_values(r) for r in recipes}
     verdicts = _verdicts()
     rows = []
     for q in QUANTITIES:
         row = {"claims": ", ".join(q.claims), "key": q.key, "quantity": q.label,
                "paper": q.paper, "cite": q.cite}
-        ratios, sources = [], []
+        ratios, sources = {r: [] for r in recipes}, []
         for r in recipes:
             for p in POLICIES:
                 v, src = values[r][p].get(q.key, (None, None))
                 row[f"{r} {p}"], row[f"{r} {p} ratio"] = v, ratio(v, q.paper)
-                ratios.append(row[f"{r} {p} ratio"])
+                ratios[r].append(row[f"{r} {p} ratio"])
                 sources += [src] if src and src not in sources else []
-        row["regime-limited?"] = row_limited(ratios, {c: verdicts[c] for c in q.claims})
+        judged = {c: [x for x in ratios[measured_on(c, recipes)] if x is not None]
+                  for c in q.claims}
+        limited = [f"{c} {verdicts[c].value}" for c, rs in judged.items()
+                   if verdicts[c] in NEGATIVE and not all(in_band(x) for x in rs)]
+        row["regime-limited?"] = ("yes: " + ", ".join(limited) if limited else
+                                  row_limited([x for rs in judged.values() for x in rs], {}))
         row["testbed source"] = ", ".join(sources)
         rows.append(row)
     return rows
 
 
-def claim_rows(rows: list[dict]) -> list[dict]:
+def claim_rows(rows: list[dict], recipes=DOC_RECIPES) -> list[dict]:
     """Per claim: its ledger verdict, its quantities within / outside :data:`BAND` (any policy of
-    any recipe outside counts) and the reading (:func:`~tailtheory.regime.quantities.reading`)."""
+    the recipe its verdict is measured on outside counts) and the reading
+    (:func:`~tailtheory.regime.quantities.reading`)."""
     verdicts, out = _verdicts(), []
     for c in CLAIMS:
         mine = [r for r in rows if c in r["claims"].split(", ")]
-        ratios = {r["key"]: [v for k, v in r.items() if k.endswith(" ratio") and v is not None]
-                  for r in mine}
+        cols = tuple(f"{measured_on(c, recipes)} {p} ratio" for p in ("warm", "mid"))
+        ratios = {r["key"]: [r[k] for k in cols if r.get(k) is not None] for r in mine}
         outside = [k for k, rs in ratios.items() if rs and not all(in_band(x) for x in rs)]
         inside = [k for k, rs in ratios.items() if rs and all(in_band(x) for x in rs)]
-        out.append({"claim": c, "verdict": verdicts[c].value, "within 2x": len(inside),
+        out.append({"claim": c, "verdict": verdicts[c].value,
+                    "measured on": measured_on(c, recipes), "within 2x": len(inside),
                     "outside 2x": len(outside),
                     "no paper value": sum(not rs for rs in ratios.values()),
                     "reading": reading(verdicts[c], outside, inside)})
