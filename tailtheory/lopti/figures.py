@@ -48,11 +48,13 @@ def _bars(ax, df, quantities: dict, width: float = 0.8) -> None:
     ax.set_xlabel("pi_old bin")
 
 
-def plot_figure1(data: dict, policy: str = "kk_trace warm start"):
+def plot_figure1(data: dict, policy: str = "kk_trace warm start", paper: bool = False):
     """LOPTI Figure 1 analogue, 2 x 3 panels: (a) tokens per bin, (b) mean advantage, (c) / (e)
     / (f) mean ``Delta pi`` after a step on all / the lowest / the highest bin, (d) gradient norm
     per bin (dashed: all tokens). Bars: seed mean; error bars: seed min-max; ``policy`` names the
-    probed policy in the title. Returns ``(figure, table)``."""
+    probed policy in the title; ``paper``: panel (a) also marks LOPTI's own Figure 1(a) shares
+    (:data:`tailtheory.lopti.probes.LOPTI_FIG1A`, black diamonds). Returns
+    ``(figure, table)``."""
     import matplotlib.pyplot as plt
 
     df = summary_table(data)
@@ -69,6 +71,12 @@ def plot_figure1(data: dict, policy: str = "kk_trace warm start"):
         a.set_title(title, fontsize=9)
         a.legend(fontsize=7)
     ax[0, 0].set_yscale("log")
+    if paper:
+        from tailtheory.lopti.probes import LOPTI_FIG1A
+
+        ax[0, 0].plot(range(len(LOPTI_FIG1A)), LOPTI_FIG1A, "kD", ms=5,
+                      label="LOPTI Fig. 1(a), Qwen2.5-7B")
+        ax[0, 0].legend(fontsize=7)
     g = df[(df["quantity"] == "grad_norm") & (df["bin"] == "all")]["value"]
     ax[1, 0].axhline(g.mean(), ls="--", color="k", label="all tokens")
     ax[1, 0].axhspan(g.min(), g.max(), color="k", alpha=0.1)

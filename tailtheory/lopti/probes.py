@@ -37,6 +37,10 @@ BIN_EDGES = (0.25, 0.5, 0.75)
 """Upper edges of the first three bins: ``[0,.25], (.25,.5], (.5,.75], (.75,1]`` (LOPTI Fig. 1)."""
 N_BINS = len(BIN_EDGES) + 1
 
+LOPTI_FIG1A = (0.192, 0.102, 0.101, 0.605)
+"""LOPTI (arXiv 2505.12929) Fig. 1(a), Qwen2.5-7B on K&K: sampled response tokens per ``pi_old``
+bin ``[0, .25], (.25, .5], (.5, .75], (.75, 1]`` (19.2%, 10.2%, 10.1%, 60.5%)."""
+
 UPDATES = {"all": (0, 1, 2, 3), "lowest": (0,), "highest": (3,)}
 """Which bins keep their advantages in the SGD step: Figure 1 (c), (e), (f)."""
 

@@ -9,7 +9,7 @@ policies: the share of sampled response tokens per ``pi_old`` bin and the mean `
 (LOPTI), the pruned mass per token and per response at each ``rho`` (DVP), the mismatch ``k3``
 per token and per response (TIM; times the length, TRM's acceptance), the response length and
 the reward variance within a group (OTB). Where the testbed is far from the paper in such a
-quantity, a negative verdict says as much about the regime as about the claim: issue 31 part 1.
+quantity, a negative verdict says as much about the regime as about the claim.
 
 Notation: ``warm`` the recipe's warm start, ``mid`` GRPO half-way through the recipe (seed 1);
 ``ratio`` = testbed / paper; the paper's regime = ratio within ``[0.5, 2]``.

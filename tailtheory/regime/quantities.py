@@ -1,7 +1,7 @@
 """The regime of each training claim: its driving quantities, the papers' values, the ratio rule.
 
 Source: LOPTI (arXiv 2505.12929), DVP (arXiv 2512.23087), TRM (arXiv 2512.23075), OTB (arXiv
-2602.07078), TIM (arXiv 2605.14220); the values the project quotes from them (THEORY.md, issue 31,
+2602.07078), TIM (arXiv 2605.14220); the values the project quotes from them (``docs/claims.md``,
 ``paper_repro.md``).
 
 A :class:`Quantity` is a dimensionless number that drives a claim (``claims``): the share of
@@ -9,7 +9,7 @@ sampled response tokens in a ``pi_old`` bin, the pruned mass, the mismatch ``k3`
 length. ``paper`` is the paper's value where the project has one, with where it comes from
 (``cite``); ``None`` where it has none, shown as :data:`NOT_STATED` and never filled in by
 guess. The testbed's value over the paper's is :func:`ratio`; a quantity is in the paper's
-regime when that ratio lies within :data:`BAND` (issue 31's "within 2x"), and a claim whose
+regime when that ratio lies within :data:`BAND` ("within 2x"), and a claim whose
 verdict is negative (NOT-REPRODUCED or REFUTED) while one of its quantities lies outside is
 *regime-limited* (:func:`reading`): the verdict cannot be told apart from "not in this regime".
 """
@@ -21,29 +21,26 @@ from dataclasses import dataclass
 
 from tailtheory.core.registry import Verdict
 from tailtheory.engine.types import MethodParams
+from tailtheory.lopti.probes import LOPTI_FIG1A  # noqa: F401 (LOPTI's numbers live with LOPTI)
 from tailtheory.pruning.training import P5_RHOS
 from tailtheory.tim.training import PATHS as TIM_PATHS
 
 NOT_STATED = "not stated"
 """The paper cell of a quantity without a paper value: no value the project has read in the paper
 (the stored copies of the papers reachable here are their opening pages only, so a value in a
-figure not quoted by THEORY.md, the ledger or the issue stays unread)."""
+figure the claims and the ledger do not quote stays unread)."""
 
 BAND = (0.5, 2.0)
-"""Testbed / paper within this band counts as the paper's regime (issue 31: "within 2x")."""
+"""Testbed / paper within this band counts as the paper's regime ("within 2x" of the paper)."""
 
 NEGATIVE = (Verdict.NOT_REPRODUCED, Verdict.REFUTED)
 """Verdicts that a quantity outside :data:`BAND` makes regime-limited."""
 
-LOPTI_FIG1A = (0.192, 0.102, 0.101, 0.605)
-"""LOPTI (arXiv 2505.12929) Fig. 1(a), Qwen2.5-7B on K&K: sampled response tokens per ``pi_old``
-bin ``[0, .25], (.25, .5], (.5, .75], (.75, 1]`` (19.2%, 10.2%, 10.1%, 60.5%; issue 31)."""
-
 LOPTI_FIG1D = (0.71, 0.36, 0.23, 0.15)
-"""LOPTI Fig. 1(d): ``||grad L_b||`` with only bin ``b``'s advantages kept (THEORY.md, L4)."""
+"""LOPTI Fig. 1(d): ``||grad L_b||`` with only bin ``b``'s advantages kept (the claim L4)."""
 
 LOPTI_FIG1D_ALL = 0.82
-"""LOPTI Fig. 1(d): ``||grad L||`` with every token's advantage kept (THEORY.md, L4)."""
+"""LOPTI Fig. 1(d): ``||grad L||`` with every token's advantage kept (the claim L4)."""
 
 LOPTI_GROUP_SIZE = 8
 """LOPTI's K&K run scripts (AR-Lopti, ``ROLLOUT_N``; ``paper_repro.md``, constants)."""
@@ -52,7 +49,7 @@ LOPTI_TEMPERATURE = 0.7
 """LOPTI's K&K rollout temperature (``paper_repro.md``, constants: "LOPTI: 0.7")."""
 
 LOPTI_ETA = MethodParams.eta
-"""Lopti's threshold on K&K (THEORY.md, L3; the engine's default): the low group is
+"""Lopti's threshold on K&K (the claim L3; the engine's default): the low group is
 ``pi_old < eta``."""
 
 RHOS = P5_RHOS
@@ -65,7 +62,7 @@ LOPTI_TRAINING = ("L2", "L3", "L6")
 LOPTI_ONE_STEP = ("L1", "L4", "L5")
 TIM_CLAIMS = ("M7", "V2", "V3", "V4", "V5", "V6")
 LONG_RESPONSES = ("L4", "L5", "L6", "P5", "T14", "O6", "V3", "V4", "V5")
-"""THEORY.md section 4: these claims concern long responses (hundreds of tokens)."""
+"""The papers' setting: these claims concern long responses (hundreds of tokens)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,7 @@ def _bin(b: int) -> str:
 
 def _quantities() -> tuple[Quantity, ...]:
     fig1a = "LOPTI arXiv 2505.12929 Fig. 1(a), Qwen2.5-7B, K&K"
-    fig1d = "LOPTI arXiv 2505.12929 Fig. 1(d), as quoted in THEORY.md (L4)"
+    fig1d = "LOPTI arXiv 2505.12929 Fig. 1(d), as quoted by the claim L4"
     scripts = "LOPTI arXiv 2505.12929, its K&K run scripts (paper_repro.md)"
     out = [Quantity(f"lopti/tok_frac_b{b}", LOPTI_ONE_STEP,
                     f"sampled response tokens with pi_old in {_bin(b)}", LOPTI_FIG1A[b], fig1a)
@@ -128,8 +125,8 @@ def _quantities() -> tuple[Quantity, ...]:
 
 
 QUANTITIES: tuple[Quantity, ...] = _quantities()
-"""Every quantity of the regime table, in its order (the claims of issue 31: L1-L6, P4, P5, M7,
-V2-V6, T14, O6)."""
+"""Every quantity of the regime table, in its order (the training and trained-model claims: L1-L6, P4,
+P5, M7, V2-V6, T14, O6)."""
 
 CLAIMS = ("L1", "L4", "L5", "L2", "L3", "L6", "P4", "P5", "M7", "V2", "V3", "V4", "V5", "V6",
           "T14", "O6")

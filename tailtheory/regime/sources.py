@@ -15,7 +15,7 @@ measurement it was read from:
    mismatch numbers of the studies are their runs' own steps ``0`` and ``steps / 2`` over 5
    seeds (the probe: 3 seeds x 4 batches of the one half-way policy).
 
-A recipe added later (the matched one of issue 31) is one more column by its name: its probe
+A recipe added later (``matched``, the papers' regime) is one more column by its name: its probe
 (``python -m tailtheory.regime.measure --recipe NAME``), and a reader in :data:`STORED` once its
 studies are stored.
 """

@@ -1,7 +1,7 @@
 """The regime table: each training claim's quantities on the testbed next to the paper's, with
 the ratio and which verdicts to read as regime-limited; ``docs/regime.md`` is generated from it.
 
-Source: issue 31 part 1; the quantities and the rule of :mod:`tailtheory.regime.quantities`.
+Source: the quantities and the rule of :mod:`tailtheory.regime.quantities`.
 
 ``python -m tailtheory.regime.table`` rewrites ``docs/regime.md`` from the stored measurements
 (nothing is measured; ``tests/regime/test_table.py`` fails when the file differs from
@@ -191,7 +191,7 @@ how much mass DVP's safe set prunes, how large the real mismatch `k3` is per tok
 response, how long responses are, how much rewards vary within a group. This table puts each
 quantity, measured on the testbed's policies, next to the paper's value and gives the ratio
 testbed / paper. A quantity is in the paper's regime when the ratio lies in
-[{BAND[0]:g}, {BAND[1]:g}] (issue 31's "within 2x"); a claim whose ledger verdict is
+[{BAND[0]:g}, {BAND[1]:g}] ("within 2x"); a claim whose ledger verdict is
 NOT-REPRODUCED or REFUTED while one of its quantities lies outside is **regime-limited**: the
 verdict cannot be told apart from "not in the paper's regime".
 
@@ -202,10 +202,10 @@ verdict cannot be told apart from "not in the paper's regime".
   tailtheory.regime.measure --recipe learn`: 3 seeds x 4 batches of 32 x 8 responses from the
   warm start and from GRPO seed 1 at step 60, with bf16 and fp8 rollouts of the same steps).
   "warm start" is the recipe's warm start, "half-way" the policy at step 60 of 120.
-- **Paper values** are the ones the project quotes with their source (THEORY.md, issue 31,
+- **Paper values** are the ones the project quotes with their source (`docs/claims.md`,
   `paper_repro.md`). "{NOT_STATED}" means no value the project has read in the paper: the
   papers' figures beyond those quotes were not readable here, so none is guessed.
-- A column for another recipe (the matched one of issue 31) is added by its name:
+- A column for another recipe (`matched`, the papers' regime) is added by its name:
   `regime_rows(("matched", "learn"))` after `python -m tailtheory.regime.measure --recipe
   matched`.
 
