@@ -77,6 +77,23 @@ def test_superseding_keeps_the_new_evidence_and_names_the_recorded_verdict():
         new.superseding("S1")
 
 
+def test_beside_puts_the_papers_regime_first_and_today_beside_it():
+    """The claim's verdict is the matched recipe's; the learn recipe's verdict, key numbers and
+    superseded verdict follow under their name, and the key names both verdicts."""
+    today = Evidence(Verdict.NOT_REPRODUCED, {"y": 2.0, "z": 3.0}, "old", ("y",)).superseding("L4")
+    matched = Evidence(Verdict.TOY_SCALE, {"measured on": "x", "a": 1.0, "b": 4.0}, "new",
+                       ("a", "b", "a", "b"))
+    out = matched.beside(today)
+    assert out.verdict == Verdict.TOY_SCALE and out.note == "new"
+    assert list(out.numbers)[:3] == ["measured on", "a", "b"]
+    assert out.numbers["measured on"] == "matched recipe (papers' regime)"
+    assert out.numbers["learn recipe: verdict"] == "NOT-REPRODUCED"
+    assert out.numbers["learn recipe: y"] == 2.0 and "learn recipe: z" not in out.numbers
+    assert out.numbers["no-learning regime (superseded): verdict"] == "NOT-REPRODUCED"
+    assert out.key == ("a", "b", "a", "learn recipe: verdict")
+    assert ("learn recipe: verdict", "NOT-REPRODUCED") in out.key_items()
+
+
 def test_superseded_verdicts_are_recorded_for_the_eleven_training_claims():
     """Recorded once, with the numbers of the check that gave them; their stored runs beside."""
     from tailtheory.core.io import REPO_ROOT
