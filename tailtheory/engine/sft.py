@@ -160,12 +160,11 @@ def config_hash(cfg: SFTConfig) -> str:
     fields = {k: v for k, v in asdict(cfg).items() if k not in budget}
     if cfg.stop_in_window:  # the default stays out of the hash: earlier caches keep their keys
         del fields["stop_in_window"]
+    # a pretrained start is keyed by its config, as the warm start itself is: another Python's
+    # stdlib pretrains another model under the same key, as another CPU trains another warm start
+    # (the corpus LM's own cache keys on its corpus bytes)
     if cfg.pretrained is None:
         del fields["pretrained"]
-    else:  # the corpus LM's own key: its config and the corpus bytes of this Python
-        from tailtheory.engine.corpus_lm import corpus_key
-
-        fields["pretrained"] = corpus_key(cfg.pretrained)
     blob = json.dumps({"version": SFT_CACHE_VERSION, **fields}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -173,7 +173,8 @@ def test_small_model_trains_on_one_thread_and_restores_the_count(monkeypatch):
 
 def test_pretrained_warm_start_speaks_the_corpus_tokenizer(tmp_path, monkeypatch):
     """``pretrained``: training starts from the corpus LM's very weights, the task speaks its BPE
-    tokenizer, and the cache key follows the corpus LM's; a model other than its is refused."""
+    tokenizer, and the cache key follows the corpus LM's config; a model other than its is
+    refused."""
     from tailtheory.core.provenance import weights_fingerprint
     from tailtheory.engine import corpus_lm as clm
     from tests.engine.test_corpus_lm import TINY as TINY_CORPUS
