@@ -223,13 +223,13 @@ if PRESET == "quick" or MODEL is not None:  # the stored full measurement the ve
 df_fig1.head(12)
 
 # %% [markdown]
-# ### The same probes on the learning testbed (the verdicts of L4 and L5)
+# ### The same probes on the learning testbed (the `learn` recipe's verdicts of L4 and L5, printed beside)
 #
 # Batches of the `learn` recipe (32 prompts × 8 responses, 3 seeds × 4 batches) from its warm
 # start and from GRPO half-way through a run of it (seed 1 after 60 of 120 steps): does the
 # interference of Figure 1 appear once the policy is learning? Stored in
 # `results/lopti_probes_learn.json` (`python -m tailtheory.lopti.learn_probes` measures again,
-# about 10 CPU minutes); L4 and L5 take the worse of the two policies' verdicts. The figures
+# about 10 CPU minutes); there too L4 and L5 take the worse of the two policies' verdicts. The figures
 # are drawn as above.
 
 # %%

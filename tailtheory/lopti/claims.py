@@ -40,7 +40,7 @@ def _l6(profile: str) -> Evidence:
 
 
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
-          "the network, not only at the logits)", expected=Verdict.TOY_SCALE)
+          "the network, not only at the logits)", expected=Verdict.NOT_REPRODUCED)
 def _l1(profile: str) -> Evidence:
     from tailtheory.lopti import learn_probes, measurement
 
@@ -60,7 +60,7 @@ def _l4(profile: str) -> Evidence:
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
-          expected=Verdict.REFUTED)
+          expected=Verdict.NOT_REPRODUCED)
 def _l5(profile: str) -> Evidence:
     from tailtheory.lopti import learn_probes
 

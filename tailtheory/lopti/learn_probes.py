@@ -20,6 +20,11 @@ GRPO on the top-bin rise fraction), applied to each policy; a claim's verdict on
 the worst of its two policies' (:func:`tailtheory.engine.comparison.worst`), fixed before the
 measurement. Stored in ``results/lopti_probes_learn.json``; ``quick`` reads it, ``thorough``
 measures again (about 10 CPU minutes, the mid-run policy included).
+
+The ``matched`` recipe (the papers' regime, :data:`RECIPES`) is probed the same way and stored
+apart, in ``results/lopti_probes_matched.json`` (``python -m tailtheory.lopti.learn_probes
+matched``: 42 minutes for the warm start's 12 batches and 25 for the half-way policy's on a busy
+2-core CPU); the claims L1, L4 and L5 are judged there, the ``learn`` recipe's verdicts beside.
 """
 
 from __future__ import annotations

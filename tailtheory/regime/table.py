@@ -20,9 +20,8 @@ from tailtheory.regime.quantities import (BAND, CLAIMS, LOPTI_FIG1A, NOT_STATED,
 
 DOCS = REPO_ROOT / "docs" / "regime.md"
 
-DOC_RECIPES = ("learn",)
-"""The recipes of ``docs/regime.md``, one pair of columns each (the matched recipe goes first
-once it is probed)."""
+DOC_RECIPES = ("matched", "learn")
+"""The recipes of ``docs/regime.md``, one pair of columns each, the papers' regime first."""
 
 POLICY_NAMES = {"warm": "warm start", "mid": "half-way"}
 
@@ -201,13 +200,17 @@ verdict cannot be told apart from "not in the paper's regime".
   5 seeds) and the regime probe (`results/regime_learn.json`, `python -m
   tailtheory.regime.measure --recipe learn`: 3 seeds x 4 batches of 32 x 8 responses from the
   warm start and from GRPO seed 1 at step 60, with bf16 and fp8 rollouts of the same steps).
-  "warm start" is the recipe's warm start, "half-way" the policy at step 60 of 120.
+  "warm start" is the recipe's warm start, "half-way" the policy at step 60 of 120. The
+  `matched` recipe (the papers' regime: the `learn` testbed written in words drawn from
+  Zipf-weighted synonyms by a warm start of a BPE LM pretrained here) has no DVP or mismatch
+  study yet: its column is its regime probe's (`results/regime_matched.json`, same sizes).
 - **Paper values** are the ones the project quotes with their source (`docs/claims.md`,
   `paper_repro.md`). "{NOT_STATED}" means no value the project has read in the paper: the
   papers' figures beyond those quotes were not readable here, so none is guessed.
-- A column for another recipe (`matched`, the papers' regime) is added by its name:
-  `regime_rows(("matched", "learn"))` after `python -m tailtheory.regime.measure --recipe
-  matched`.
+- Each claim is read against the recipe its verdict is measured on (the column "measured on"
+  below): L1, L4 and L5 on `matched`, the others on `learn`. Another recipe is one more column
+  by its name (`regime_rows(("matched", "learn"))`, after `python -m tailtheory.regime.measure
+  --recipe NAME`).
 
 """
 
