@@ -130,8 +130,9 @@ def test_stored_measurement_round_trip_and_stale_one_refused(tmp_path, monkeypat
     assert ms.probe_data("quick") == data
     from tailtheory.lopti import learn_probes
 
-    save_measurement("lopti_probes_learn", learn_probes.probe_config(),
-                     {"warm": data, "mid": data}, learn_probes.COMMAND)
+    for recipe in learn_probes.RECIPES:
+        save_measurement(f"lopti_probes_{recipe}", learn_probes.probe_config(recipe),
+                         {"warm": data, "mid": data}, learn_probes.COMMAND)
     assert all_claims()["L4"].check("quick").verdict == Verdict.TOY_SCALE
     stale = {**ms.probe_config("full"), "lr": 2 * SGD_LR}
     save_measurement("lopti_probes", stale, data, ms.COMMAND)

@@ -38,16 +38,33 @@ def test_ratios_are_testbed_over_paper(rows):
 
 
 def test_lowest_bin_is_far_below_the_paper(rows):
-    """Issue 31's numbers, from the stored probes: 1.6-1.8% of the warm start's tokens and about
-    0.6% half-way sit in [0, .25], against LOPTI's 19.2%: L4 and L5 are regime-limited."""
+    """From the stored probes: 1.6-1.8% of the learn recipe's warm-start tokens and about 0.6%
+    half-way sit in [0, .25], against LOPTI's 19.2%: the LOPTI probes' claims read there are
+    regime-limited."""
     low = next(r for r in rows if r["key"] == "lopti/tok_frac_b0")
     assert 0.015 < low["learn warm"] < 0.019 and 0.004 < low["learn mid"] < 0.008
     assert low["learn warm ratio"] < 0.1
-    assert low["regime-limited?"] == "yes: L4 NOT-REPRODUCED, L5 REFUTED"
+    assert low["regime-limited?"] == ("yes: L1 NOT-REPRODUCED, L4 NOT-REPRODUCED, "
+                                      "L5 NOT-REPRODUCED")
+
+
+def test_matched_recipe_is_in_the_papers_regime_in_the_lowest_bin():
+    """The matched recipe: >= 9.6% of sampled tokens in [0, .25] and <= 80% in the top bin at
+    both policies (its recorded criterion), within 2x of LOPTI's lowest bin; its third bin stays
+    outside 2x, so L1, L4, L5 (read there) are marked regime-limited in that bin alone."""
+    both = {r["key"]: r for r in rt.regime_rows(("matched", "learn"))}
+    low, third, top = (both[f"lopti/tok_frac_b{b}"] for b in (0, 2, 3))
+    for p in ("warm", "mid"):
+        assert low[f"matched {p}"] >= 0.096 and top[f"matched {p}"] <= 0.80
+        assert rt.in_band(low[f"matched {p} ratio"])
+    assert low["regime-limited?"] == "no: within 2x"
+    assert third["regime-limited?"].startswith("yes: L1")
+    by = {c["claim"]: c for c in rt.claim_rows(list(both.values()), ("matched", "learn"))}
+    assert by["L4"]["measured on"] == "matched" and by["L2"]["measured on"] == "learn"
 
 
 def test_missing_paper_value_is_not_stated(rows):
-    md = rt.markdown_table(rows)
+    md = rt.markdown_table(rows, ("learn",))
     line = next(ln for ln in md.splitlines() if "reward variance within a group" in ln)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2] == NOT_STATED and cells[5] == cells[6] == "–"
@@ -56,10 +73,10 @@ def test_missing_paper_value_is_not_stated(rows):
 
 
 def test_claim_readings(rows):
-    by = {c["claim"]: c for c in rt.claim_rows(rows)}
+    by = {c["claim"]: c for c in rt.claim_rows(rows, ("learn",))}
     assert by["L4"]["reading"].startswith("regime-limited") and by["L4"]["outside 2x"] >= 1
-    assert by["L1"]["verdict"] == "TOY-SCALE"
-    assert by["L1"]["reading"].startswith("reproduced although outside 2x")
+    assert by["L1"]["verdict"] == "NOT-REPRODUCED"
+    assert by["L1"]["reading"].startswith("regime-limited")
     assert by["P5"]["reading"].startswith("regime unknown")  # DVP states no pruned mass here
     assert set(by) == set(rt.CLAIMS)
 
