@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (CACHE_ENV: tests)
+from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
 from tailtheory.core.models import TinyLMConfig, damaged_weights, load_lm, num_params, tiny_lm
 from tailtheory.engine.threads import resolve_threads, torch_threads
 
@@ -395,6 +395,6 @@ def heldout_batch(path: str | Path, B: int, L: int, seed: int = 0) -> torch.Tens
     return wins[order[:B]].clone()
 
 
-__all__ = ["CORPUS_VOCAB", "CorpusLMConfig", "corpus_lm", "corpus_key", "load_corpus_lm", "heldout_batch",
-           "heldout_stream", "read_corpus_record", "corpus_files", "train_tokenizer",
-           "encode_stream", "cache_root"]
+__all__ = ["CORPUS_VOCAB", "CorpusLMConfig", "corpus_lm", "corpus_key", "load_corpus_lm",
+           "heldout_batch", "heldout_stream", "read_corpus_record", "corpus_files",
+           "train_tokenizer", "encode_stream", "cache_root"]

@@ -32,7 +32,8 @@ RECIPES: dict[str, dict] = {
     },
     "matched": {
         "task": "kk_prose", "n_people": 2, "model": "warm", "method": "grpo",
-        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
+        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8,
+        "lr": 1e-4,
         "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
     },
 }

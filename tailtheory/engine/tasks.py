@@ -342,7 +342,8 @@ class KnightsKnavesProse(KnightsKnavesTrace):
     words = WORDS + PROSE_WORDS
 
     def target(self, problem: Problem) -> str:
-        return render_kk_prose(problem.meta["statements"], random.Random(problem.meta["rg_index"]))[0]
+        rng = random.Random(problem.meta["rg_index"])
+        return render_kk_prose(problem.meta["statements"], rng)[0]
 
     def final_answer(self, words: list[str]) -> str | None:
         return parse_kk_trace(words, self.n_people, self.depth, prose=True)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (CACHE_ENV: tests)
+from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
 from tailtheory.core.models import load_lm
 from tailtheory.engine.sft import TASK_DEFAULTS, SFTConfig, config_hash, train_sft
 from tailtheory.engine.tasks import TASKS, Task, get_task

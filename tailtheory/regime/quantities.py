@@ -125,8 +125,8 @@ def _quantities() -> tuple[Quantity, ...]:
 
 
 QUANTITIES: tuple[Quantity, ...] = _quantities()
-"""Every quantity of the regime table, in its order (the training and trained-model claims: L1-L6, P4,
-P5, M7, V2-V6, T14, O6)."""
+"""Every quantity of the regime table, in its order (the training and trained-model claims:
+L1-L6, P4, P5, M7, V2-V6, T14, O6)."""
 
 CLAIMS = ("L1", "L4", "L5", "L2", "L3", "L6", "P4", "P5", "M7", "V2", "V3", "V4", "V5", "V6",
           "T14", "O6")
