@@ -105,6 +105,25 @@ from tailtheory.probe.run import show_probe
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
+# ## (0) The regime: how much the safe set prunes, on both testbeds
+#
+# DVP's claims are about the mass the safe set $S$ drops. The `matched` recipe (the papers'
+# regime for LOPTI's bins: the `learn` testbed written in words drawn from synonyms, by a warm
+# start of a BPE LM pretrained here; notebook 04, section (0)) puts 13% of sampled tokens below
+# $\pi_\text{old} = 0.25$ where `learn` puts 1.7%. The rows below give the pruned mass per token
+# and summed over a response (P2's bound) at each $\rho$ on both recipes' warm start and
+# half-way policy. DVP states no value for them ("not stated"), so the ratio column is empty.
+# P4 and P5 are still measured on `learn` and on the trained models of section (1); the matched
+# recipe's DVP study has not run yet.
+
+# %%
+from tailtheory.regime import table as regime
+
+frame = regime.regime_frame()
+cols = [c for c in frame.columns if c.endswith(("warm", "mid"))]
+frame.loc[lambda d: d.claims.str.contains(r"\bP[45]\b")][["claims", "paper", *cols]]
+
+# %% [markdown]
 # ## (1) P4 where the tail is real: the $\rho$ sweep on trained models
 #
 # Real bf16 rollout copies against the float32 trainer; the safe set from the sampler's logits on
