@@ -86,7 +86,6 @@ class Evidence:
                                        "rollout decoder": LEARN_DECODER,
                                        key: superseded(claim)["verdict"]}, self.note, self.key)
 
-
     def beside(self, today: "Evidence", where: str = "matched recipe (papers' regime)",
                today_name: str = "learn recipe") -> "Evidence":
         """This evidence, measured on ``where`` (the ``matched`` recipe, whose sampled tokens sit

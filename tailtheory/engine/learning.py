@@ -13,7 +13,7 @@ every study (``tailtheory study learn_curve`` trains the missing ones); they are
 the LOPTI study's GRPO arm and of the dose study's ``exact`` arm (same configs, same run keys).
 
 The ``matched`` recipe (the papers' regime) has its own study, :data:`MATCHED_STUDY`
-(``matched_curve``), and its criterion, fixed before its seeds ran (issue text of the recipe): the
+(``matched_curve``), and its criterion, fixed before its seeds ran (recorded in the ledger): the
 same held-out gain, at least :data:`MATCHED_GAIN` = 0.15, in every seed of :data:`MATCHED_SEEDS`
 (1-3), with a rising reward (the recipe was tuned on seed 0).
 """

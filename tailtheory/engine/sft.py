@@ -27,7 +27,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.models import TinyLMConfig, num_params, tiny_lm
-from tailtheory.engine.corpus_lm import CorpusLMConfig
+from tailtheory.engine.corpus_lm import CorpusLMConfig, corpus_lm, load_corpus_lm
 from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks import TASKS, Problem, Task, get_task
 from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -135,8 +135,6 @@ class SFTConfig:
         ``seed`` and the task speaking the word-level tokenizer."""
         if self.pretrained is None:
             return tiny_lm(self.model, seed=self.seed).to(device), self.make_task()
-        from tailtheory.engine.corpus_lm import corpus_lm, load_corpus_lm
-
         model, tokenizer = load_corpus_lm(corpus_lm(self.pretrained), device=device)
         return model, self.make_task(tokenizer)
 

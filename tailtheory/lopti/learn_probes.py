@@ -40,16 +40,19 @@ MID_SEED = 1
 MID_STEP = 60
 """Half of the recipe's 120 steps."""
 
+
 def _sizes(recipe: str = "learn"):
     from tailtheory.lopti.measurement import PROBE_SIZES
 
     return PROBE_SIZES[recipe]["seeds"], PROBE_SIZES[recipe]["batches"]
 
+
 POLICIES = ("warm", "mid")
 """The probed policies."""
 
 COMMAND = "python -m tailtheory.lopti.learn_probes"
-"""Measures again and stores ``results/lopti_probes_learn.json``."""
+"""With a recipe's name after it, measures again and stores ``results/lopti_probes_<recipe>.json``
+(no name: ``learn``)."""
 
 
 RECIPES = ("learn", "matched")
@@ -110,15 +113,13 @@ def probe_config(recipe: str = "learn") -> dict:
 
 def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
     """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
-    from tailtheory.engine.presets import warm_model
-    from tailtheory.engine.warm_cache import load_warm_start
+    from tailtheory.engine.start import load_start
     from tailtheory.lopti.measurement import measure
 
     cfg, (seeds, batches) = _grpo_config(recipe), _sizes(recipe)
     out = {}
     for policy in POLICIES:
-        model, task = (load_warm_start(warm_model(recipe, progress=False), device="cpu")
-                       if policy == "warm" else mid_policy(progress, cfg))
+        model, task = load_start(cfg) if policy == "warm" else mid_policy(progress, cfg)
         out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
     return out
 

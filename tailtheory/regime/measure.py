@@ -81,8 +81,9 @@ def pruned_sums(model, rb, rhos=RHOS, rows: int | None = None) -> list[float]:
     for idx in torch.arange(rb.response.shape[0]).split(rows):
         sub = batch_rows(rb, idx, rb.prompt_len, rb.response.shape[1])
         logp = torch.log_softmax(response_logits(model, sub).double(), -1)       # (b, T, V)
+        p = logp.exp()                                                           # once, every rho
         for i, rho in enumerate(rhos):
-            m = torch.where(keep_from_logp(logp, "min_p", rho), 0.0, logp.exp()).sum(-1)
+            m = torch.where(keep_from_logp(logp, "min_p", rho), 0.0, p).sum(-1)
             out[i] += float((m * sub.mask).sum())
     return out
 

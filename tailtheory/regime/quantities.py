@@ -154,15 +154,19 @@ def in_band(r: float | None) -> bool | None:
     return None if r is None else BAND[0] <= r <= BAND[1]
 
 
-def row_limited(ratios, verdicts: dict[str, Verdict]) -> str:
-    """The "regime-limited?" cell of one quantity: ``ratios`` (testbed / paper per policy, ``None``
-    where not compared) and the ledger verdicts of its claims."""
-    known = [r for r in ratios if r is not None]
-    if not known:
+def row_limited(judged: dict[str, list], verdicts: dict[str, Verdict]) -> str:
+    """The "regime-limited?" cell of one quantity: ``judged`` maps each of its claims to the
+    testbed / paper ratios (``None`` where not compared) of the recipe that claim's verdict is
+    measured on, ``verdicts`` the claims' ledger verdicts. A claim is listed when its verdict is
+    negative and one of its own ratios lies outside :data:`BAND`."""
+    known = {c: [r for r in rs if r is not None] for c, rs in judged.items()}
+    every = [r for rs in known.values() for r in rs]
+    if not every:
         return "unknown: no paper value"
-    if all(in_band(r) for r in known):
+    if all(in_band(r) for r in every):
         return "no: within 2x"
-    negative = [f"{c} {v.value}" for c, v in verdicts.items() if v in NEGATIVE]
+    negative = [f"{c} {verdicts[c].value}" for c, rs in known.items()
+                if verdicts[c] in NEGATIVE and not all(in_band(r) for r in rs)]
     return ("yes: " + ", ".join(negative)) if negative else "outside 2x; no negative verdict"
 
 

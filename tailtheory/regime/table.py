@@ -50,11 +50,10 @@ def regime_rows(recipes=DOC_RECIPES) -> list[dict]:
     policy and its ratio to the paper, the "regime-limited?" reading (each claim against the
     recipe its verdict is measured on, :func:`measured_on`), the testbed's sources."""
     from tailtheory.regime.measure import POLICIES
-    from tailtheory.regime.quantities import NEGATIVE
+    from tailtheory.regime.sources import regime_values
 
     if isinstance(recipes, str) or not recipes:
         raise ValueError(f"recipes must be a non-empty sequence of recipe names, got {recipes!r}")
-    from tailtheory.regime.sources import regime_values
 
     values = {r: regime_values(r) for r in recipes}
     verdicts = _verdicts()
@@ -69,12 +68,9 @@ def regime_rows(recipes=DOC_RECIPES) -> list[dict]:
                 row[f"{r} {p}"], row[f"{r} {p} ratio"] = v, ratio(v, q.paper)
                 ratios[r].append(row[f"{r} {p} ratio"])
                 sources += [src] if src and src not in sources else []
-        judged = {c: [x for x in ratios[measured_on(c, recipes)] if x is not None]
-                  for c in q.claims}
-        limited = [f"{c} {verdicts[c].value}" for c, rs in judged.items()
-                   if verdicts[c] in NEGATIVE and not all(in_band(x) for x in rs)]
-        row["regime-limited?"] = ("yes: " + ", ".join(limited) if limited else
-                                  row_limited([x for rs in judged.values() for x in rs], {}))
+        row["regime-limited?"] = row_limited(
+            {c: ratios[measured_on(c, recipes)] for c in q.claims},
+            {c: verdicts[c] for c in q.claims})
         row["testbed source"] = ", ".join(sources)
         rows.append(row)
     return rows

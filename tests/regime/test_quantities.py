@@ -61,10 +61,14 @@ def test_band_is_closed_at_two_x(r, expected):
 
 def test_row_reading():
     neg = {"L4": Verdict.NOT_REPRODUCED, "L1": Verdict.TOY_SCALE, "L5": Verdict.REFUTED}
-    assert rq.row_limited([None, None], neg) == "unknown: no paper value"
-    assert rq.row_limited([0.8, None, 1.9], neg) == "no: within 2x"
-    assert rq.row_limited([0.8, 0.09], neg) == "yes: L4 NOT-REPRODUCED, L5 REFUTED"
-    assert rq.row_limited([3.0], {"L1": Verdict.TOY_SCALE}) == "outside 2x; no negative verdict"
+    same = lambda rs: {c: rs for c in neg}  # noqa: E731 (every claim read on one recipe)
+    assert rq.row_limited(same([None, None]), neg) == "unknown: no paper value"
+    assert rq.row_limited(same([0.8, None, 1.9]), neg) == "no: within 2x"
+    assert rq.row_limited(same([0.8, 0.09]), neg) == "yes: L4 NOT-REPRODUCED, L5 REFUTED"
+    assert rq.row_limited({"L1": [3.0]}, {"L1": Verdict.TOY_SCALE}) == (
+        "outside 2x; no negative verdict")
+    # each claim against its own recipe: L4 read where the ratio is outside, L5 where inside
+    assert rq.row_limited({"L4": [0.09], "L5": [1.0]}, neg) == "yes: L4 NOT-REPRODUCED"
 
 
 def test_claim_reading():
