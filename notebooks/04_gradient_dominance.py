@@ -127,9 +127,10 @@ fig, df_regime = regime.plot_bin_fractions()
 show_figure(fig, "regime_bin_fractions", df_regime,
             provenance("stored", "quick", "results/regime_matched.json, "
                        "results/lopti_probes_learn.json"))
-ratio_cols = [c for c in regime.regime_frame().columns if c.endswith(("warm", "mid", "ratio"))]
-lopti_rows = regime.regime_frame().loc[lambda d: d.claims.str.contains(r"\bL\d")]
-lopti_rows[["claims", "paper", *ratio_cols, "regime-limited?"]]
+frame = regime.regime_frame()
+ratio_cols = [c for c in frame.columns if c.endswith(("warm", "mid", "ratio"))]
+frame.loc[lambda d: d.claims.str.contains(r"\bL\d")][["claims", "paper", *ratio_cols,
+                                                       "regime-limited?"]]
 
 # %% [markdown]
 # ### The matched recipe learns
