@@ -65,7 +65,8 @@ def _check(recipe: str) -> str:
     return recipe
 
 
-def _grpo_config(recipe: str = "learn"):
+def grpo_config(recipe: str = "learn"):
+    """The GRPO run of ``recipe`` whose half-way policy is probed (seed :data:`MID_SEED`)."""
     from tailtheory.engine.presets import train_config
 
     return train_config(_check(recipe), method="grpo", seed=MID_SEED)
@@ -82,7 +83,7 @@ def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):
     from tailtheory.engine.start import load_start
     from tailtheory.engine.trainer import train
 
-    cfg = cfg or _grpo_config()
+    cfg = cfg or grpo_config()
     out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{step}"
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or read_checkpoint(ckpt)["step"] != step:
@@ -102,6 +103,18 @@ def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):
     return model, task
 
 
+def probed_policy(policy: str, recipe: str = "learn", progress: bool = True) -> tuple:
+    """``(model, task)`` of one of :data:`POLICIES` on ``recipe``: its warm start, or GRPO seed
+    :data:`MID_SEED` at step :data:`MID_STEP` (:func:`mid_policy`). The policies every probe of
+    a recipe reads (LOPTI's one-step probes, P4's and M7's on the ``matched`` recipe)."""
+    from tailtheory.engine.start import load_start
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+    cfg = grpo_config(recipe)
+    return load_start(cfg) if policy == "warm" else mid_policy(progress, cfg)
+
+
 def probe_config(recipe: str = "learn") -> dict:
     """What the stored measurement is keyed by: the full measurement's keys on the recipe's
     preset, the policies and the half-way step."""
@@ -113,13 +126,12 @@ def probe_config(recipe: str = "learn") -> dict:
 
 def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
     """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
-    from tailtheory.engine.start import load_start
     from tailtheory.lopti.measurement import measure
 
-    cfg, (seeds, batches) = _grpo_config(recipe), _sizes(recipe)
+    cfg, (seeds, batches) = grpo_config(recipe), _sizes(recipe)
     out = {}
     for policy in POLICIES:
-        model, task = load_start(cfg) if policy == "warm" else mid_policy(progress, cfg)
+        model, task = probed_policy(policy, recipe, progress)
         out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
     return out
 

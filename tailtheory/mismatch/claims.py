@@ -222,6 +222,20 @@ def _m7(profile: str) -> Evidence:
 
     ids = rm.random_input_ids(rm.M7_VOCAB, pick(profile, 8, 32), pick(profile, 24, 64), seed=0)
     parts = {"random": _m7_numbers(rm.m7_model(), ids), "corpus": _m7_corpus(profile)}
+    today = _m7_evidence(parts, f"(a) random-init Qwen2-style LM (V=512, hidden 128, 2 layers), "
+                         f"lm_head scaled by {rm.SHARPEN_SCALE:g}, random inputs; (b) the corpus "
+                         f"LM (V=4096 byte-level BPE, 4 layers, pretrained on the Python stdlib), "
+                         f"held-out text {M7_CORPUS_SIZE[0]} x {M7_CORPUS_SIZE[1]}")
+    matched = _m7_evidence(_m7_matched(profile), f"the matched recipe's policies (warm start and "
+                           f"GRPO seed 1 at step 60; V=4096 byte-level BPE pretrained on text), "
+                           f"each on {M7_MATCHED_SIZE[0]} x {M7_MATCHED_SIZE[1]} tokens of "
+                           f"held-out prompts and its own sampled responses")
+    return matched.beside(today, today_name="random model and corpus LM")
+
+
+def _m7_evidence(parts: dict, models: str) -> Evidence:
+    """M7's verdict over ``parts`` (name -> :func:`_m7_numbers`): TOY-SCALE when every model
+    shows the envelope on every path; ``models`` says what they are, first in the note."""
     if not all(_m7_consistent(n) for n in parts.values()):
         raise RuntimeError("M7: a token exceeds M3's exact bound at its own measured eps; the "
                            "bound is a theorem, so this is an internal inconsistency")
@@ -232,14 +246,12 @@ def _m7(profile: str) -> Evidence:
     ok = not any(failed.values())
     why = "; ".join(f"{name} fails {', '.join(f)}" for name, f in failed.items() if f)
     return Evidence(Verdict.TOY_SCALE if ok else Verdict.NOT_REPRODUCED, numbers,
-                    f"(a) random-init Qwen2-style LM (V=512, hidden 128, 2 layers), lm_head "
-                    f"scaled by {rm.SHARPEN_SCALE:g}, random inputs; (b) the corpus LM (V=4096 "
-                    f"byte-level BPE, 4 layers, pretrained on the Python stdlib), held-out text "
-                    f"{M7_CORPUS_SIZE[0]} x {M7_CORPUS_SIZE[1]}. Criterion per model and path: "
+                    f"{models}. Criterion per model and path: "
                     f"log-log slope of binned mean |Delta| vs (1-p) over {M7_Q_RANGE[0]:g} <= "
                     f"1-p <= {M7_Q_RANGE[1]:g} in {M7_SLOPE_RANGE} and head/tail < "
                     f"{M7_HEAD_OVER_TAIL:g}" + (f"; {why}" if why else "") + "; all tokens under "
-                    "M3's exact bound at the measured eps is a consistency check only")
+                    "M3's exact bound at the measured eps is a consistency check only",
+                    key=tuple(f"{name}/shape" for name in parts))
 
 
 def _m7_numbers(model, ids) -> dict:
@@ -298,6 +310,37 @@ def _m7_corpus(profile: str) -> dict:
 
     config = {"corpus": asdict(cfg), "B": B, "T": T, "seed": 0, "paths": list(M7_PATHS)}
     return measured("m7_corpus_lm", config, measure, profile,
+                    "tailtheory verify --only M7 --profile thorough")
+
+
+M7_MATCHED_SIZE = (32, 64)
+"""M7 on the ``matched`` recipe's policies: (B, T) tokens of prompt + own response
+(:func:`tailtheory.mismatch.real.policy_windows`), the corpus LM's size. Stored
+(``results/m7_matched.json``) like the corpus LM's numbers."""
+
+
+def _m7_matched(profile: str) -> dict:
+    """M7's numbers on the ``matched`` recipe's warm start and half-way GRPO policy
+    (``matched_warm/``, ``matched_mid/``): stored (``quick``) or measured (``thorough``)."""
+    from tailtheory.core.measurements import measured
+    from tailtheory.engine.runs import run_key
+    from tailtheory.lopti import learn_probes as lp
+    from tailtheory.mismatch.real import M7_PATHS, policy_windows
+
+    B, T = M7_MATCHED_SIZE
+
+    def measure() -> dict:
+        out = {}
+        for policy in lp.POLICIES:
+            model, task = lp.probed_policy(policy, "matched", progress=False)
+            out[f"matched_{policy}"] = _m7_numbers(model, policy_windows(model, task, B, T))
+        return out
+
+    probes = lp.probe_config("matched")
+    config = {"B": B, "T": T, "seed": 202, "sample_seed": 0, "paths": list(M7_PATHS),
+              "task": probes["task"], "warm_start": probes["warm_start"],
+              "mid_run": run_key(lp.grpo_config("matched")), "mid_step": lp.MID_STEP}
+    return measured("m7_matched", config, measure, profile,
                     "tailtheory verify --only M7 --profile thorough")
 
 

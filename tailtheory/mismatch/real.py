@@ -136,6 +136,33 @@ def random_input_ids(vocab_size: int, B: int, T: int, seed: int = 0) -> torch.Te
                          generator=g)
 
 
+def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: int = 0,
+                   max_prompts: int | None = None) -> torch.Tensor:
+    """``(B, T)`` ids a task policy writes: the first ``T`` tokens of prompt + its own sampled
+    response (float32 ``kv`` sampling at temperature 1, EOS included), for the first ``B``
+    held-out problems (``task.problems(..., seed=seed)``) whose text reaches ``T`` tokens; up to
+    ``max_prompts`` (default ``4 B``) problems are drawn, and fewer long enough is an error.
+    M7's input on a trained policy: teacher-forced text from the policy's own distribution."""
+    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+
+    B, T = check_positive_int(B, "B"), check_positive_int(T, "T")
+    n = max_prompts or 4 * B
+    problems = task.problems(n, seed=seed)
+    rc = RolloutConfig(path="kv", max_new_tokens=task.max_response_len, backend="hf")
+    g = torch.Generator().manual_seed(sample_seed)
+    rb = RolloutEngine(model, rc).generate([p.prompt_ids for p in problems], eos_id=task.eos_id,
+                                           pad_id=task.pad_id, generator=g)
+    rows = []
+    for p, resp, m in zip(problems, rb.response, rb.mask):
+        ids = list(p.prompt_ids) + resp[m].tolist()
+        if len(ids) >= T:
+            rows.append(ids[:T])
+        if len(rows) == B:
+            return torch.tensor(rows)
+    raise ValueError(f"only {len(rows)} of {n} sampled texts reach {T} tokens; {B} are needed "
+                     f"(lower T or raise max_prompts)")
+
+
 HEAD_P, TAIL_P = 0.9, 1e-3
 """Probability cut-offs of the head / tail summaries of :func:`mismatch_envelope`."""
 

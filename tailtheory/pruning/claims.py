@@ -140,17 +140,30 @@ def _p3(profile: str) -> Evidence:
           "mismatch at negligible mass", expected=Verdict.NOT_REPRODUCED)
 def _p4(profile: str) -> Evidence:
     """The knee (our formalisation of DVP's trade): at mean pruned mass <= MASS_NEGLIGIBLE, at
-    least MOST of the unpruned sequence KL is removed. Measured on M7's random model (live) and
-    on the trained models of ``tailtheory.pruning.trained_tails`` (stored measurement); the claim's
-    verdict is TOY-SCALE only when every trained setting shows the knee, whatever the random
-    model shows (each model's own answer is in the numbers)."""
-    from tailtheory.pruning import trained_tails
+    least MOST of the unpruned sequence KL is removed. Judged on the ``matched`` recipe's
+    policies (``trained_tails.p4_matched_data``: its warm start and GRPO half-way, the papers'
+    regime), TOY-SCALE only when both show the knee; beside it today's: M7's random model
+    (live) and the trained models of ``tailtheory.pruning.trained_tails`` (stored), TOY-SCALE
+    only when every trained setting shows the knee, whatever the random model shows (each
+    model's own answer is in the numbers)."""
+    from tailtheory.pruning import trained_tails as tt
 
     numbers, random_knee = _p4_random(profile)
-    data = trained_tails.p4_trained_data(profile)
-    knees = trained_tails.trained_knees(data, MASS_NEGLIGIBLE)
-    found = {name: k["seq_kl_left"] <= 1 - MOST for name, k in knees.items()}
     numbers["random/knee"] = "yes" if random_knee["seq_kl_left"] <= 1 - MOST else "no"
+    today = _p4_settings(tt.p4_trained_data(profile), tt.TRAINED_SETTINGS, numbers,
+                         f"; random model (head x40) {numbers['random/knee']}")
+    matched = _p4_settings(tt.p4_matched_data(profile), tt.MATCHED_SETTINGS)
+    return matched.beside(today, today_name="corpus LM and kk_trace policy")
+
+
+def _p4_settings(data: dict, settings, numbers: dict | None = None, extra: str = "") -> Evidence:
+    """P4's verdict over the trained ``settings`` of ``data`` (each must show the knee), their
+    numbers after ``numbers`` (the random model's, for today's), ``extra`` in the note."""
+    from tailtheory.pruning import trained_tails
+
+    numbers = dict(numbers or {})
+    knees = trained_tails.trained_knees(data, MASS_NEGLIGIBLE, settings)
+    found = {name: k["seq_kl_left"] <= 1 - MOST for name, k in knees.items()}
     for name, knee in knees.items():
         numbers[f"{name}/knee"] = "yes" if found[name] else "no"
         numbers.update(_p4_trained_numbers(name, knee, data["settings"][name]))
@@ -161,13 +174,14 @@ def _p4(profile: str) -> Evidence:
             "bf16 mismatch, S from the sampler's logits on both sides. Knee on: "
             + ", ".join(f"{n} {numbers[f'{n}/knee']} ({numbers[f'{n}/seq_kl_left']:.0%} of the "
                         f"KL left at rho = {numbers[f'{n}/rho_cheap']:g})" for n in knees)
-            + f"; random model (head x40) {numbers['random/knee']}. E|Delta| spread over tokens "
+            + f"{extra}. E|Delta| spread over tokens "
             "in proportion to sampler mass (TV of the per-p-bin shares <= "
             f"{trained_tails.PROPORTIONAL_TV:g}): "
             + ", ".join(f"{n} {'yes' if spread[n] else 'no'} (TV {numbers[f'{n}/share_tv']:.2f})"
                         for n in knees))
     verdict = Verdict.TOY_SCALE if all(found.values()) else Verdict.NOT_REPRODUCED
-    first = [f"{n}/{k}" for k in ("knee", "seq_kl_left") for n in (*knees, "random")]
+    names = (*knees, "random") if "random/knee" in numbers else tuple(knees)
+    first = [f"{n}/{k}" for k in ("knee", "seq_kl_left") for n in names]
     return Evidence(verdict, {**{k: numbers[k] for k in first}, **numbers}, note)
 
 

@@ -63,17 +63,21 @@ def test_batch_rows_drops_left_padding_and_columns_past_eos(model, rb):
 def test_micro_batches_match_the_whole_batch(model, rb):
     ref = _cfg(0, method="trm")                                        # full logits, KL to ref
     z_ref = torch.randn(rb.response.shape + (V,), generator=torch.Generator().manual_seed(1))
+    micro = replace(ref, micro_batch=4)
     with torch.no_grad():
         whole, z_whole = forward_stats(model, rb, None, ref, 0, ref=z_ref)
-        parts, z_parts = forward_stats(model, rb, None, replace(ref, micro_batch=4), 0, ref=z_ref)
-        again, _ = forward_stats(model, rb, None, replace(ref, micro_batch=4), 0, ref=z_ref)
+        parts, z_parts = forward_stats(model, rb, None, micro, 0, ref=z_ref)
+        again, _ = forward_stats(model, rb, None, micro, 0, ref=z_ref)
+        _, z_whole_self = forward_stats(model, rb, None, ref, 0, self_ref=True)
+        _, z_parts_self = forward_stats(model, rb, None, micro, 0, self_ref=True)
     assert whole.keys() == parts.keys() and "kl" in parts
     for name, x in whole.items():
         assert parts[name].shape == x.shape, name
         _close_on(parts[name], x, rb.mask)
         assert torch.equal(again[name], parts[name]), name             # bitwise run to run
-    assert z_parts.shape == z_whole.shape
-    _close_on(z_parts, z_whole, rb.mask)
+    assert z_whole is None and z_parts is None                         # logits only for self_ref
+    assert z_parts_self.shape == z_whole_self.shape
+    _close_on(z_parts_self, z_whole_self, rb.mask)
 
 
 def test_micro_batch_gradients_match_the_whole_batch(model, rb):

@@ -135,3 +135,43 @@ def test_nan_logits_rejected_by_envelope():
     bad[0, 1, 2] = float("nan")
     with pytest.raises(ValueError, match="perturbed_logits"):
         rm.mismatch_envelope(z, bad)
+
+
+def test_policy_windows_are_prompt_then_own_response():
+    """M7's input on a task policy: each row is a held-out prompt followed by the policy's own
+    sampled tokens, cut to T; too few long texts is an error naming the fix."""
+    from tailtheory.core.models import tiny_lm
+    from tailtheory.engine.tasks import get_task
+
+    task = get_task("kk", seed=0)
+    model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1)
+    problems = task.problems(8, seed=202)
+    T = max(len(p.prompt_ids) for p in problems) + 2
+    ids = rm.policy_windows(model, task, 3, T, max_prompts=8)
+    assert ids.shape == (3, T) and ids.dtype == torch.long
+    starts = [p.prompt_ids for p in problems if len(p.prompt_ids) <= T]
+    assert any(ids[0, :len(s)].tolist() == list(s) for s in starts)
+    assert int(ids.max()) < task.vocab_size
+    with pytest.raises(ValueError, match="reach"):
+        rm.policy_windows(model, task, 3, 10_000, max_prompts=4)
+
+
+def test_m7_verdict_is_the_matched_policies_with_todays_beside(monkeypatch):
+    """M7: TOY-SCALE only when every model shows the envelope on every path; the claim's
+    verdict is the matched recipe's policies', today's two models beside it."""
+    from tailtheory.core.registry import Verdict
+    from tailtheory.mismatch import claims as c
+
+    good = c._m7_numbers(rm.m7_model(), rm.random_input_ids(V, 8, 24, seed=0))
+    assert not c._m7_failures(good)
+    bad = {**good, "bf16/envelope_slope": 0.0}
+    monkeypatch.setattr(c, "_m7_corpus", lambda profile: good)
+    monkeypatch.setattr(c, "_m7_matched", lambda profile: {"matched_warm": good,
+                                                           "matched_mid": bad})
+    ev = c._m7("quick")
+    assert ev.verdict == Verdict.NOT_REPRODUCED and ev.numbers["matched_mid/shape"] == "no"
+    assert ev.numbers["random model and corpus LM: verdict"] == "TOY-SCALE"
+    assert "matched_mid fails bf16 slope 0.00" in ev.note
+    monkeypatch.setattr(c, "_m7_matched", lambda profile: {"matched_warm": good,
+                                                           "matched_mid": good})
+    assert c._m7("quick").verdict == Verdict.TOY_SCALE

@@ -163,20 +163,57 @@ def test_trained_knees_read_the_sweep_and_the_sampled_table():
     assert expensive["corpus_rollout"]["rho"] == 0
 
 
+def fake_matched_data(kl_left=(1.0, 0.3)):
+    roll = fake_trained_data(kl_left)["settings"]["policy_rollout"]
+    return {"settings": {name: roll for name in tr.MATCHED_SETTINGS}}
+
+
 def test_p4_verdict_needs_the_knee_on_every_trained_model(monkeypatch):
-    """P4: TOY-SCALE only when every trained setting shows the knee; each is reported."""
+    """P4: TOY-SCALE only when every trained setting shows the knee; each is reported. The
+    claim's verdict is the matched recipe's policies', today's testbed's beside it."""
     from tailtheory.core.registry import Verdict
     from tailtheory.pruning import claims
 
     monkeypatch.setattr(tr, "p4_trained_data", lambda profile: fake_trained_data())
+    monkeypatch.setattr(tr, "p4_matched_data", lambda profile: fake_matched_data())
     ev = claims._p4("quick")
-    assert ev.verdict == Verdict.TOY_SCALE and ev.numbers["policy_rollout/knee"] == "yes"
-    assert ev.numbers["random/knee"] == "no"
+    assert ev.verdict == Verdict.TOY_SCALE and ev.numbers["matched_mid/knee"] == "yes"
+    assert ev.numbers["measured on"].startswith("matched recipe")
+    assert ev.numbers["corpus LM and kk_trace policy: verdict"] == "TOY-SCALE"
+    today = claims._p4_settings(fake_trained_data(), tr.TRAINED_SETTINGS)
+    assert today.numbers["policy_rollout/knee"] == "yes"
     data = fake_trained_data()
     data["settings"]["corpus_text"] = fake_trained_data(kl_left=(1.0, 0.9))["settings"]["corpus_text"]
     monkeypatch.setattr(tr, "p4_trained_data", lambda profile: data)
+    ev = claims._p4("quick")                     # today's testbed changes, the verdict does not
+    assert ev.verdict == Verdict.TOY_SCALE
+    assert ev.numbers["corpus LM and kk_trace policy: verdict"] == "NOT-REPRODUCED"
+    assert claims._p4_settings(data, tr.TRAINED_SETTINGS).numbers["corpus_text/knee"] == "no"
+    matched = fake_matched_data()
+    matched["settings"]["matched_warm"] = fake_matched_data((1.0, 0.9))["settings"]["matched_warm"]
+    monkeypatch.setattr(tr, "p4_matched_data", lambda profile: matched)
     ev = claims._p4("quick")
-    assert ev.verdict == Verdict.NOT_REPRODUCED and ev.numbers["corpus_text/knee"] == "no"
+    assert ev.verdict == Verdict.NOT_REPRODUCED and ev.numbers["matched_warm/knee"] == "no"
+    assert ev.numbers["matched_mid/knee"] == "yes"
+
+
+def test_trained_knees_of_the_matched_settings():
+    k = tr.trained_knees(fake_matched_data(), 1e-3, tr.MATCHED_SETTINGS)
+    assert set(k) == set(tr.MATCHED_SETTINGS)
+    assert k["matched_warm"]["tok_abs_mean_left"] == pytest.approx(0.3)
+
+
+def test_matched_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
+    with pytest.raises(StaleMeasurement, match="p4_matched"):
+        tr.p4_matched_data("quick")
+    monkeypatch.setattr(tr, "measure_matched", lambda cfg: {"settings": {}, "x": 2})
+    assert tr.p4_matched_data("thorough")["x"] == 2
+    assert tr.p4_matched_data("quick")["x"] == 2
+    ident = tr.p4_matched_identity()
+    assert ident["task"] == "kk_prose" and ident["mid_step"] == 60 and len(ident["mid_run"]) == 16
+    with pytest.raises(StaleMeasurement, match="another config"):
+        tr.p4_matched_data("quick", TrainedP4Config(policy_prompts=8))
 
 
 def test_stored_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch):

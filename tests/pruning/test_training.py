@@ -62,6 +62,20 @@ def test_p5_verdict_rule():
     assert nums["GRPO:mismatch_abs_mean"] == pytest.approx(0.003)
 
 
+def test_p5_on_the_matched_study_reads_its_one_rho():
+    """The matched recipe runs GRPO and DVP at the claimed rho only; the rule reads what ran."""
+    arms = pt.MATCHED_STUDY.plan("matched")
+    assert [a.label for a in arms] == ["GRPO", f"DVP rho={pt.RHO_CLAIMED:g}"]
+    assert {c.rollout for a in arms for c in a.configs} == {"bf16"}
+    assert [c.seed for c in arms[1].configs] == [1, 2, 3, 4, 5]
+    assert {c.task for a in arms for c in a.configs} == {"kk_prose"}
+    data = {k: v for k, v in _p5(0.01, 0.0).items() if k in ("GRPO", "DVP rho=0.0001")}
+    ev = pt.p5_evidence(data, pt.MATCHED_STUDY)
+    assert ev.verdict == Verdict.TOY_SCALE and "rho=1e-08:max_bias_bound" not in ev.numbers
+    bad = {k: v for k, v in _p5(0.2, 0.0).items() if k in data}
+    assert pt.p5_evidence(bad, pt.MATCHED_STUDY).verdict == Verdict.NOT_REPRODUCED
+
+
 def test_bias_bound_is_mass_times_length():
     line = {"dvp/pruned_mass": 1e-3, "rollout/len_mean": 50.0}
     assert pt.bias_bound(line) == pytest.approx(0.05)
