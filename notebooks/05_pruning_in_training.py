@@ -105,7 +105,7 @@ from tailtheory.probe.run import show_probe
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
-# ## (0) The regime: how much the safe set prunes, on both testbeds
+# ## (0) The papers' regime: pruned mass, DVP's trade-off and its bias bound on `matched`
 #
 # DVP's claims are about the mass the safe set $S$ drops. The `matched` recipe (the papers'
 # regime for LOPTI's bins: the `learn` testbed written in words drawn from synonyms, by a warm
@@ -113,8 +113,6 @@ verdict_report(CLAIMS, PROFILE);
 # $\pi_\text{old} = 0.25$ where `learn` puts 1.7%. The rows below give the pruned mass per token
 # and summed over a response (P2's bound) at each $\rho$ on both recipes' warm start and
 # half-way policy. DVP states no value for them ("not stated"), so the ratio column is empty.
-# P4 and P5 are still measured on `learn` and on the trained models of section (1); the matched
-# recipe's DVP study has not run yet.
 
 # %%
 from tailtheory.regime import table as regime
@@ -122,6 +120,37 @@ from tailtheory.regime import table as regime
 frame = regime.regime_frame()
 cols = [c for c in frame.columns if c.endswith(("warm", "mid"))]
 frame.loc[lambda d: d.claims.str.contains(r"\bP[45]\b")][["claims", "paper", *cols]]
+
+# %% [markdown]
+# **P4 on the matched policies.** The $\rho$ sweep of section (1) on the `matched` recipe's warm
+# start and its GRPO policy at step 60 (seed 1), each on its own bf16-sampled responses to 64
+# held-out prompts: the sequence KL left, the sampled tokens' mean $\lvert\Delta\rvert$ left,
+# the outlier rates and the pruned mass against $\rho$; then where the mismatch sits per bin of
+# the trainer's $p$. P4's verdict is read here (a knee on both policies); section (1) gives
+# today's testbed beside it. Stored (`results/p4_matched.json`); `tailtheory verify --only P4
+# --profile thorough` measures again.
+
+# %%
+p4_matched = trained_tails.p4_matched_data("quick")
+P4_MATCHED = provenance("stored", "quick", "results/p4_matched.json")  # both presets read it
+fig, df_sweep_matched = figures.plot_trained_sweep(p4_matched)
+show_figure(fig, "p4_matched_sweep", df_sweep_matched, P4_MATCHED)
+fig, df_shares_matched = figures.plot_mass_shares(p4_matched)
+show_figure(fig, "p4_matched_shares", df_shares_matched, P4_MATCHED)
+
+# %% [markdown]
+# **P5 on the matched recipe.** GRPO and DVP at the claimed $\rho = 10^{-4}$ on `bf16` rollouts,
+# seeds 1-5 (study `dvp_matched`, `results/dvp_matched.json`; `tailtheory study dvp_matched`
+# trains what is missing): per step the P2 bound, the sampled tokens' mismatch and the reward,
+# the line the mean over seeds, the band their min–max. The criterion is section (3)'s,
+# unchanged; P5's verdict is read here.
+
+# %%
+matched_p5 = training.MATCHED_STUDY.data("quick")
+fig, df_p5_matched = training.plot_p5(matched_p5)
+show_figure(fig, "dvp_matched_bias_bound", df_p5_matched,
+            provenance("stored", "quick", "results/dvp_matched.json"))
+training.p5_evidence(matched_p5, training.MATCHED_STUDY).numbers
 
 # %% [markdown]
 # ## (1) P4 where the tail is real: the $\rho$ sweep on trained models

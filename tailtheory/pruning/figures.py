@@ -54,7 +54,9 @@ def plot_pruning_tradeoff(sweep: pd.DataFrame, mass_negligible: float | None = 1
 SETTING_LABELS = {"random": "random model, head x40 (M7)",
                   "corpus_text": "corpus LM, held-out text",
                   "corpus_rollout": "corpus LM, own samples",
-                  "policy_rollout": "K&K policy, own samples"}
+                  "policy_rollout": "K&K policy, own samples",
+                  "matched_warm": "matched warm start, own samples",
+                  "matched_mid": "matched GRPO step 60, own samples"}
 """Legend labels of the settings in the figures."""
 
 
