@@ -433,8 +433,7 @@ def profile_fast(w: Workload, rows: int = 20) -> None:
 
     with tempfile.TemporaryDirectory() as run:
         cfg = w.config(run, 2, CONTENDERS["b_today_kv"])
-        task = tr.load_task(cfg)
-        model = tr.load_model(cfg, task)
+        model, task = tr.load_start(cfg)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                 foreach=True)
         gen = torch.Generator().manual_seed(cfg.seed)
