@@ -125,3 +125,19 @@ def test_check_finite_names_what_and_step():
 ])
 def test_wants_exact_kl(method, estimator, wants):
     assert wants_exact_kl(_cfg(0, method=method, trm_estimator=estimator)) is wants
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_all_finite_finds_every_nan_and_inf_and_survives_an_overflowing_sum(dtype):
+    from tailtheory.engine.forward_stats import all_finite
+
+    x = torch.randn(3, 5, 7).to(dtype)
+    assert all_finite(x)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[2, 4, 6] = bad
+        assert not all_finite(y)
+    big = torch.full((8,), torch.finfo(dtype).max, dtype=dtype)     # the sum overflows
+    assert all_finite(big) and not all_finite(torch.cat([big, torch.tensor([float("nan")],
+                                                                           dtype=dtype)]))
+    assert all_finite(torch.ones(4, dtype=torch.long))
