@@ -43,19 +43,23 @@ def left_pad(prompts: list[list[int]], pad_id: int, vocab_size: int):
 
 
 def full_forward(model, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                 attention_mask: torch.Tensor | None = None,
+                 keep: torch.Tensor | None = None) -> torch.Tensor:
     """The logits of one full forward over ``input_ids``, no KV cache: the trainer's pass.
 
     Without ``attention_mask`` every token is real (the model's own causal mask and positions
     ``0..T-1``); with it, padded positions are masked and positions follow :func:`position_ids`.
-    Differentiable when grad is enabled; the logits keep the model's dtype.
+    ``keep`` (positions, 1-D): the LM head runs on those positions only (the model's
+    ``logits_to_keep``; a model without it raises). Differentiable when grad is enabled; the
+    logits keep the model's dtype.
 
-    Shapes: input_ids (B, T), attention_mask (B, T) bool or None -> (B, T, V).
+    Shapes: input_ids (B, T), attention_mask (B, T) bool or None, keep (K,) -> (B, T or K, V).
     """
+    extra = {} if keep is None else {"logits_to_keep": keep}
     if attention_mask is None:
-        return model(input_ids=input_ids, use_cache=False).logits              # (B, T, V)
+        return model(input_ids=input_ids, use_cache=False, **extra).logits     # (B, T, V)
     return model(input_ids=input_ids, attention_mask=attention_mask.long(),
-                 position_ids=position_ids(attention_mask), use_cache=False).logits
+                 position_ids=position_ids(attention_mask), use_cache=False, **extra).logits
 
 
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier",

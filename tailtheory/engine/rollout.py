@@ -230,9 +230,9 @@ class RolloutEngine:
         :func:`token_stats` (bitwise: same ops on the same rows), without its other statistics.
         """
         tau = float(self.config.temperature)
-        z = z.float()
-        keep = self._keep(z / tau)                                         # (B, V) or None
-        zs = z / tau if keep is None else (z / tau).masked_fill(~keep, float("-inf"))
+        zt = z.float() if tau == 1.0 else z.float() / tau     # x / 1.0 is x: one division less
+        keep = self._keep(zt)                                              # (B, V) or None
+        zs = zt if keep is None else zt.masked_fill(~keep, float("-inf"))
         tok = torch.multinomial(torch.softmax(zs, -1), 1, generator=generator)  # (B, 1)
         lp = torch.log_softmax(zs, -1).gather(-1, tok)[:, 0]
         return tok[:, 0], lp, keep

@@ -44,3 +44,30 @@ def test_fused_and_full_heads_give_the_same_logprobs(model, rb, monkeypatch):
         monkeypatch.setattr(policy_forward, "FUSED_MIN_VOCAB", 0)
         fused = response_logprobs(model, rb, temperature=0.7)
     assert torch.allclose(fused[rb.mask], full[rb.mask], rtol=1e-5, atol=1e-5)
+
+
+def test_response_logits_run_the_head_on_response_positions_only(model, rb, monkeypatch):
+    """The LM head over the response positions (``logits_to_keep``) gives the full forward's
+    logits there, to float32 rounding, and their gradient; a model without ``logits_to_keep``
+    takes the full forward and the slice."""
+    from tailtheory.core.forward import full_forward
+
+    P, T = rb.prompt_len, rb.response.shape[1]
+    assert policy_forward.takes_logits_to_keep(model)
+    grads = []
+    for keep in (True, False):
+        monkeypatch.setattr(policy_forward, "takes_logits_to_keep", lambda m, keep=keep: keep)
+        model.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            z = policy_forward.response_logits(model, rb)
+            (z.log_softmax(-1)[..., 3] * rb.mask).sum().backward()
+        grads.append((z.detach(), [p.grad.clone() for p in model.parameters()]))
+    model.zero_grad(set_to_none=True)
+    (z_keep, g_keep), (z_all, g_all) = grads
+    assert z_keep.shape == z_all.shape == (len(PROMPTS), T, V)
+    with torch.no_grad():
+        ref = full_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]
+    torch.testing.assert_close(z_keep, ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(z_all, ref, rtol=0, atol=1e-5)
+    for a, b in zip(g_keep, g_all):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
