@@ -239,10 +239,14 @@ def _p4_trained_numbers(name: str, knee: dict, setting: dict) -> dict:
 @register("P5", paper="DVP", statement="in GRPO with bf16 rollouts, pruning at rho <= 1e-4 keeps "
           "the P2 bias bound small and trains as well as no pruning", expected=Verdict.NOT_REPRODUCED)
 def _p5(profile: str) -> Evidence:
-    """P5 on the learning testbed (study ``dvp_learn``), with DVP where a controlled mismatch
-    hurts (V6's study) beside it and the no-learning regime's recorded verdict."""
+    """P5 on the papers' regime (study ``dvp_matched``: GRPO and DVP at rho 1e-4 on the
+    ``matched`` recipe), with the learning testbed's verdict beside it (study ``dvp_learn``,
+    where DVP also runs where a controlled mismatch hurts, V6's study, and the no-learning
+    regime's recorded verdict)."""
     from tailtheory.pruning import training
     from tailtheory.tim.dose import STUDY as DOSE
 
-    return (training.p5_evidence(training.STUDY.data(profile))
-            .with_numbers(training.restore_numbers(DOSE.data(profile))).superseding("P5"))
+    today = (training.p5_evidence(training.STUDY.data(profile))
+             .with_numbers(training.restore_numbers(DOSE.data(profile))).superseding("P5"))
+    return training.p5_evidence(training.MATCHED_STUDY.data(profile),
+                                training.MATCHED_STUDY).beside(today)

@@ -113,3 +113,20 @@ def test_restore_numbers_compare_dvp_with_grpo_at_its_dose_and_with_exact():
     assert nums["where mismatch hurts: DVP minus GRPO there (reward)"] == pytest.approx(0.1)
     # se = sqrt(var_a / 3 + var_b / 3), sample variances 1e-4 each
     assert nums["where mismatch hurts: DVP minus exact (reward) se"] == pytest.approx((2e-4 / 3) ** 0.5)
+
+
+def test_p5_claim_reads_the_matched_study_with_the_learn_recipes_beside(monkeypatch):
+    """P5's verdict is the matched recipe's; the learn recipe's verdict and key numbers are
+    printed beside it under their own name."""
+    from tailtheory.engine.study import Study
+    from tailtheory.pruning import claims
+
+    matched = {k: v for k, v in _p5(0.01, 0.0).items() if k in ("GRPO", "DVP rho=0.0001")}
+    stored = {"dvp_matched": matched, "dvp_learn": _p5(0.2, 0.0), "mismatch_dose": {}}
+    monkeypatch.setattr(Study, "data", lambda self, profile, workers=2: stored[self.name])
+    monkeypatch.setattr(pt, "restore_numbers", lambda data: {})
+    ev = claims._p5("quick")
+    assert ev.verdict == Verdict.TOY_SCALE
+    assert ev.numbers["measured on"].startswith("matched recipe")
+    assert ev.numbers["learn recipe: verdict"] == "NOT-REPRODUCED"
+    assert ev.numbers["rho=0.0001:max_bias_bound"] == 0.01
