@@ -203,30 +203,28 @@ def test_trained_knees_of_the_matched_settings():
     assert k["matched_warm"]["tok_abs_mean_left"] == pytest.approx(0.3)
 
 
-def test_matched_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name, measure, command", [
+    ("p4_trained", "measure_p4_trained", "P4_TRAINED_COMMAND"),
+    ("p4_matched", "measure_matched", "P4_MATCHED_COMMAND")])
+def test_stored_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch, name, measure,
+                                                        command):
+    data = getattr(tr, f"{name}_data")
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
-    with pytest.raises(StaleMeasurement, match="p4_matched"):
-        tr.p4_matched_data("quick")
-    monkeypatch.setattr(tr, "measure_matched", lambda cfg: {"settings": {}, "x": 2})
-    assert tr.p4_matched_data("thorough")["x"] == 2
-    assert tr.p4_matched_data("quick")["x"] == 2
+    with pytest.raises(StaleMeasurement, match=name):
+        data("quick")
+    monkeypatch.setattr(tr, measure, lambda cfg: {"settings": {}, "x": 1})
+    assert data("thorough")["x"] == 1
+    assert data("quick")["x"] == 1
+    rec = json.loads((tmp_path / f"{name}.json").read_text())
+    assert rec["command"] == getattr(tr, command)
+    with pytest.raises(StaleMeasurement, match="another config"):
+        data("quick", TrainedP4Config(policy_prompts=8))
+
+
+def test_matched_identity_names_the_probed_policies():
     ident = tr.p4_matched_identity()
     assert ident["task"] == "kk_prose" and ident["mid_step"] == 60 and len(ident["mid_run"]) == 16
-    with pytest.raises(StaleMeasurement, match="another config"):
-        tr.p4_matched_data("quick", TrainedP4Config(policy_prompts=8))
 
-
-def test_stored_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch):
-    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
-    with pytest.raises(StaleMeasurement, match="p4_trained"):
-        tr.p4_trained_data("quick")
-    monkeypatch.setattr(tr, "measure_p4_trained", lambda cfg: {"settings": {}, "x": 1})
-    assert tr.p4_trained_data("thorough")["x"] == 1
-    assert tr.p4_trained_data("quick")["x"] == 1
-    rec = json.loads((tmp_path / "p4_trained.json").read_text())
-    assert rec["command"] == tr.P4_TRAINED_COMMAND
-    with pytest.raises(StaleMeasurement, match="another config"):
-        tr.p4_trained_data("quick", TrainedP4Config(policy_prompts=8))
 
 
 @pytest.mark.parametrize("kw, match", [
