@@ -89,7 +89,7 @@ CLAIMS = ["P4", "P5"]
 # %%
 from tailtheory.core.display import verdict_report
 from tailtheory.engine.plot import plot_runs
-from tailtheory.pruning import figures, trained_tails, training
+from tailtheory.pruning import figures, matched_tails, trained_tails, training
 from tailtheory.pruning.sweep import p4_measurement
 from tailtheory.probe.run import show_probe
 
@@ -131,7 +131,7 @@ frame.loc[lambda d: d.claims.str.contains(r"\bP[45]\b")][["claims", "paper", *co
 # --profile thorough` measures again.
 
 # %%
-p4_matched = trained_tails.p4_matched_data("quick")
+p4_matched = matched_tails.p4_matched_data("quick")
 P4_MATCHED = provenance("stored", "quick", "results/p4_matched.json")  # both presets read it
 fig, df_sweep_matched = figures.plot_trained_sweep(p4_matched)
 show_figure(fig, "p4_matched_sweep", df_sweep_matched, P4_MATCHED)

@@ -32,7 +32,7 @@ Where each claim lives (modules of `tailtheory/pruning/`, tests in `tests/prunin
 | P2 | `trajectory.trajectory_tv`, `trajectory.return_gap` | `trajectory.trajectory_bias_bound`, `vocab.min_p_mass_bound` | `claims._p2` | - | `test_trajectory.py`, `test_vocab.py` |
 | P3 | `vocab.truncation_log_ratio`, `vocab.truncation_bias`, `tailtheory.core.safeset.dvp_keep` | - | `claims._p3` | - | `test_vocab.py`, `tests/core/test_safeset.py` |
 | P5 | `training.bias_bound`, `training.p5_arms`, `training.p5_evidence`, `training.STUDY` (`dvp_learn`), `training.restore_numbers` | `trajectory.trajectory_bias_bound` | `claims._p5` | `training.plot_p5` | `test_training.py` |
-| P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee`, `trained_tails.measure_p4_trained`, `trained_tails.mass_shares` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff`, `figures.plot_trained_sweep`, `figures.plot_mass_shares` | `test_sweep.py`, `test_trained_tails.py`, `test_figures.py` |
+| P4 | `sweep.pruning_sweep`, `sweep.remaining_mismatch`, `sweep.pruning_knee`, `trained_tails.measure_p4_trained`, `trained_tails.mass_shares`, `matched_tails.measure_matched` | `trajectory.trajectory_bias_bound` | `claims._p4` | `figures.plot_pruning_tradeoff`, `figures.plot_trained_sweep`, `figures.plot_mass_shares` | `test_sweep.py`, `test_trained_tails.py`, `test_figures.py` |
 
 Pruning in training (P5) runs through the GRPO engine's `dvp` method (`methods.dvp`, on the safe
 set of `tailtheory.core.safeset`, which the engine shares), with the kept set of

@@ -141,18 +141,19 @@ def _p3(profile: str) -> Evidence:
 def _p4(profile: str) -> Evidence:
     """The knee (our formalisation of DVP's trade): at mean pruned mass <= MASS_NEGLIGIBLE, at
     least MOST of the unpruned sequence KL is removed. Judged on the ``matched`` recipe's
-    policies (``trained_tails.p4_matched_data``: its warm start and GRPO half-way, the papers'
+    policies (``matched_tails.p4_matched_data``: its warm start and GRPO half-way, the papers'
     regime), TOY-SCALE only when both show the knee; beside it today's: M7's random model
     (live) and the trained models of ``tailtheory.pruning.trained_tails`` (stored), TOY-SCALE
     only when every trained setting shows the knee, whatever the random model shows (each
     model's own answer is in the numbers)."""
+    from tailtheory.pruning import matched_tails as mt
     from tailtheory.pruning import trained_tails as tt
 
     numbers, random_knee = _p4_random(profile)
     numbers["random/knee"] = "yes" if random_knee["seq_kl_left"] <= 1 - MOST else "no"
     today = _p4_settings(tt.p4_trained_data(profile), tt.TRAINED_SETTINGS, numbers,
                          f"; random model (head x40) {numbers['random/knee']}")
-    matched = _p4_settings(tt.p4_matched_data(profile), tt.MATCHED_SETTINGS)
+    matched = _p4_settings(mt.p4_matched_data(profile), mt.MATCHED_SETTINGS)
     return matched.beside(today, today_name="corpus LM and kk_trace policy")
 
 

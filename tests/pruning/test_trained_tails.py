@@ -13,6 +13,7 @@ import torch
 
 from tailtheory.core.measurements import RESULTS_ENV, StaleMeasurement
 from tailtheory.core.models import tiny_lm
+from tailtheory.pruning import matched_tails as mt
 from tailtheory.pruning import trained_tails as tr
 from tailtheory.pruning.trained_tails import (P_BIN_EDGES, TrainedP4Config, mass_shares,
                                               rollout_setting, sampled_mismatch, sampled_shares,
@@ -165,7 +166,7 @@ def test_trained_knees_read_the_sweep_and_the_sampled_table():
 
 def fake_matched_data(kl_left=(1.0, 0.3)):
     roll = fake_trained_data(kl_left)["settings"]["policy_rollout"]
-    return {"settings": {name: roll for name in tr.MATCHED_SETTINGS}}
+    return {"settings": {name: roll for name in mt.MATCHED_SETTINGS}}
 
 
 def test_p4_verdict_needs_the_knee_on_every_trained_model(monkeypatch):
@@ -175,7 +176,7 @@ def test_p4_verdict_needs_the_knee_on_every_trained_model(monkeypatch):
     from tailtheory.pruning import claims
 
     monkeypatch.setattr(tr, "p4_trained_data", lambda profile: fake_trained_data())
-    monkeypatch.setattr(tr, "p4_matched_data", lambda profile: fake_matched_data())
+    monkeypatch.setattr(mt, "p4_matched_data", lambda profile: fake_matched_data())
     ev = claims._p4("quick")
     assert ev.verdict == Verdict.TOY_SCALE and ev.numbers["matched_mid/knee"] == "yes"
     assert ev.numbers["measured on"].startswith("matched recipe")
@@ -191,39 +192,28 @@ def test_p4_verdict_needs_the_knee_on_every_trained_model(monkeypatch):
     assert claims._p4_settings(data, tr.TRAINED_SETTINGS).numbers["corpus_text/knee"] == "no"
     matched = fake_matched_data()
     matched["settings"]["matched_warm"] = fake_matched_data((1.0, 0.9))["settings"]["matched_warm"]
-    monkeypatch.setattr(tr, "p4_matched_data", lambda profile: matched)
+    monkeypatch.setattr(mt, "p4_matched_data", lambda profile: matched)
     ev = claims._p4("quick")
     assert ev.verdict == Verdict.NOT_REPRODUCED and ev.numbers["matched_warm/knee"] == "no"
     assert ev.numbers["matched_mid/knee"] == "yes"
 
 
-def test_trained_knees_of_the_matched_settings():
-    k = tr.trained_knees(fake_matched_data(), 1e-3, tr.MATCHED_SETTINGS)
-    assert set(k) == set(tr.MATCHED_SETTINGS)
-    assert k["matched_warm"]["tok_abs_mean_left"] == pytest.approx(0.3)
-
-
-@pytest.mark.parametrize("name, measure, command", [
-    ("p4_trained", "measure_p4_trained", "P4_TRAINED_COMMAND"),
-    ("p4_matched", "measure_matched", "P4_MATCHED_COMMAND")])
-def test_stored_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch, name, measure,
-                                                        command):
-    data = getattr(tr, f"{name}_data")
+@pytest.mark.parametrize("module, name, measure, command", [
+    (tr, "p4_trained", "measure_p4_trained", "P4_TRAINED_COMMAND"),
+    (mt, "p4_matched", "measure_matched", "P4_MATCHED_COMMAND")])
+def test_stored_measurement_quick_reads_thorough_writes(tmp_path, monkeypatch, module, name,
+                                                        measure, command):
+    data = getattr(module, f"{name}_data")
     monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
     with pytest.raises(StaleMeasurement, match=name):
         data("quick")
-    monkeypatch.setattr(tr, measure, lambda cfg: {"settings": {}, "x": 1})
+    monkeypatch.setattr(module, measure, lambda cfg: {"settings": {}, "x": 1})
     assert data("thorough")["x"] == 1
     assert data("quick")["x"] == 1
     rec = json.loads((tmp_path / f"{name}.json").read_text())
-    assert rec["command"] == getattr(tr, command)
+    assert rec["command"] == getattr(module, command)
     with pytest.raises(StaleMeasurement, match="another config"):
         data("quick", TrainedP4Config(policy_prompts=8))
-
-
-def test_matched_identity_names_the_probed_policies():
-    ident = tr.p4_matched_identity()
-    assert ident["task"] == "kk_prose" and ident["mid_step"] == 60 and len(ident["mid_run"]) == 16
 
 
 
