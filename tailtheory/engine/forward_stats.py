@@ -91,7 +91,8 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
         st, z = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step,
                                    slice_bt(ref, rows, sub), self_ref)
         parts.append((rows, st))
-        logits.append((rows, z))
+        if self_ref:       # else each micro-batch's logits are freed with it (no-grad forwards)
+            logits.append(z)
     out = {}
     for name in parts[0][1]:
         first = parts[0][1][name]
@@ -100,7 +101,7 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
         out[name] = full
     z = None
     if self_ref:  # only the exact path's TRM reference reads the whole logits back
-        z = torch.cat([pad_t(z, T) for _, z in logits])
+        z = torch.cat([pad_t(z, T) for z in logits])
         z = z.new_zeros(z.shape).index_put((order,), z)
     return out, z
 
