@@ -40,6 +40,10 @@ STUDY = register_study(Study("lopti_learn", lopti_arms))
 """L2, L3, L6 on the learning testbed (preset ``learn``, five seeds), stored run by run in
 ``results/lopti_learn.json`` (``tailtheory study lopti_learn``)."""
 
+MATCHED_STUDY = register_study(Study("lopti_matched", lopti_arms, measure_preset="matched"))
+"""L2, L3, L6 on the papers' regime (recipe ``matched``, five seeds), the same five arms, stored
+run by run in ``results/lopti_matched.json``; its GRPO runs are ``matched_curve``'s."""
+
 
 def _means(m: Measurement, key: str, methods=tuple(LOPTI_METHODS.values())) -> dict:
     """Seed mean of ``key`` of each arm whose method is in ``methods``, rounded to 4 digits."""
