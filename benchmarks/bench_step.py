@@ -163,6 +163,20 @@ OUT_RECIPE = RESULTS / "step_recipe.json"
 """``--workload recipe``'s report."""
 RECIPE = "learn"
 """The recipe whose workload ``--workload recipe`` times (task, warm start, batch, lr)."""
+OUT_TEXT = RESULTS / "step_text.json"
+"""``--workload text``'s report."""
+TEXT_SHAPE = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=8192,
+                  max_position_embeddings=2048, rope_theta=10_000.0, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False, hidden_act="silu")
+"""``--workload text``'s model: Qwen2-style, width 256, 6 layers, 4 query and 2 key-value heads
+of 64, MLP 1,024, an untied LM head over a vocabulary of 8,192 (random weights)."""
+TEXT_MAX_NEW = 150
+"""``--workload text``'s response length (EOS never sampled: every response runs to it)."""
+TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "c_trl")
+"""The contenders ``--workload text`` runs ((a)'s whole-batch update is left out: its logits
+alone are 256 x ~180 x 8,192 floats, 1.5 GB, and it is not a target; (b'') is (b) with
+``update_memory="micro-batch"``: no graph kept across micro-batches)."""
 
 CONTENDERS = {
     "a_prev_kv": {"label": "(a) previous engine, kv", "rollout_backend": "hf", "micro_batch": 0,
@@ -171,6 +185,8 @@ CONTENDERS = {
                    "micro_batch": 64, "rollout": "kv"},
     "b_today_bf16": {"label": "(b') today's engine, bf16", "rollout_backend": "fast",
                      "micro_batch": 64, "rollout": "bf16"},
+    "b_micro_kv": {"label": "(b'') today's engine, micro-batch update", "rollout_backend": "fast",
+                   "micro_batch": 64, "rollout": "kv", "update_memory": "micro-batch"},
     "c_trl": {"label": "(c) TRL GRPOTrainer"},
 }
 RECIPE_CONTENDERS = ("a_prev_kv", "b_today_kv", "c_trl")
@@ -188,16 +204,22 @@ class Workload:
     max_new: int = MAX_NEW
     contenders: tuple[str, ...] = tuple(CONTENDERS)
     out: Path = OUT
+    own_tokenizer: bool = False
+    """The model folder holds its own tokenizer, which the task speaks (``text``)."""
 
     def get_task(self):
+        from tailtheory.core.models import load_tokenizer
         from tailtheory.engine.tasks import get_task
 
-        return get_task(self.task, seed=0, **self.task_kwargs)
+        if not self.own_tokenizer:
+            return get_task(self.task, seed=0, **self.task_kwargs)
+        return get_task(self.task, seed=0, tokenizer=load_tokenizer(self.model_dir),
+                        vocab_size=TEXT_SHAPE["vocab_size"], **self.task_kwargs)
 
     def config(self, run: str, steps: int, c: dict):
         """The engine's ``TrainConfig`` of contender ``c``, ``steps`` steps, run dir ``run``."""
-        if self.name == "fixed":
-            return engine_config(self.model_dir, run, steps, c)
+        if self.name in ("fixed", "text"):
+            return engine_config(self, run, steps, c)
         from tailtheory.engine.recipes import recipe_config
 
         return recipe_config(RECIPE, model=str(self.model_dir), rollout=c["rollout"],
@@ -240,13 +262,39 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     return folder, num_params(model), n_matmul, kwargs
 
 
-def engine_config(model_dir: Path, out: str, steps: int, c: dict):
+def text_model(folder: Path | None = None) -> tuple[Path, int, int]:
+    """:data:`TEXT_SHAPE` with random weights beside a byte-level BPE tokenizer of 8,192 ids
+    trained on the Python standard library (``bench_any_model.build_checkpoint``), EOS never
+    sampled as in :func:`make_model`, saved in ``folder`` (default ``cache/bench_text``, built
+    once, ~7 s); ``(folder, params, matmul params)``."""
+    from bench_any_model import build_checkpoint
+
+    from tailtheory.core.io import cache_dir
+    from tailtheory.core.models import load_lm, load_tokenizer
+
+    folder = folder or cache_dir("bench_text")
+    if not (folder / "config.json").exists():
+        build_checkpoint(folder, TEXT_SHAPE, TEXT_SHAPE["vocab_size"])
+        eos = load_tokenizer(folder).eos_token_id
+        model = load_lm(folder, device="cpu")
+        with torch.no_grad():
+            model.get_input_embeddings().weight[:, 0] = EOS_CHANNEL
+            model.get_output_embeddings().weight[eos, 0] = EOS_WEIGHT
+        model.save_pretrained(folder)
+    model = load_lm(folder, device="cpu")
+    n_matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return folder, sum(p.numel() for p in model.parameters()), n_matmul
+
+
+def engine_config(w: "Workload", out: str, steps: int, c: dict):
+    """The engine's GRPO config of a random-model workload (``fixed``, ``text``)."""
     from tailtheory.engine.config import TrainConfig
 
-    return TrainConfig(task="kk", model=str(model_dir), method="grpo", rollout=c["rollout"],
+    return TrainConfig(task=w.task, model=str(w.model_dir), method="grpo", rollout=c["rollout"],
                        rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
                        steps=steps, prompts_per_step=PROMPTS, group_size=G,
-                       max_new_tokens=MAX_NEW, lr=LR, temperature=1.0, out=out,
+                       max_new_tokens=w.max_new, lr=LR, temperature=1.0, out=out,
+                       update_memory=c.get("update_memory", "batch"),
                        checkpoint_every=10**6, eval_every=0, threads=1, device="cpu")
 
 
@@ -254,6 +302,7 @@ def bench_engine(w: Workload, c: dict) -> dict:
     """The engine's trainer, ``WARMUP + STEPS`` steps; times from its metrics lines, each row's
     response length from its rollouts."""
     from tailtheory.engine import trainer as tr
+    from tailtheory.engine.checkpoint import read_metrics
 
     lens, widths, rollout = [], [], tr.rollout_step
 
@@ -267,7 +316,7 @@ def bench_engine(w: Workload, c: dict) -> dict:
     try:
         with tempfile.TemporaryDirectory() as run:
             tr.train(w.config(run, WARMUP + STEPS, c), progress=False)
-            lines = tr.read_metrics(run)[WARMUP:]
+            lines = read_metrics(run)[WARMUP:]
     finally:
         tr.rollout_step = rollout
     lens = [x.tolist() for x in lens[WARMUP:]]
@@ -353,6 +402,52 @@ def bench_trl(w: Workload) -> dict:
             "generation_batch_size": cfg.generation_batch_size}
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def rss_mb() -> float | None:
+    """This process's resident set now, in MB (Linux ``/proc``; None elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_contender(w: Workload, name: str) -> dict:
+    """Contender ``name`` on ``w``, in the process that calls it (:func:`in_own_process` gives
+    it a fresh one): its times and lengths, with its peak resident set (``ru_maxrss``) and the
+    resident set before it started (torch, transformers and TRL imported)."""
+    import resource
+
+    import trl  # noqa: F401 (imported before the baseline, by every contender alike)
+
+    torch.set_num_threads(1)
+    before = rss_mb()
+    r = bench_trl(w) if name == "c_trl" else bench_engine(w, CONTENDERS[name])
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+    return {**r, "rss_before_mb": before, "peak_rss_mb": peak,
+            "peak_growth_mb": None if before is None else peak - before}
+
+
+def in_own_process(w: Workload, name: str) -> dict:
+    """:func:`run_contender` in a fresh spawned process, so that each contender's memory peak
+    is its own (a process's peak only grows)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(run_contender, w, name).result()
+
+
 def summary(step_s: list[float], rollout_s: list[float], tokens: list[float]) -> dict:
     """Medians of the timed steps; tokens/s of the step, its rollout and its update."""
     update_s = [s - r for s, r in zip(step_s, rollout_s)]
@@ -392,13 +487,13 @@ def matmul_peak() -> dict:
 def step_flops(n_matmul: int, config, w: Workload, lens: list[list[int]] | None = None) -> dict:
     """Approximate FLOPs of one step (mean over the timed steps); see the docstring. ``lens``:
     each timed step's response lengths, ``G`` rows per prompt in the prompts' order (None: every
-    response ``MAX_NEW`` tokens, the fixed workload)."""
+    response ``w.max_new`` tokens, the fixed and text workloads)."""
     layers, heads = config.num_hidden_layers, config.num_attention_heads
     width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
     _, steps = step_problems(WARMUP + STEPS, w)
     steps = steps[WARMUP:]
     if lens is None:
-        lens = [[MAX_NEW] * (G * len(probs)) for probs in steps]
+        lens = [[w.max_new] * (G * len(probs)) for probs in steps]
     steps = steps[:len(lens)]  # TRL may time fewer steps (TRL_SLOW_S)
     roll, upd = [], []
     for probs, resp in zip(steps, lens):
@@ -472,10 +567,12 @@ def main() -> None:
     import trl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("fixed", "recipe"), default="fixed",
+    parser.add_argument("--workload", choices=("fixed", "recipe", "text"), default="fixed",
                         help="fixed: a random model, every response 100 tokens (step.json); "
                              f"recipe: the {RECIPE!r} recipe's warm start and task, natural "
-                             "lengths (step_recipe.json)")
+                             "lengths (step_recipe.json); text: a random Qwen2-style model of "
+                             "width 256, 6 layers, 8,192 BPE ids, every response 150 tokens "
+                             "(step_text.json)")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
@@ -487,6 +584,10 @@ def main() -> None:
         if args.workload == "fixed":
             model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
             w = Workload("fixed", model_dir, "kk")
+        elif args.workload == "text":
+            model_dir, n_params, n_matmul = text_model()
+            w = Workload("text", model_dir, "kk", max_new=TEXT_MAX_NEW, out=OUT_TEXT,
+                         contenders=TEXT_CONTENDERS, own_tokenizer=True)
         else:
             model_dir, n_params, n_matmul, kwargs = recipe_model()
             w = Workload("recipe", model_dir, "kk_trace", kwargs, contenders=RECIPE_CONTENDERS,
@@ -499,36 +600,41 @@ def main() -> None:
         for name in w.contenders:
             c = CONTENDERS[name]
             t0 = time.perf_counter()
-            results[name] = bench_trl(w) if name == "c_trl" else bench_engine(w, c)
+            results[name] = in_own_process(w, name)
             results[name]["label"] = c["label"]
             load[name] = os.getloadavg()
             print(f"{c['label']}: step {results[name]['step_s_median']:.2f} s "
                   f"({time.perf_counter() - t0:.0f} s in all), {results[name]['len_mean']:.1f} "
-                  f"tokens a response, load {load[name][0]:.2f}", flush=True)
+                  f"tokens a response, peak memory {results[name]['peak_rss_mb']:.0f} MB, load "
+                  f"{load[name][0]:.2f}", flush=True)
     peak["end"] = matmul_peak()
     load["end"] = os.getloadavg()
     best = max(peak["start"]["gflops"], peak["end"]["gflops"])
-    if w.name == "fixed":  # the same work for every contender: every response MAX_NEW tokens
+    if w.name != "recipe":  # the same work for every contender: every response w.max_new tokens
         flops = step_flops(n_matmul, config, w)
         per = {name: flops for name in results}
     else:  # each contender's own lengths: the work its samples need
         per = {name: step_flops(n_matmul, config, w, r["_lens"]) for name, r in results.items()}
         flops = {name: {k: v for k, v in f.items() if k != "note"} for name, f in per.items()}
         flops["note"] = per["b_today_kv"]["note"] + "; from each contender's own response lengths"
-    a, c = results["a_prev_kv"]["tokens_per_s"], results["c_trl"]["tokens_per_s"]
+    a = results["a_prev_kv"]["tokens_per_s"] if "a_prev_kv" in results else None
+    c = results["c_trl"]["tokens_per_s"]
     for name, r in results.items():
         r.pop("_lens")
         f = per[name]
-        r["vs_a"], r["vs_c"] = r["tokens_per_s"] / a, r["tokens_per_s"] / c
+        r["vs_a"] = None if a is None else r["tokens_per_s"] / a
+        r["vs_c"] = r["tokens_per_s"] / c
         r["gflops"] = f["step"] / r["step_s_median"] / 1e9
         r["peak_fraction"] = r["gflops"] / best
         r["rollout_peak_fraction"] = f["rollout"] / r["rollout_s_median"] / 1e9 / best
         r["update_peak_fraction"] = f["update"] / r["update_s_median"] / 1e9 / best
-    if w.name == "fixed":
+    if w.name != "recipe":
         setup = {"prompts": PROMPTS, "group_size": G, "responses": PROMPTS * G,
-                 "max_new_tokens": MAX_NEW, "eos": "never sampled (model weights)",
+                 "max_new_tokens": w.max_new, "eos": "never sampled (model weights)",
                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
-                 "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": "kk"}
+                 "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": w.task,
+                 **({"shape": TEXT_SHAPE, "tokenizer": "byte-level BPE, 8,192 ids, trained on "
+                     "the Python standard library"} if w.name == "text" else {})}
     else:
         cfg = w.config("unused", WARMUP + STEPS, CONTENDERS["b_today_kv"])
         setup = {"recipe": RECIPE, "task": w.task, "task_kwargs": w.task_kwargs,
@@ -543,7 +649,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "workload": w.name,
         "machine": {"platform": platform.platform(), "machine": platform.machine(),
-                    "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                    "processor": platform.processor(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                     "torch": torch.__version__, "transformers": transformers.__version__,
                     "trl": trl.__version__, "threads": torch.get_num_threads(),
                     "loadavg_1_5_15": load},
@@ -554,19 +660,21 @@ def main() -> None:
     }
     atomic_write_json(w.out, report)
     fl = per["b_today_kv"]
-    print(f"\nmatmul peak (1 thread, {PEAK_N}^3 float32): {best:.1f} GFLOP/s; step FLOPs "
+    print(f"\n{cpu_model()}: matmul peak (1 thread, {PEAK_N}^3 float32) {best:.1f} GFLOP/s; step FLOPs "
           f"{fl['step'] / 1e9:.1f} G (rollout {fl['rollout'] / 1e9:.1f} G, update "
           f"{fl['update'] / 1e9:.1f} G{'' if w.name == 'fixed' else ', of (b)'}); load average "
           f"start {load['start'][0]:.2f}, end {load['end'][0]:.2f}")
     head = (f"{'contender':28s} {'step s':>7s} {'tok/s':>7s} {'roll s':>7s} {'roll t/s':>8s} "
             f"{'upd s':>7s} {'upd t/s':>8s} {'vs (a)':>6s} {'vs (c)':>6s} {'% peak':>6s} "
-            f"{'tokens':>7s}")
+            f"{'tokens':>7s} {'peak MB':>7s}")
     print(head)
     for r in results.values():
         print(f"{r['label']:28s} {r['step_s_median']:7.2f} {r['tokens_per_s']:7.0f} "
               f"{r['rollout_s_median']:7.2f} {r['rollout_tokens_per_s']:8.0f} "
-              f"{r['update_s_median']:7.2f} {r['update_tokens_per_s']:8.0f} {r['vs_a']:6.2f} "
-              f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f} {r['tokens_per_step']:7.0f}")
+              f"{r['update_s_median']:7.2f} {r['update_tokens_per_s']:8.0f} "
+              f"{'-' if r['vs_a'] is None else format(r['vs_a'], '.2f'):>6s} "
+              f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f} {r['tokens_per_step']:7.0f} "
+              f"{r['peak_rss_mb']:7.0f}")
     print(f"wrote {w.out}")
 
 

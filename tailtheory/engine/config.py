@@ -40,10 +40,15 @@ identity names the kinds it leaves out: :data:`RESUME_FREE`, ``runs.NOT_IN_KEY``
 cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
-                                      "rollout_backend": "hf", "rollout_noise": 0.0}
+                                      "rollout_backend": "hf", "rollout_noise": 0.0,
+                                      "update_memory": "batch"}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
+
+
+UPDATE_MEMORY = ("batch", "micro-batch")
+"""``TrainConfig.update_memory``'s values."""
 
 
 def without_added_defaults(fields: dict) -> dict:
@@ -128,6 +133,15 @@ class TrainConfig(MethodParams):
     the same loss, 1.4x to 4x faster on this CPU at 256 rows (``benchmarks/bench_step.py``);
     equal to the whole-batch step up to float32 rounding, so batches of at most this many rows
     compute bitwise what they computed before the field existed."""
+    update_memory: str = "batch"
+    """What the update keeps alive (:data:`UPDATE_MEMORY`). ``batch``: the ``pi_old`` forward
+    keeps its graph over every row and serves the first update pass (the fewest FLOPs; memory
+    grows with rows x tokens: 12.5 GB at 256 rows of ~175 tokens of a width-256, 6-layer model
+    with 8,192 ids, ``benchmarks/bench_step.py --workload text``). ``micro-batch``: no graph is
+    kept; each pass takes the loss's gradient with respect to the log-probs first, then runs
+    forward and backward one micro-batch at a time, so only one micro-batch's activations are
+    alive (one more forward a pass: ~1.3x the update's FLOPs). The same loss and metrics, the
+    same gradient up to float32 rounding."""
 
     def __post_init__(self):
         object.__setattr__(self, "_spec", _validate(self))  # parsed once, with the checks
@@ -191,6 +205,8 @@ def _validate(c: TrainConfig) -> MethodSpec:
     check_positive_int(c.eval_every, "eval_every", minimum=0)
     check_positive_int(c.eval_n, "eval_n")
     check_positive_int(c.micro_batch, "micro_batch", minimum=0)
+    if c.update_memory not in UPDATE_MEMORY:
+        raise ValueError(f"update_memory must be one of {UPDATE_MEMORY}, got {c.update_memory!r}")
     from tailtheory.engine.threads import check_threads
     check_threads(c.threads)  # resolved once the model's size is known (trainer.train)
     from tailtheory.engine.devices import DEVICES

@@ -106,6 +106,22 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
     return out, z
 
 
+def backward_by_micro_batch(model, rb: RolloutBatch, keep, cfg, step: int,
+                            grad_logp: torch.Tensor) -> None:
+    """Add to the parameters' ``.grad`` the gradient of a loss of the trainer's log-probs whose
+    gradient with respect to them is ``grad_logp`` (B, T): by the chain rule,
+    ``sum_bt grad_logp[b, t] d logp[b, t] / d theta``. Each micro-batch of :func:`micro_batched`'s
+    rows runs forward with its graph and backward through it before the next, so one
+    micro-batch's activations are alive at a time (``TrainConfig.update_memory``)."""
+    B = rb.response.shape[0]
+    lens = rb.mask.sum(-1)                                                    # (B,)
+    order = torch.argsort(rb.prompt_lens + lens, stable=True)
+    for rows in order.split(cfg.micro_batch or B):
+        sub = batch_rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+        st, _ = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step)
+        (st["logp"] * slice_bt(grad_logp, rows, sub)).sum().backward()
+
+
 def pad_t(x: torch.Tensor, T: int) -> torch.Tensor:
     """``x (b, t, ...)`` zero-padded along dim 1 to ``T`` (differentiable)."""
     if x.shape[1] == T:

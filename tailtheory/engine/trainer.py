@@ -32,8 +32,8 @@ import torch
 from tailtheory.core.io import atomic_write_bytes, atomic_write_json
 from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.forward_stats import (TrainingDiverged, check_finite, forward_stats,
-                                             wants_exact_kl)
+from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro_batch,
+                                             check_finite, forward_stats, wants_exact_kl)
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.registry import advantages, correction_weight, passes
 from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine
@@ -118,18 +118,28 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int, live
 
 
 def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
-           logp: torch.Tensor | None = None) -> dict:
+           logp: torch.Tensor | None = None, current: torch.Tensor | None = None) -> dict:
     """One optimiser step on the active tokens of ``b``; returns the loss metrics.
 
     ``logp`` (B, T), differentiable: the trainer's log-probs at the current weights when the
     caller already has them (the first pass reuses the ``pi_old`` forward); else one forward.
+    With ``cfg.update_memory == "micro-batch"`` no graph is reused: ``current`` (B, T), the
+    same log-probs detached (the first pass: the ``pi_old`` forward's), else a no-grad forward,
+    gives the loss, and :func:`backward_by_micro_batch` its gradient.
     """
     optimizer.zero_grad(set_to_none=True)
-    if logp is None:
+    if cfg.update_memory == "micro-batch":   # the loss on detached log-probs, then d loss / d logp
+        if current is None:                  # through each micro-batch's graph on its own
+            with torch.no_grad():
+                current = forward_stats(model, rb, b.keep, cfg, step)[0]["logp"]
+        logp = current.detach().requires_grad_()
+    elif logp is None:
         logp = forward_stats(model, rb, b.keep, cfg, step)[0]["logp"]
     loss, metrics = cfg.spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)), cfg)
     check_finite(loss.detach(), "loss", step)
     loss.backward()
+    if cfg.update_memory == "micro-batch":
+        backward_by_micro_batch(model, rb, b.keep, cfg, step, logp.grad)
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     check_finite(gnorm, "gradient norm", step)
     optimizer.step()
@@ -176,7 +186,8 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer, gene
     t_roll = time.perf_counter() - t0
     G, spec = cfg.group_size, cfg.spec
     rw = [task.reward(problems[i // G], rb.response[i]) for i in range(rb.response.shape[0])]
-    rec = step_record(model, rb, rw, group_ids, cfg, step, live=share_forward,
+    rec = step_record(model, rb, rw, group_ids, cfg, step,
+                      live=share_forward and cfg.update_memory == "batch",
                       exact_from_trainer=exact_from_trainer)
     b = rec.b
     adv, m_adv = advantages(spec, b, cfg)
@@ -195,7 +206,9 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer, gene
         if (active & loss_mask).any():
             per_pass.append(update(model, optimizer, rec.rb,
                                    replace(b, active=active, mask=loss_mask), cfg, step,
-                                   logp=None if per_pass else rec.live_logp))
+                                   logp=None if per_pass else rec.live_logp,
+                                   current=None if per_pass or not share_forward
+                                   else rec.b.train_logp))
     metrics = {"step": step, **monitor_metrics(rec, flat), **rec.vocab_metrics, **m_adv, **m_cor,
                **m_sched, **pass_mean(per_pass), "update/rel_size": rel_change(before, model),
                "time/rollout_s": t_roll,

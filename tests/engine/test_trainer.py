@@ -263,6 +263,38 @@ def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path):
         assert torch.equal(runs[True][1][name], w), name
 
 
+@pytest.mark.parametrize("method", ["grpo", "ar+lopti"])
+def test_micro_batch_update_memory_matches_the_kept_graph(method, tmp_path):
+    """``update_memory="micro-batch"`` (no graph kept; d loss / d logp, then forward and backward
+    one micro-batch at a time) gives the loss and metrics of the kept graph and, after two steps
+    (one or two passes each), the same weights up to float32 rounding; the run key of the
+    default is the key of a config that never had the field."""
+    from tailtheory.engine.runs import run_key
+
+    runs = {}
+    for memory in ("batch", "micro-batch"):
+        cfg = TrainConfig(**{**SMALL, "prompts_per_step": 3}, method=method, eta=0.002,
+                          steps=2, micro_batch=2, update_memory=memory, out=str(tmp_path / memory))
+        train(cfg, progress=False, task=DenseKK())
+        runs[memory] = (no_time(read_metrics(cfg.out)),
+                        torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"])
+    (m_batch, w_batch), (m_micro, w_micro) = runs["batch"], runs["micro-batch"]
+    assert m_batch[0]["loss/policy"] == m_micro[0]["loss/policy"]     # the same numbers
+    assert m_batch[-1]["grad/norm"] > 0
+    for a, b in zip(m_batch, m_micro):
+        assert a.keys() == b.keys()
+        for k, v in a.items():
+            assert b[k] == v if v is None or isinstance(v, str) else \
+                b[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    for name, w in w_batch.items():
+        torch.testing.assert_close(w_micro[name], w, rtol=1e-4, atol=1e-6)
+    assert run_key(TrainConfig(**SMALL)) == run_key(TrainConfig(**SMALL, update_memory="batch"))
+    assert run_key(TrainConfig(**SMALL)) != run_key(TrainConfig(**SMALL,
+                                                                update_memory="micro-batch"))
+    with pytest.raises(ValueError, match="update_memory must be one of"):
+        TrainConfig(**SMALL, update_memory="none")
+
+
 def _count_updates(monkeypatch) -> list[int]:
     """Record the step of every optimiser update the trainer makes."""
     calls, real_update = [], trainer.update
