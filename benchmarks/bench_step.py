@@ -119,6 +119,40 @@ contender                    step s  tokens/s  rollout s     update s      vs (a
   2.7x TRL's in tokens/s (2.1x and 1.5x at fixed lengths), its update 1.7x (a)'s and 1.5x
   TRL's (1.4x and 1.0x): TRL's micro-batches of 64 are padded to the longest completion of the
   whole generation (92), (b)'s to their own longest.
+
+Workload ``text``: a text-sized step. A random Qwen2-style model of width 256, 6 layers (4 query
+and 2 key-value heads of 64, MLP 1,024, untied LM head), a vocabulary of 8,192 rows beside a
+byte-level BPE tokenizer of 8,192 ids trained on the Python standard library (10.1M parameters,
+8.0M in matmuls; built once into ``cache/``), the ``kk`` task written in that tokenizer, 32
+prompts x 8 responses of exactly 150 tokens (EOS never sampled, as in ``fixed``), the rest as
+``fixed``. Contenders: (b), (b'') = (b) with ``update_memory="micro-batch"`` (no graph kept
+across micro-batches: the loss's gradient with respect to the log-probs first, then forward and
+backward one micro-batch at a time), and TRL. Each contender runs in its own fresh process,
+whose peak resident set is its memory figure (``ru_maxrss``; on a GPU the allocator's peak).
+
+Measured on 2026-11-26, Intel Xeon (2 cores, torch 2.13 CPU build, TRL 1.16, one thread), with
+two GRPO runs busy on the 2 cores the whole time (load average 3.0-3.3): the matmul peak
+measured under that load was 113.7 GFLOP/s (165-173 on a quiet core), so read the ratios; see
+``step_text.json``.
+
+=====================================  ======  ========  ============  ============  ======  ======  =======
+contender                              step s  tokens/s  rollout s     update s      vs (c)  % peak  peak MB
+=====================================  ======  ========  ============  ============  ======  ======  =======
+(b) today's engine, kv                  79.89       481  29.43 (1305)  52.05 (738)     1.43    33.9   13,725
+(b'') engine, micro-batch update        95.45       402  30.75 (1249)  62.84 (611)     1.19    28.4    6,039
+(c) TRL GRPOTrainer                    113.96       337  41.92 (916)   72.04 (533)     1.00    23.8    4,752
+=====================================  ======  ========  ============  ============  ======  ======  =======
+
+- A step is ~3.08 TFLOP (rollout 0.66, update 2.42). (b) leads TRL by 1.43x here, less than the
+  recipe's 1.9x: at width 256 the GEMMs dominate both, and its lead is in the rollout (1.42x)
+  more than in the update (1.38x).
+- Memory: (b) keeps the ``pi_old`` forward's graph over all 256 rows for the first update pass
+  (its saving of one forward) and peaks at 2.9x TRL's memory. (b'') bounds it by one micro-batch
+  (0.44x (b)'s) for 1.2x the update's time (one more forward). In a one-step check under the
+  same load, (b'') with the fused LM head (``FUSED_MIN_VOCAB`` lowered to 8,192) peaked at
+  4,560 MB against 5,199 MB with full logits, in the same update time (72.0 s against 73.2 s),
+  and (b) at 10,909 MB against 12,491 MB (update 57.3 s against 62.1 s).
+- Neither target is met here: 3x TRL and 50% of the peak.
 """
 
 from __future__ import annotations
@@ -171,6 +205,11 @@ TEXT_SHAPE = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
                   tie_word_embeddings=False, hidden_act="silu")
 """``--workload text``'s model: Qwen2-style, width 256, 6 layers, 4 query and 2 key-value heads
 of 64, MLP 1,024, an untied LM head over a vocabulary of 8,192 (random weights)."""
+QWEN05_CONTENDERS = ("b_micro_kv", "c_trl")
+"""``--workload qwen05`` (a GPU only): Qwen2.5-0.5B's shape (``bench_any_model.QWEN25_05B``,
+V = 151,936 rows, an 8,192-id tokenizer), 150-token responses; the engine only with its
+micro-batch update (the whole batch's graph of a 0.5B model at 256 x ~175 tokens, at ~30k saved
+floats a token a layer, would be ~130 GB)."""
 TEXT_MAX_NEW = 150
 """``--workload text``'s response length (EOS never sampled: every response runs to it)."""
 TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "c_trl")
@@ -185,7 +224,7 @@ CONTENDERS = {
                    "micro_batch": 64, "rollout": "kv"},
     "b_today_bf16": {"label": "(b') today's engine, bf16", "rollout_backend": "fast",
                      "micro_batch": 64, "rollout": "bf16"},
-    "b_micro_kv": {"label": "(b'') today's engine, micro-batch update", "rollout_backend": "fast",
+    "b_micro_kv": {"label": "(b'') engine, micro-batch upd.", "rollout_backend": "fast",
                    "micro_batch": 64, "rollout": "kv", "update_memory": "micro-batch"},
     "c_trl": {"label": "(c) TRL GRPOTrainer"},
 }
@@ -205,7 +244,9 @@ class Workload:
     contenders: tuple[str, ...] = tuple(CONTENDERS)
     out: Path = OUT
     own_tokenizer: bool = False
-    """The model folder holds its own tokenizer, which the task speaks (``text``)."""
+    """The model folder holds its own tokenizer, which the task speaks (``text``, ``qwen05``)."""
+    device: str = "cpu"
+    """Where every contender runs (``cpu``: one thread; ``cuda``)."""
 
     def get_task(self):
         from tailtheory.core.models import load_tokenizer
@@ -213,19 +254,28 @@ class Workload:
 
         if not self.own_tokenizer:
             return get_task(self.task, seed=0, **self.task_kwargs)
+        import transformers
+
+        rows = transformers.AutoConfig.from_pretrained(self.model_dir).vocab_size
         return get_task(self.task, seed=0, tokenizer=load_tokenizer(self.model_dir),
-                        vocab_size=TEXT_SHAPE["vocab_size"], **self.task_kwargs)
+                        vocab_size=rows, **self.task_kwargs)
 
     def config(self, run: str, steps: int, c: dict):
         """The engine's ``TrainConfig`` of contender ``c``, ``steps`` steps, run dir ``run``."""
-        if self.name in ("fixed", "text"):
+        if self.name != "recipe":
             return engine_config(self, run, steps, c)
         from tailtheory.engine.recipes import recipe_config
 
         return recipe_config(RECIPE, model=str(self.model_dir), rollout=c["rollout"],
                              rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
                              steps=steps, temperature=1.0, out=run, checkpoint_every=10**6,
-                             eval_every=0, threads=1, device="cpu")
+                             eval_every=0, threads=self.threads, device=self.device,
+                             update_memory=c.get("update_memory", "batch"))
+
+    @property
+    def threads(self) -> int:
+        """torch threads of the engine: 1 on a CPU, the engine's choice elsewhere."""
+        return 1 if self.device == "cpu" else 0
 
 
 def make_model(folder: Path) -> tuple[Path, int, int]:
@@ -262,19 +312,21 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     return folder, num_params(model), n_matmul, kwargs
 
 
-def text_model(folder: Path | None = None) -> tuple[Path, int, int]:
-    """:data:`TEXT_SHAPE` with random weights beside a byte-level BPE tokenizer of 8,192 ids
-    trained on the Python standard library (``bench_any_model.build_checkpoint``), EOS never
-    sampled as in :func:`make_model`, saved in ``folder`` (default ``cache/bench_text``, built
-    once, ~7 s); ``(folder, params, matmul params)``."""
+def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE) -> tuple[Path, int, int]:
+    """``shape`` (:data:`TEXT_SHAPE`) with random weights beside a byte-level BPE tokenizer of
+    8,192 ids trained on the Python standard library (``bench_any_model.build_checkpoint``), EOS
+    never sampled as in :func:`make_model`, saved in ``folder`` (default
+    ``cache/bench_<width>x<layers>``, built once, ~7 s at the text shape);
+    ``(folder, params, matmul params)``."""
     from bench_any_model import build_checkpoint
 
     from tailtheory.core.io import cache_dir
     from tailtheory.core.models import load_lm, load_tokenizer
 
-    folder = folder or cache_dir("bench_text")
+    folder = folder or cache_dir(f"bench_{shape['hidden_size']}x{shape['num_hidden_layers']}"
+                                 f"_{shape['vocab_size']}")
     if not (folder / "config.json").exists():
-        build_checkpoint(folder, TEXT_SHAPE, TEXT_SHAPE["vocab_size"])
+        build_checkpoint(folder, shape, TEXT_SHAPE["vocab_size"])
         eos = load_tokenizer(folder).eos_token_id
         model = load_lm(folder, device="cpu")
         with torch.no_grad():
@@ -295,7 +347,7 @@ def engine_config(w: "Workload", out: str, steps: int, c: dict):
                        steps=steps, prompts_per_step=PROMPTS, group_size=G,
                        max_new_tokens=w.max_new, lr=LR, temperature=1.0, out=out,
                        update_memory=c.get("update_memory", "batch"),
-                       checkpoint_every=10**6, eval_every=0, threads=1, device="cpu")
+                       checkpoint_every=10**6, eval_every=0, threads=w.threads, device=w.device)
 
 
 def bench_engine(w: Workload, c: dict) -> dict:
@@ -361,7 +413,7 @@ def bench_trl(w: Workload) -> dict:
                              num_generations=G, max_completion_length=w.max_new,
                              max_steps=WARMUP + STEPS, learning_rate=LR, beta=0.0,
                              loss_type="dapo", epsilon=0.2, epsilon_high=0.24, temperature=1.0,
-                             use_cpu=True, report_to=[], logging_steps=1, save_strategy="no",
+                             use_cpu=w.device == "cpu", report_to=[], logging_steps=1, save_strategy="no",
                              gradient_checkpointing=False, disable_tqdm=True, seed=0,
                              bf16=False, dataloader_num_workers=0, shuffle_dataset=False)
         model = AutoModelForCausalLM.from_pretrained(w.model_dir, dtype=torch.float32)
@@ -430,12 +482,16 @@ def run_contender(w: Workload, name: str) -> dict:
 
     import trl  # noqa: F401 (imported before the baseline, by every contender alike)
 
-    torch.set_num_threads(1)
+    if w.device == "cpu":
+        torch.set_num_threads(1)
+    else:
+        torch.cuda.reset_peak_memory_stats()
     before = rss_mb()
     r = bench_trl(w) if name == "c_trl" else bench_engine(w, CONTENDERS[name])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+    gpu = {} if w.device == "cpu" else {"peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20}
     return {**r, "rss_before_mb": before, "peak_rss_mb": peak,
-            "peak_growth_mb": None if before is None else peak - before}
+            "peak_growth_mb": None if before is None else peak - before, **gpu}
 
 
 def in_own_process(w: Workload, name: str) -> dict:
@@ -470,18 +526,24 @@ def length_stats(lens: list[list[int]], widths: list[int], cap: int) -> dict:
             "at_cap": sum(n >= cap for n in flat)}
 
 
-def matmul_peak() -> dict:
-    """Best float32 GFLOP/s of a ``PEAK_N``-square ``torch.mm`` on the current thread count."""
+def matmul_peak(device: str = "cpu") -> dict:
+    """Best float32 GFLOP/s of a ``PEAK_N``-square ``torch.mm`` on the current thread count
+    (on a GPU: 4x ``PEAK_N``, torch's default float32 matmul precision)."""
+    n = PEAK_N * (1 if device == "cpu" else 4)
     g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(PEAK_N, PEAK_N, generator=g) for _ in range(2))
-    out = torch.empty(PEAK_N, PEAK_N)
+    a, b = (torch.randn(n, n, generator=g).to(device) for _ in range(2))
+    out = torch.empty(n, n, device=device)
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     torch.mm(a, b, out=out)
+    sync()
     best = float("inf")
     for _ in range(PEAK_REPEATS):
         t0 = time.perf_counter()
         torch.mm(a, b, out=out)
+        sync()
         best = min(best, time.perf_counter() - t0)
-    return {"n": PEAK_N, "best_s": best, "gflops": 2 * PEAK_N**3 / best / 1e9}
+    return {"n": n, "best_s": best, "gflops": 2 * n**3 / best / 1e9}
+
 
 
 def step_flops(n_matmul: int, config, w: Workload, lens: list[list[int]] | None = None) -> dict:
@@ -567,32 +629,52 @@ def main() -> None:
     import trl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("fixed", "recipe", "text"), default="fixed",
+    parser.add_argument("--workload", choices=("fixed", "recipe", "text", "qwen05"),
+                        default="fixed",
                         help="fixed: a random model, every response 100 tokens (step.json); "
                              f"recipe: the {RECIPE!r} recipe's warm start and task, natural "
                              "lengths (step_recipe.json); text: a random Qwen2-style model of "
                              "width 256, 6 layers, 8,192 BPE ids, every response 150 tokens "
-                             "(step_text.json)")
+                             "(step_text.json); qwen05: Qwen2.5-0.5B's shape, random, 150 "
+                             "tokens (a GPU only)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
+                        help="where every contender runs (default cpu, one thread); a GPU's "
+                             "report is named after it")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    from tailtheory.engine.devices import resolve_device
+
+    device = resolve_device(args.device)
+    if args.workload == "qwen05" and device == "cpu":
+        raise SystemExit("--workload qwen05 needs a GPU (--device cuda): a 0.5B float32 GRPO "
+                         "step at 256 x 150 tokens takes tens of minutes on a CPU")
+    if device == "cpu":
+        torch.set_num_threads(1)
     load = {"start": os.getloadavg()}
-    peak = {"start": matmul_peak()} if not args.profile else {}
+    peak = {"start": matmul_peak(device)} if not args.profile else {}
     results = {}
     with tempfile.TemporaryDirectory() as d:
         if args.workload == "fixed":
             model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
             w = Workload("fixed", model_dir, "kk")
-        elif args.workload == "text":
-            model_dir, n_params, n_matmul = text_model()
-            w = Workload("text", model_dir, "kk", max_new=TEXT_MAX_NEW, out=OUT_TEXT,
-                         contenders=TEXT_CONTENDERS, own_tokenizer=True)
+        elif args.workload in ("text", "qwen05"):
+            from bench_any_model import QWEN25_05B
+
+            text = args.workload == "text"
+            model_dir, n_params, n_matmul = text_model(shape=TEXT_SHAPE if text else QWEN25_05B)
+            w = Workload(args.workload, model_dir, "kk", max_new=TEXT_MAX_NEW,
+                         out=OUT_TEXT if text else RESULTS / "step_qwen05.json",
+                         contenders=TEXT_CONTENDERS if text else QWEN05_CONTENDERS,
+                         own_tokenizer=True)
         else:
             model_dir, n_params, n_matmul, kwargs = recipe_model()
             w = Workload("recipe", model_dir, "kk_trace", kwargs, contenders=RECIPE_CONTENDERS,
                          out=OUT_RECIPE)
             w = replace(w, max_new=w.get_task().max_response_len)
+        if device != "cpu":
+            gpu = torch.cuda.get_device_name().replace(" ", "_")
+            w = replace(w, device=device, out=w.out.with_name(f"{w.out.stem}_{gpu}.json"))
         if args.profile:
             profile_fast(w)
             return
@@ -605,18 +687,20 @@ def main() -> None:
             load[name] = os.getloadavg()
             print(f"{c['label']}: step {results[name]['step_s_median']:.2f} s "
                   f"({time.perf_counter() - t0:.0f} s in all), {results[name]['len_mean']:.1f} "
-                  f"tokens a response, peak memory {results[name]['peak_rss_mb']:.0f} MB, load "
+                  f"tokens a response, peak memory "
+                  f"{results[name].get('peak_gpu_mb', results[name]['peak_rss_mb']):.0f} MB, load "
                   f"{load[name][0]:.2f}", flush=True)
-    peak["end"] = matmul_peak()
+    peak["end"] = matmul_peak(device)
     load["end"] = os.getloadavg()
     best = max(peak["start"]["gflops"], peak["end"]["gflops"])
+    engine = next(name for name in results if name != "c_trl")  # the FLOPs named in the print
     if w.name != "recipe":  # the same work for every contender: every response w.max_new tokens
         flops = step_flops(n_matmul, config, w)
         per = {name: flops for name in results}
     else:  # each contender's own lengths: the work its samples need
         per = {name: step_flops(n_matmul, config, w, r["_lens"]) for name, r in results.items()}
         flops = {name: {k: v for k, v in f.items() if k != "note"} for name, f in per.items()}
-        flops["note"] = per["b_today_kv"]["note"] + "; from each contender's own response lengths"
+        flops["note"] = per[engine]["note"] + "; from each contender's own response lengths"
     a = results["a_prev_kv"]["tokens_per_s"] if "a_prev_kv" in results else None
     c = results["c_trl"]["tokens_per_s"]
     for name, r in results.items():
@@ -633,8 +717,9 @@ def main() -> None:
                  "max_new_tokens": w.max_new, "eos": "never sampled (model weights)",
                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
                  "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": w.task,
-                 **({"shape": TEXT_SHAPE, "tokenizer": "byte-level BPE, 8,192 ids, trained on "
-                     "the Python standard library"} if w.name == "text" else {})}
+                 **({"shape": {k: getattr(config, k) for k in TEXT_SHAPE},
+                     "tokenizer": "byte-level BPE, 8,192 ids, trained on the Python standard "
+                     "library"} if w.name != "fixed" else {})}
     else:
         cfg = w.config("unused", WARMUP + STEPS, CONTENDERS["b_today_kv"])
         setup = {"recipe": RECIPE, "task": w.task, "task_kwargs": w.task_kwargs,
@@ -649,7 +734,9 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "workload": w.name,
         "machine": {"platform": platform.platform(), "machine": platform.machine(),
-                    "processor": platform.processor(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+                    "processor": platform.processor(), "cpu_model": cpu_model(),
+                    "cpu_count": os.cpu_count(), "device": w.device,
+                    "gpu": None if w.device == "cpu" else torch.cuda.get_device_name(),
                     "torch": torch.__version__, "transformers": transformers.__version__,
                     "trl": trl.__version__, "threads": torch.get_num_threads(),
                     "loadavg_1_5_15": load},
@@ -659,8 +746,10 @@ def main() -> None:
         "contenders": results,
     }
     atomic_write_json(w.out, report)
-    fl = per["b_today_kv"]
-    print(f"\n{cpu_model()}: matmul peak (1 thread, {PEAK_N}^3 float32) {best:.1f} GFLOP/s; step FLOPs "
+    fl = per[engine]
+    where = (f"{cpu_model()}: matmul peak (1 thread, {PEAK_N}^3 float32)" if w.device == "cpu"
+             else f"{torch.cuda.get_device_name()}: matmul peak ({peak['end']['n']}^3 float32)")
+    print(f"\n{where} {best:.1f} GFLOP/s; step FLOPs "
           f"{fl['step'] / 1e9:.1f} G (rollout {fl['rollout'] / 1e9:.1f} G, update "
           f"{fl['update'] / 1e9:.1f} G{'' if w.name == 'fixed' else ', of (b)'}); load average "
           f"start {load['start'][0]:.2f}, end {load['end'][0]:.2f}")
@@ -674,7 +763,7 @@ def main() -> None:
               f"{r['update_s_median']:7.2f} {r['update_tokens_per_s']:8.0f} "
               f"{'-' if r['vs_a'] is None else format(r['vs_a'], '.2f'):>6s} "
               f"{r['vs_c']:6.2f} {100 * r['peak_fraction']:6.1f} {r['tokens_per_step']:7.0f} "
-              f"{r['peak_rss_mb']:7.0f}")
+              f"{r.get('peak_gpu_mb', r['peak_rss_mb']):7.0f}")
     print(f"wrote {w.out}")
 
 

@@ -51,9 +51,10 @@ def _means(m: Measurement, key: str, methods=tuple(LOPTI_METHODS.values())) -> d
             for label in m if m.tags[label]["method"] in methods}
 
 
-def l2_evidence(data) -> Evidence:
-    """L2: AR (alpha 0.3) against GRPO on final reward."""
-    m = STUDY.measurement(data)
+def l2_evidence(data, study: Study = STUDY) -> Evidence:
+    """L2: AR (alpha 0.3) against GRPO on final reward (``study``: :data:`STUDY`, or
+    :data:`MATCHED_STUDY` on the papers' regime)."""
+    m = study.measurement(data)
     c = m.compare(m.label(method="ar"), m.label(method="grpo"), "final_reward")
     nums = {"delta_final_reward": c.delta, "se": c.se,
             **_means(m, "final_reward", ("grpo", "ar"))}
@@ -61,9 +62,10 @@ def l2_evidence(data) -> Evidence:
                     "criterion: AR - GRPO final reward (last 10 steps) > 2 se over seeds")
 
 
-def l3_evidence(data) -> Evidence:
-    """L3: Lopti (eta 0.5) against GRPO, and against its reversed order, on final reward."""
-    m = STUDY.measurement(data)
+def l3_evidence(data, study: Study = STUDY) -> Evidence:
+    """L3: Lopti (eta 0.5) against GRPO, and against its reversed order, on final reward
+    (``study`` as in :func:`l2_evidence`)."""
+    m = study.measurement(data)
     lopti = m.label(method="lopti")
     vs_grpo = m.compare(lopti, m.label(method="grpo"), "final_reward")
     vs_rev = m.compare(lopti, m.label(method="lopti_reversed"), "final_reward")
@@ -75,9 +77,10 @@ def l3_evidence(data) -> Evidence:
                     "(final reward, last 10 steps)")
 
 
-def l6_evidence(data) -> Evidence:
-    """L6: AR+Lopti against GRPO on final held-out accuracy (the paper's 0.39 -> 0.57)."""
-    m = STUDY.measurement(data)
+def l6_evidence(data, study: Study = STUDY) -> Evidence:
+    """L6: AR+Lopti against GRPO on final held-out accuracy (the paper's 0.39 -> 0.57;
+    ``study`` as in :func:`l2_evidence`)."""
+    m = study.measurement(data)
     c = m.compare(m.label(method="ar+lopti"), m.label(method="grpo"), "final_eval")
     nums = {"delta_heldout_acc": c.delta, "se": c.se, **_means(m, "final_eval")}
     return Evidence(c.verdict, nums, "criterion: AR+Lopti - GRPO final held-out accuracy "
