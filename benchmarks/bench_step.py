@@ -205,17 +205,19 @@ TEXT_SHAPE = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
                   tie_word_embeddings=False, hidden_act="silu")
 """``--workload text``'s model: Qwen2-style, width 256, 6 layers, 4 query and 2 key-value heads
 of 64, MLP 1,024, an untied LM head over a vocabulary of 8,192 (random weights)."""
-QWEN05_CONTENDERS = ("b_micro_kv", "c_trl")
+QWEN05_CONTENDERS = ("b_micro_kv", "b_icdf_micro_kv", "c_trl")
 """``--workload qwen05`` (a GPU only): Qwen2.5-0.5B's shape (``bench_any_model.QWEN25_05B``,
 V = 151,936 rows, an 8,192-id tokenizer), 150-token responses; the engine only with its
 micro-batch update (the whole batch's graph of a 0.5B model at 256 x ~175 tokens, at ~30k saved
 floats a token a layer, would be ~130 GB)."""
 TEXT_MAX_NEW = 150
 """``--workload text``'s response length (EOS never sampled: every response runs to it)."""
-TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "c_trl")
+TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "b_icdf_kv", "b_icdf_micro_kv", "c_trl")
 """The contenders ``--workload text`` runs ((a)'s whole-batch update is left out: its logits
 alone are 256 x ~180 x 8,192 floats, 1.5 GB, and it is not a target; (b'') is (b) with
-``update_memory="micro-batch"``: no graph kept across micro-batches)."""
+``update_memory="micro-batch"``: no graph kept across micro-batches; (d) and (d'') are (b) and
+(b'') with ``sampler="inverse-cdf"``: one uniform a row instead of ``multinomial``'s B x V
+exponentials)."""
 
 CONTENDERS = {
     "a_prev_kv": {"label": "(a) previous engine, kv", "rollout_backend": "hf", "micro_batch": 0,
@@ -226,6 +228,11 @@ CONTENDERS = {
                      "micro_batch": 64, "rollout": "bf16"},
     "b_micro_kv": {"label": "(b'') engine, micro-batch upd.", "rollout_backend": "fast",
                    "micro_batch": 64, "rollout": "kv", "update_memory": "micro-batch"},
+    "b_icdf_kv": {"label": "(d) engine, inverse-cdf sampler", "rollout_backend": "fast",
+                  "micro_batch": 64, "rollout": "kv", "sampler": "inverse-cdf"},
+    "b_icdf_micro_kv": {"label": "(d'') (d), micro-batch upd.", "rollout_backend": "fast",
+                        "micro_batch": 64, "rollout": "kv", "sampler": "inverse-cdf",
+                        "update_memory": "micro-batch"},
     "c_trl": {"label": "(c) TRL GRPOTrainer"},
 }
 RECIPE_CONTENDERS = ("a_prev_kv", "b_today_kv", "c_trl")
@@ -270,7 +277,8 @@ class Workload:
                              rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
                              steps=steps, temperature=1.0, out=run, checkpoint_every=10**6,
                              eval_every=0, threads=self.threads, device=self.device,
-                             update_memory=c.get("update_memory", "batch"))
+                             update_memory=c.get("update_memory", "batch"),
+                             sampler=c.get("sampler", "multinomial"))
 
     @property
     def threads(self) -> int:
@@ -347,7 +355,7 @@ def engine_config(w: "Workload", out: str, steps: int, c: dict):
                        steps=steps, prompts_per_step=PROMPTS, group_size=G,
                        max_new_tokens=w.max_new, lr=LR, temperature=1.0, out=out,
                        update_memory=c.get("update_memory", "batch"),
-                       checkpoint_every=10**6, eval_every=0, threads=w.threads, device=w.device)
+                       sampler=c.get("sampler", "multinomial"), checkpoint_every=10**6, eval_every=0, threads=w.threads, device=w.device)
 
 
 def bench_engine(w: Workload, c: dict) -> dict:

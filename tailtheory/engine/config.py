@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
-from tailtheory.engine.rollout import BACKENDS, DEFAULT_BACKEND, PATHS
+from tailtheory.engine.rollout import BACKENDS, DEFAULT_BACKEND, PATHS, SAMPLERS
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
@@ -41,7 +41,7 @@ cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
                                       "rollout_backend": "hf", "rollout_noise": 0.0,
-                                      "update_memory": "batch"}
+                                      "update_memory": "batch", "sampler": "multinomial"}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
@@ -133,6 +133,11 @@ class TrainConfig(MethodParams):
     the same loss, 1.4x to 4x faster on this CPU at 256 rows (``benchmarks/bench_step.py``);
     equal to the whole-batch step up to float32 rounding, so batches of at most this many rows
     compute bitwise what they computed before the field existed."""
+    sampler: str = "multinomial"
+    """How the rollout draws a token from its probabilities (``tailtheory.engine.rollout.SAMPLERS``):
+    ``multinomial`` (every stored run's) or ``inverse-cdf`` (one uniform a row instead of one
+    exponential a vocabulary entry: the same distribution, other tokens from the same seed;
+    the text-sized benchmark's rollout spent 40% of its time in ``multinomial``'s draws)."""
     update_memory: str = "batch"
     """What the update keeps alive (:data:`UPDATE_MEMORY`). ``batch``: the ``pi_old`` forward
     keeps its graph over every row and serves the first update pass (the fewest FLOPs; memory
@@ -205,6 +210,8 @@ def _validate(c: TrainConfig) -> MethodSpec:
     check_positive_int(c.eval_every, "eval_every", minimum=0)
     check_positive_int(c.eval_n, "eval_n")
     check_positive_int(c.micro_batch, "micro_batch", minimum=0)
+    if c.sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {c.sampler!r}")
     if c.update_memory not in UPDATE_MEMORY:
         raise ValueError(f"update_memory must be one of {UPDATE_MEMORY}, got {c.update_memory!r}")
     from tailtheory.engine.threads import check_threads

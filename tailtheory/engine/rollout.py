@@ -68,9 +68,30 @@ DEFAULT_BACKEND = "fast"
 :class:`RolloutConfig` decodes with ``hf``, the decoder the stored measurements (V1, V2, the warm
 starts' evaluations) were sampled with."""
 
+SAMPLERS = ("multinomial", "inverse-cdf")
+"""How a token is drawn from the step's probabilities ``p (B, V)``: ``multinomial``
+(``torch.multinomial``: it draws ``B x V`` exponentials, 40% of a rollout at V = 8,192 on this CPU,
+``benchmarks/bench_step.py --workload text --profile``) or ``inverse-cdf``
+(:func:`sample_inverse_cdf`: one uniform a row). Both sample ``p`` exactly; from the same
+generator they draw different tokens."""
+
 FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
                "logit_noise": "float32", "weight_noise": "float32"}
 """The ``fast`` backend's engine dtype on each path."""
+
+
+def sample_inverse_cdf(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token a row of probabilities ``p (B, V)`` (rows need not sum to 1): the first index
+    whose cumulative sum (float64) exceeds ``u`` times the row's total, ``u ~ U[0, 1)`` one draw a
+    row. A token of probability 0 is never drawn. Returns ``(B, 1)`` int64."""
+    c = p.double().cumsum(-1)                                                 # (B, V)
+    u = torch.rand(p.shape[0], 1, generator=generator, dtype=torch.float64, device=p.device)
+    tok = torch.searchsorted(c, u * c[:, -1:], right=True)                   # first c > u total
+    over = tok[:, 0] >= p.shape[-1]          # u * total rounded up to the total: the last
+    if over.any():                           # token of non-zero probability
+        last = (p[over] > 0).cumsum(-1).argmax(-1, keepdim=True)
+        tok[over] = last
+    return tok
 
 
 @dataclass(frozen=True)
@@ -104,8 +125,12 @@ class RolloutConfig:
     """The decoder, one of ``BACKENDS``: ``fast`` (``tailtheory.engine.inference``; a model it
     cannot run is an error, :func:`check_backend`) or ``hf`` (the model's own KV-cache forward,
     which the measurements of V1, V2, P4 and the warm start's evaluation name)."""
+    sampler: str = "multinomial"
+    """One of :data:`SAMPLERS`."""
 
     def __post_init__(self):
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
         if self.backend not in BACKENDS:
@@ -233,7 +258,9 @@ class RolloutEngine:
         zt = z.float() if tau == 1.0 else z.float() / tau     # x / 1.0 is x: one division less
         keep = self._keep(zt)                                              # (B, V) or None
         zs = zt if keep is None else zt.masked_fill(~keep, float("-inf"))
-        tok = torch.multinomial(torch.softmax(zs, -1), 1, generator=generator)  # (B, 1)
+        p = torch.softmax(zs, -1)
+        tok = (torch.multinomial(p, 1, generator=generator) if self.config.sampler == "multinomial"
+               else sample_inverse_cdf(p, generator))                          # (B, 1)
         lp = torch.log_softmax(zs, -1).gather(-1, tok)[:, 0]
         return tok[:, 0], lp, keep
 

@@ -62,7 +62,8 @@ def rollout_config(cfg: TrainConfig, task, *, exact_from_trainer: bool = True) -
                          temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens or task.max_response_len,
                          prune_rule=cfg.dvp_rule if cfg.spec.vocab else None, rho=cfg.dvp_rho,
-                         return_logits=wants_exact_kl(cfg) and not shared)
+                         return_logits=wants_exact_kl(cfg) and not shared,
+                         sampler=cfg.sampler)
 
 
 @dataclass(frozen=True)

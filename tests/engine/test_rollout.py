@@ -10,7 +10,8 @@ import torch
 
 from tailtheory.core.forward import left_pad
 from tailtheory.engine.policy_forward import response_logits, response_logprobs
-from tailtheory.engine.rollout import PATHS, RolloutConfig, RolloutEngine, sampled_logprobs
+from tailtheory.engine.rollout import (PATHS, RolloutConfig, RolloutEngine, sample_inverse_cdf,
+                                      sampled_logprobs)
 from tailtheory.engine.copies import fp8_dequantize, fp8_quantize, fp8_weight_names
 from tailtheory.core.stats import token_stats
 from tailtheory.core.models import tiny_lm
@@ -115,6 +116,41 @@ def test_pruning_keeps_samples_inside_S(model):
     assert rb.keep[rb.mask].sum(-1).float().mean() < V / 2  # the pruning is not vacuous
 
 
+def test_inverse_cdf_samples_the_distribution():
+    """Frequencies over 200,000 draws match p within 5 binomial standard errors per token (a
+    skewed p over 16 ids, with zeros that are never drawn); rows need not sum to 1."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(16, generator=g) ** 4
+    p[[0, 7, 15]] = 0.0                                       # first, middle, last
+    n = 200_000
+    tok = sample_inverse_cdf((3.0 * p).expand(n, 16), torch.Generator().manual_seed(1))
+    assert tok.shape == (n, 1) and tok.dtype == torch.int64
+    freq = torch.bincount(tok[:, 0], minlength=16).double() / n
+    q = (p / p.sum()).double()
+    assert (freq[q == 0] == 0).all()
+    assert ((freq - q).abs() <= 5 * (q * (1 - q) / n).sqrt() + 1e-12).all()
+
+
+def test_inverse_cdf_at_the_top_of_the_draw_takes_the_last_possible_token(monkeypatch):
+    """``u`` times the total rounded up to the total: the last token of non-zero probability,
+    never a zero one past it."""
+    p = torch.tensor([[0.25, 0.75, 0.0, 0.0], [0.5, 0.0, 0.5, 0.0]])
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.ones(2, 1, dtype=torch.float64))
+    assert sample_inverse_cdf(p).tolist() == [[1], [2]]
+
+
+@pytest.mark.parametrize("path", ["kv", "bf16"])
+def test_inverse_cdf_rollouts_sample_with_their_logprobs(model, path):
+    """The ``inverse-cdf`` sampler in a rollout: its own tokens (not multinomial's), the same from
+    the same seed, and pruned-away tokens never sampled."""
+    a = _gen(model, 3, path=path, sampler="inverse-cdf", prune_rule="min_p", rho=0.05)
+    b = _gen(model, 3, path=path, prune_rule="min_p", rho=0.05)
+    assert not torch.equal(a.response, b.response)
+    assert a.keep.gather(-1, a.response.unsqueeze(-1)).squeeze(-1)[a.mask].all()
+    again = _gen(model, 3, path=path, sampler="inverse-cdf", prune_rule="min_p", rho=0.05)
+    assert torch.equal(a.response, again.response)            # same seed, same tokens
+
+
 def test_bf16_copy_follows_the_trainer_after_sync():
     trainer = tiny_lm(vocab_size=V, hidden=64, layers=2, seed=1)
     eng = RolloutEngine(trainer, RolloutConfig(path="bf16", backend="hf"))
@@ -176,6 +212,7 @@ def test_fp8_needs_float8_dtypes(monkeypatch):
     (dict(max_new_tokens=0), "max_new_tokens"),
     (dict(prune_rule="top_k"), "prune_rule"),
     (dict(path="fp8", fp8_scaling="block"), "fp8_scaling"),
+    (dict(sampler="gumbel"), "sampler must be one of"),
 ])
 def test_bad_config_raises(cfg, match):
     with pytest.raises(ValueError, match=match):

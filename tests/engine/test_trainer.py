@@ -13,6 +13,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -293,6 +294,25 @@ def test_micro_batch_update_memory_matches_the_kept_graph(method, tmp_path):
                                                                 update_memory="micro-batch"))
     with pytest.raises(ValueError, match="update_memory must be one of"):
         TrainConfig(**SMALL, update_memory="none")
+
+
+def test_inverse_cdf_sampler_trains_and_keeps_the_default_key(tmp_path):
+    """``sampler="inverse-cdf"`` runs a step on the ``fast`` backend with its own samples; the
+    default's run key is the key of a config that never had the field."""
+    from tailtheory.engine.runs import run_key
+
+    out = {}
+    for sampler in ("multinomial", "inverse-cdf"):
+        cfg = TrainConfig(**SMALL, steps=1, rollout_backend="fast", sampler=sampler,
+                          dump_tokens=True, out=str(tmp_path / sampler))
+        train(cfg, progress=False, task=DenseKK())
+        assert read_metrics(cfg.out)[0]["grad/norm"] >= 0
+        out[sampler] = pd.read_parquet(Path(cfg.out) / "tokens" / "step_000000.parquet")
+    assert out["inverse-cdf"]["token"].tolist() != out["multinomial"]["token"].tolist()
+    assert run_key(TrainConfig(**SMALL)) == run_key(TrainConfig(**SMALL, sampler="multinomial"))
+    assert run_key(TrainConfig(**SMALL)) != run_key(TrainConfig(**SMALL, sampler="inverse-cdf"))
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        TrainConfig(**SMALL, sampler="gumbel")
 
 
 def _count_updates(monkeypatch) -> list[int]:
