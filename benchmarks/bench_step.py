@@ -153,6 +153,26 @@ contender                              step s  tokens/s  rollout s     update s 
   4,560 MB against 5,199 MB with full logits, in the same update time (72.0 s against 73.2 s),
   and (b) at 10,909 MB against 12,491 MB (update 57.3 s against 62.1 s).
 - Neither target is met here: 3x TRL and 50% of the peak.
+
+A second run the same evening, under the same load, added the ``inverse-cdf`` sampler: (d) is
+(b) and (d'') is (b'') with ``sampler="inverse-cdf"``. Its report was lost to an error in the
+script's report-writing (fixed: each contender's numbers are now written as it finishes), so
+only the printed step medians and memory peaks remain:
+
+===================================  ======  ======  =======
+contender                            step s  vs (c)  peak MB
+===================================  ======  ======  =======
+(b) today's engine, kv                86.58    1.25   13,560
+(b'') engine, micro-batch update      94.23    1.14    5,810
+(d) (b) with the inverse-cdf sampler  71.70    1.50   13,558
+(d'') (b'') with it                   89.96    1.20    5,894
+(c) TRL GRPOTrainer                  107.79    1.00    4,638
+===================================  ======  ======  =======
+
+The sampler alone, timed side by side in one process under that load (two rollouts each of the
+256 x 150 tokens, alternating): 31.9-33.5 s with ``multinomial`` against 18.8-19.2 s with
+``inverse-cdf``, 1.7x. (d'')'s gain over (b'') is smaller than that in this run: one timed
+step each, on a loaded machine.
 """
 
 from __future__ import annotations
@@ -179,18 +199,23 @@ import torch  # noqa: E402
 from bench_trl import LR, save_model, step_clock  # noqa: E402
 from tailtheory.core.io import atomic_write_json  # noqa: E402
 
-PROMPTS, G, MAX_NEW = 32, 8, 100
+SMOKE = os.environ.get("BENCH_STEP_SMOKE") == "1"
+"""``--smoke`` (inherited by each contender's process): 2 prompts x 4 responses of 12 tokens, one
+warm-up and one timed step, reports under a temporary folder: the script checked end to end
+in a minute, its numbers meaning nothing."""
+PROMPTS, G, MAX_NEW = (2, 4, 12) if SMOKE else (32, 8, 100)
 """Prompts per step, responses per prompt, response length (every response runs to it)."""
-WARMUP, STEPS = 1, 3
+WARMUP, STEPS = (1, 1) if SMOKE else (1, 3)
 """Steps run before timing; steps timed (median reported)."""
-TRL_MICRO = 64
+TRL_MICRO = 4 if SMOKE else 64
 """TRL's ``per_device_train_batch_size``: 4 accumulation steps of 64 make one step of 256."""
 TRL_SLOW_S = 60.0
 """A timed TRL step longer than this: 2 timed steps instead of ``STEPS``."""
 EOS_CHANNEL, EOS_WEIGHT = 1.0, -3.0
 """Embedding channel 0 of every token, and the EOS LM-head weight on it (EOS never sampled)."""
 PEAK_N, PEAK_REPEATS = 2048, 5
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = (Path(os.environ["BENCH_STEP_SMOKE_DIR"]) if SMOKE else
+           Path(__file__).resolve().parent / "results")
 OUT = RESULTS / "step.json"
 """``--workload fixed``'s report."""
 OUT_RECIPE = RESULTS / "step_recipe.json"
@@ -210,7 +235,7 @@ QWEN05_CONTENDERS = ("b_micro_kv", "b_icdf_micro_kv", "c_trl")
 V = 151,936 rows, an 8,192-id tokenizer), 150-token responses; the engine only with its
 micro-batch update (the whole batch's graph of a 0.5B model at 256 x ~175 tokens, at ~30k saved
 floats a token a layer, would be ~130 GB)."""
-TEXT_MAX_NEW = 150
+TEXT_MAX_NEW = 12 if SMOKE else 150
 """``--workload text``'s response length (EOS never sampled: every response runs to it)."""
 TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "b_icdf_kv", "b_icdf_micro_kv", "c_trl")
 """The contenders ``--workload text`` runs ((a)'s whole-batch update is left out: its logits
@@ -648,9 +673,21 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
                         help="where every contender runs (default cpu, one thread); a GPU's "
                              "report is named after it")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny run of the whole script (see SMOKE); writes nothing here")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
+    if args.smoke and args.workload == "recipe":
+        raise SystemExit("--smoke runs the fixed, text and qwen05 workloads (the recipe's step "
+                         "is the recipe's size)")
+    if args.smoke and not SMOKE:  # again, in a process whose constants (and children's) are tiny
+        import subprocess
+        import sys
+
+        with tempfile.TemporaryDirectory() as d:
+            env = {**os.environ, "BENCH_STEP_SMOKE": "1", "BENCH_STEP_SMOKE_DIR": d}
+            raise SystemExit(subprocess.call([sys.executable, *sys.argv], env=env))
     from tailtheory.engine.devices import resolve_device
 
     device = resolve_device(args.device)
@@ -692,6 +729,7 @@ def main() -> None:
             t0 = time.perf_counter()
             results[name] = in_own_process(w, name)
             results[name]["label"] = c["label"]
+            atomic_write_json(w.out.with_suffix(".partial.json"), results)  # kept on a crash
             load[name] = os.getloadavg()
             print(f"{c['label']}: step {results[name]['step_s_median']:.2f} s "
                   f"({time.perf_counter() - t0:.0f} s in all), {results[name]['len_mean']:.1f} "
@@ -725,7 +763,7 @@ def main() -> None:
                  "max_new_tokens": w.max_new, "eos": "never sampled (model weights)",
                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
                  "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": w.task,
-                 **({"shape": {k: getattr(config, k) for k in TEXT_SHAPE},
+                 **({"shape": {k: getattr(config, k, None) for k in TEXT_SHAPE},
                      "tokenizer": "byte-level BPE, 8,192 ids, trained on the Python standard "
                      "library"} if w.name != "fixed" else {})}
     else:
@@ -754,6 +792,7 @@ def main() -> None:
         "contenders": results,
     }
     atomic_write_json(w.out, report)
+    w.out.with_suffix(".partial.json").unlink(missing_ok=True)
     fl = per[engine]
     where = (f"{cpu_model()}: matmul peak (1 thread, {PEAK_N}^3 float32)" if w.device == "cpu"
              else f"{torch.cuda.get_device_name()}: matmul peak ({peak['end']['n']}^3 float32)")
