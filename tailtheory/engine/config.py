@@ -137,7 +137,7 @@ class TrainConfig(MethodParams):
     """How the rollout draws a token from its probabilities (``tailtheory.engine.rollout.SAMPLERS``):
     ``multinomial`` (every stored run's) or ``inverse-cdf`` (one uniform a row instead of one
     exponential a vocabulary entry: the same distribution, other tokens from the same seed;
-    the text-sized benchmark's rollout spent 40% of its time in ``multinomial``'s draws)."""
+    the text-sized benchmark's rollout spent two fifths of its time in ``multinomial``'s draws)."""
     update_memory: str = "batch"
     """What the update keeps alive (:data:`UPDATE_MEMORY`). ``batch``: the ``pi_old`` forward
     keeps its graph over every row and serves the first update pass (the fewest FLOPs; memory
@@ -275,7 +275,7 @@ def add_config_arguments(parser, cls=None) -> None:
     for f in own_first:
         flags = [f"--{f.name.replace('_', '-')}"]
         kind = _optional_parser(hints[f.name])
-        help_ = f"{docs.get(f.name, '')} (default: {f.default})"
+        help_ = f"{docs.get(f.name, '')} (default: {f.default})".replace("%", "%%")  # argparse
         if kind is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=f.default, help=help_)
