@@ -137,7 +137,8 @@ class TrainConfig(MethodParams):
     """How the rollout draws a token from its probabilities (``tailtheory.engine.rollout.SAMPLERS``):
     ``multinomial`` (every stored run's) or ``inverse-cdf`` (one uniform a row instead of one
     exponential a vocabulary entry: the same distribution, other tokens from the same seed;
-    the text-sized benchmark's rollout spent two fifths of its time in ``multinomial``'s draws)."""
+    the text-sized benchmark's rollout spent two fifths of its time in ``multinomial``'s draws).
+    The held-out evaluation samples with ``multinomial`` either way."""
     update_memory: str = "batch"
     """What the update keeps alive (:data:`UPDATE_MEMORY`). ``batch``: the ``pi_old`` forward
     keeps its graph over every row and serves the first update pass (the fewest FLOPs; memory
@@ -214,6 +215,9 @@ def _validate(c: TrainConfig) -> MethodSpec:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {c.sampler!r}")
     if c.update_memory not in UPDATE_MEMORY:
         raise ValueError(f"update_memory must be one of {UPDATE_MEMORY}, got {c.update_memory!r}")
+    if c.update_memory == "micro-batch" and not c.micro_batch:
+        raise ValueError("update_memory 'micro-batch' needs micro_batch > 0 (rows a micro-batch); "
+                         "micro_batch 0 runs the whole batch at once")
     from tailtheory.engine.threads import check_threads
     check_threads(c.threads)  # resolved once the model's size is known (trainer.train)
     from tailtheory.engine.devices import DEVICES

@@ -83,16 +83,14 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
     the next.
     """
     B, T = rb.response.shape
-    lens = rb.mask.sum(-1)                                                    # (B,)
-    order = torch.argsort(rb.prompt_lens + lens, stable=True)
     parts, logits = [], []
-    for rows in order.split(cfg.micro_batch):
-        sub = batch_rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+    for rows, sub in micro_batches(rb, cfg.micro_batch):
         st, z = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step,
                                    slice_bt(ref, rows, sub), self_ref)
         parts.append((rows, st))
         if self_ref:       # else each micro-batch's logits are freed with it (no-grad forwards)
             logits.append(z)
+    order = torch.cat([rows for rows, _ in parts])                            # (B,)
     out = {}
     for name in parts[0][1]:
         first = parts[0][1][name]
@@ -106,18 +104,24 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
     return out, z
 
 
+def micro_batches(rb: RolloutBatch, size: int):
+    """``(rows, sub-batch)`` of ``rb`` in micro-batches of ``size`` rows (0: all at once) of
+    similar length (rows sorted by prompt + response length, stably), each trimmed to its own
+    longest prompt and response (:func:`batch_rows`)."""
+    lens = rb.mask.sum(-1)                                                    # (B,)
+    order = torch.argsort(rb.prompt_lens + lens, stable=True)
+    for rows in order.split(size or rb.response.shape[0]):
+        yield rows, batch_rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+
+
 def backward_by_micro_batch(model, rb: RolloutBatch, keep, cfg, step: int,
                             grad_logp: torch.Tensor) -> None:
     """Add to the parameters' ``.grad`` the gradient of a loss of the trainer's log-probs whose
     gradient with respect to them is ``grad_logp`` (B, T): by the chain rule,
-    ``sum_bt grad_logp[b, t] d logp[b, t] / d theta``. Each micro-batch of :func:`micro_batched`'s
-    rows runs forward with its graph and backward through it before the next, so one
-    micro-batch's activations are alive at a time (``TrainConfig.update_memory``)."""
-    B = rb.response.shape[0]
-    lens = rb.mask.sum(-1)                                                    # (B,)
-    order = torch.argsort(rb.prompt_lens + lens, stable=True)
-    for rows in order.split(cfg.micro_batch or B):
-        sub = batch_rows(rb, rows, int(rb.prompt_lens[rows].max()), int(lens[rows].max()))
+    ``sum_bt grad_logp[b, t] d logp[b, t] / d theta``. Each of :func:`micro_batches` runs
+    forward with its graph and backward through it before the next, so one micro-batch's
+    activations are alive at a time (``TrainConfig.update_memory``)."""
+    for rows, sub in micro_batches(rb, cfg.micro_batch):
         st, _ = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step)
         (st["logp"] * slice_bt(grad_logp, rows, sub)).sum().backward()
 
