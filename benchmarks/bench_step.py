@@ -675,6 +675,9 @@ def main() -> None:
                              "report is named after it")
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run of the whole script (see SMOKE); writes nothing here")
+    parser.add_argument("--contenders", default=None,
+                        help="a comma-separated subset of the workload's contenders, TRL's "
+                             "(c_trl) among them: the ratios are against it (default: all)")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
@@ -717,6 +720,13 @@ def main() -> None:
             w = Workload("recipe", model_dir, "kk_trace", kwargs, contenders=RECIPE_CONTENDERS,
                          out=OUT_RECIPE)
             w = replace(w, max_new=w.get_task().max_response_len)
+        if args.contenders:
+            names = tuple(args.contenders.split(","))
+            wrong = [n for n in names if n not in w.contenders]
+            if wrong or "c_trl" not in names:
+                raise SystemExit(f"--contenders: {wrong or 'c_trl missing'}; the {w.name} "
+                                 f"workload's are {', '.join(w.contenders)}, c_trl among them")
+            w = replace(w, contenders=names)
         if device != "cpu":
             gpu = torch.cuda.get_device_name().replace(" ", "_")
             w = replace(w, device=device, out=w.out.with_name(f"{w.out.stem}_{gpu}.json"))

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # One GRPO step's speed and memory on a GPU, the engine beside TRL (benchmarks/bench_step.py):
-# the recipe workload (the learn recipe's warm start, trained first if not cached: ~2 min on 16
-# cores), the text-sized workload and Qwen2.5-0.5B's shape (random weights), each in its own
-# processes. Reports: benchmarks/results/step_{recipe,text,qwen05}_<GPU>.json. At most 9 min.
-set -euo pipefail
+# the text-sized workload, Qwen2.5-0.5B's shape (random weights) and the recipe workload (the
+# learn recipe's warm start, trained first if not cached: ~2 min on 16 cores), each contender in
+# its own process. Reports: benchmarks/results/step_{text,qwen05,recipe}_<GPU>.json (a
+# .partial.json keeps the contenders that finished when a workload runs out of time). ~5 min.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-[ -x "$PY" ] || PY=python
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-for job in text:150 qwen05:240 recipe:150; do   # workload:seconds, 9 min in all
-  w=${job%%:*}
-  echo "== bench_step.py --workload $w --device cuda"
-  timeout "${job##*:}" "$PY" benchmarks/bench_step.py --workload "$w" --device cuda \
-    || echo "workload $w failed or ran out of time (rc $?)"
+[ -x "$PY" ] || PY=python3
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+# workload:seconds:contenders (the engine's variants that differ on a GPU, and TRL)
+for job in text:100:b_today_kv,b_micro_kv,b_icdf_kv,c_trl \
+           qwen05:140:b_micro_kv,b_icdf_micro_kv,c_trl \
+           recipe:60:b_today_kv,c_trl; do
+  IFS=: read -r w secs who <<<"$job"
+  echo "== bench_step.py --workload $w --device cuda --contenders $who"
+  timeout -k 5 "$secs" "$PY" benchmarks/bench_step.py --workload "$w" --device cuda \
+    --contenders "$who" || echo "workload $w failed or ran out of time (rc $?)"
 done
