@@ -33,7 +33,8 @@ def _verdicts() -> dict:
     return {c: claims[c].expected for c in CLAIMS}
 
 
-MEASURED_ON = {claim: "matched" for claim in ("L1", "L4", "L5", "P4", "P5", "M7")}
+MEASURED_ON = {claim: "matched" for claim in ("L1", "L2", "L3", "L4", "L5", "L6", "P4", "P5",
+                                              "M7")}
 """The recipe each claim's verdict is measured on, where it is not ``learn`` (the ledger's
 "Training claims: where they ran"): a claim is read against that recipe's ratios."""
 

@@ -91,3 +91,32 @@ def test_stored_learn_measurement_is_complete_and_current():
     """The committed ``results/lopti_learn.json``: 25 runs, each the code's config today."""
     m = lt.STUDY.data("quick")
     assert set(m) == set(lt.LOPTI_METHODS) and {len(rows) for rows in m.values()} == {5}
+
+
+class _Stored:
+    """A study whose stored data are ``data`` (the rest is the study's own)."""
+
+    def __init__(self, study, data):
+        self.study, self.stored = study, data
+
+    def data(self, profile):
+        return self.stored
+
+    def __getattr__(self, name):
+        return getattr(self.study, name)
+
+
+def test_l2_l3_l6_are_judged_on_the_matched_study_with_the_learn_verdict_beside(monkeypatch):
+    """The claims read ``lopti_matched`` for the verdict and ``lopti_learn`` for the number beside
+    it: a matched study that orders the arms differently from the learn one decides."""
+    from tailtheory.lopti import claims
+
+    matched = _data(GRPO=0.2, AR=0.4, Lopti=0.4, **{"Lopti reversed": 0.2, "AR+Lopti": 0.5})
+    learn = _data(GRPO=0.4, AR=0.4, Lopti=0.4, **{"Lopti reversed": 0.4, "AR+Lopti": 0.4})
+    monkeypatch.setattr(lt, "MATCHED_STUDY", _Stored(lt.MATCHED_STUDY, matched))
+    monkeypatch.setattr(lt, "STUDY", _Stored(lt.STUDY, learn))
+    for fn in (claims._l2, claims._l3, claims._l6):
+        ev = fn("quick")
+        assert ev.verdict == Verdict.TOY_SCALE
+        assert ev.numbers["measured on"].startswith("matched")
+        assert ev.numbers["learn recipe: verdict"] == str(Verdict.NOT_REPRODUCED)
