@@ -35,7 +35,6 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -101,7 +100,7 @@ def bin_counts(model, task, cfg, batches: int) -> list[int]:
     rollout batches of ``cfg`` (steps ``0 .. batches-1`` of its seed), on the model's device."""
     from tailtheory.engine.rollout import RolloutEngine
     from tailtheory.engine.trainer import rollout_config
-    from tailtheory.regime.measure import _rollout, _bin_sums
+    from tailtheory.regime.measure import bin_sums, rollout_batch
 
     model = model.float().eval()
     device = next(model.parameters()).device
@@ -109,9 +108,9 @@ def bin_counts(model, task, cfg, batches: int) -> list[int]:
     gen = torch.Generator(device).manual_seed(cfg.seed)
     total = [0, 0, 0, 0]
     for i in range(batches):
-        _, rec = _rollout(model, task, cfg, engine, gen, i)
+        _, rec = rollout_batch(model, task, cfg, engine, gen, i)
         adv = torch.zeros_like(rec.b.old_logp)
-        counts, _ = _bin_sums(rec.b.old_logp.exp(), adv, rec.b.mask)
+        counts, _ = bin_sums(rec.b.old_logp.exp(), adv, rec.b.mask)
         total = [a + b for a, b in zip(total, counts)]
     return total
 
