@@ -258,8 +258,18 @@ CONTENDERS = {
     "b_icdf_micro_kv": {"label": "(d'') (d), micro-batch upd.", "rollout_backend": "fast",
                         "micro_batch": 64, "rollout": "kv", "sampler": "inverse-cdf",
                         "update_memory": "micro-batch"},
+    "e_sdpa_icdf_kv": {"label": "(e) (d), sdpa attention", "rollout_backend": "fast",
+                       "micro_batch": 64, "rollout": "kv", "sampler": "inverse-cdf",
+                       "attention": "sdpa"},
     "c_trl": {"label": "(c) TRL GRPOTrainer"},
 }
+"""(e) is not the engine's numerics: its trainer and rollout models load with ``sdpa`` attention
+(``tailtheory.core.models.ATTENTION``, ``eager`` in the engine: a reloaded model must compute
+bitwise what it saved). It measures what a new engine version with both changes would gain. Measured on the recipe
+workload (``results/step_recipe_sdpa.json``, two training runs on the same 2 cores): 4.12 s a
+step against (b)'s 4.04 s, update 2.80 s against 2.53: nothing (the T x T scores of ~150
+positions and 4 heads are small; the rollout is the fast engine's own attention either way).
+It is not in the default contenders of the recipe workload for that reason."""
 RECIPE_CONTENDERS = ("a_prev_kv", "b_today_kv", "c_trl")
 """The contenders ``--workload recipe`` runs."""
 
@@ -389,6 +399,10 @@ def bench_engine(w: Workload, c: dict) -> dict:
     from tailtheory.engine import trainer as tr
     from tailtheory.engine.checkpoint import read_metrics
 
+    if c.get("attention"):  # this contender's own process only (in_own_process)
+        from tailtheory.core import models
+
+        models.ATTENTION = c["attention"]
     lens, widths, rollout = [], [], tr.rollout_step
 
     def recorded(*args, **kw):
@@ -676,8 +690,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="a tiny run of the whole script (see SMOKE); writes nothing here")
     parser.add_argument("--contenders", default=None,
-                        help="a comma-separated subset of the workload's contenders, TRL's "
-                             "(c_trl) among them: the ratios are against it (default: all)")
+                        help="comma-separated contenders of CONTENDERS, TRL's (c_trl) among "
+                             "them: the ratios are against it (default: the workload's own)")
     parser.add_argument("--profile", action="store_true",
                         help="print a torch.profiler table of one (b) step instead")
     args = parser.parse_args()
@@ -722,10 +736,11 @@ def main() -> None:
             w = replace(w, max_new=w.get_task().max_response_len)
         if args.contenders:
             names = tuple(args.contenders.split(","))
-            wrong = [n for n in names if n not in w.contenders]
+            wrong = [n for n in names if n not in CONTENDERS]
             if wrong or "c_trl" not in names:
-                raise SystemExit(f"--contenders: {wrong or 'c_trl missing'}; the {w.name} "
-                                 f"workload's are {', '.join(w.contenders)}, c_trl among them")
+                raise SystemExit(f"--contenders: {wrong or 'c_trl missing'}; known: "
+                                 f"{', '.join(CONTENDERS)} (the {w.name} workload's own: "
+                                 f"{', '.join(w.contenders)}), c_trl among them")
             w = replace(w, contenders=names)
         if device != "cpu":
             gpu = torch.cuda.get_device_name().replace(" ", "_")
