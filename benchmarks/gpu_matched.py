@@ -135,6 +135,10 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"))
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes and a temporary cache: checks the script, no evidence")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help=f"GRPO steps per seed (default {STEPS}; the recipe's 120 take about "
+                             f"100 s a seed on an H100)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", type=Path, default=None,
                         help="the report (default benchmarks/results/matched_<device>.json)")
     args = parser.parse_args()
@@ -156,11 +160,16 @@ def main() -> None:
     if args.smoke and args.out is None:
         out = Path(os.environ["TAILTHEORY_CACHE"]) / "matched.json"
     s = sizes(args.smoke)
+    if not args.smoke:
+        if args.steps < 1 or not args.seeds:
+            raise SystemExit("--steps must be >= 1 and --seeds name at least one seed")
+        s.update(steps=args.steps, seeds=tuple(args.seeds))
     report = {"device": name, "cpu": cpu_model(), "torch": torch.__version__,
               "smoke": args.smoke, "sizes": {k: list(v) if isinstance(v, tuple) else v
                                               for k, v in s.items()},
               "paper_bins": list(PAPER_BINS), "command": "python benchmarks/gpu_matched.py "
-              + ("--smoke" if args.smoke else f"--device {args.device}")}
+              + ("--smoke" if args.smoke else f"--device {args.device} --steps {s['steps']} "
+                 f"--seeds {' '.join(map(str, s['seeds']))}")}
 
     def save() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
