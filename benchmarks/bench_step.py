@@ -265,8 +265,8 @@ CONTENDERS = {
 }
 """(e) is not the engine's numerics: its trainer and rollout models load with ``sdpa`` attention
 (``tailtheory.core.models.ATTENTION``, ``eager`` in the engine: a reloaded model must compute
-bitwise what it saved). It measures what a new engine version with both changes would gain. Measured on the recipe
-workload (``results/step_recipe_sdpa.json``, two training runs on the same 2 cores): 4.12 s a
+bitwise what it saved). It measures what a new engine version with both changes would gain.
+Measured on the recipe workload (``results/step_recipe_sdpa.json``, two training runs on the same 2 cores): 4.12 s a
 step against (b)'s 4.04 s, update 2.80 s against 2.53: nothing (the T x T scores of ~150
 positions and 4 heads are small; the rollout is the fast engine's own attention either way).
 It is not in the default contenders of the recipe workload for that reason."""
@@ -764,7 +764,7 @@ def main() -> None:
     peak["end"] = matmul_peak(device)
     load["end"] = os.getloadavg()
     best = max(peak["start"]["gflops"], peak["end"]["gflops"])
-    engine = next(name for name in results if name != "c_trl")  # the FLOPs named in the print
+    engine = next((n for n in results if n != "c_trl"), "c_trl")  # whose FLOPs the print names
     if w.name != "recipe":  # the same work for every contender: every response w.max_new tokens
         flops = step_flops(n_matmul, config, w)
         per = {name: flops for name in results}
