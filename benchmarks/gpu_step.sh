@@ -2,8 +2,9 @@
 # One GRPO step's speed and memory on a GPU, the engine beside TRL (benchmarks/bench_step.py):
 # the text-sized workload, Qwen2.5-0.5B's shape (random weights) and the recipe workload (the
 # learn recipe's warm start, trained first if not cached: ~2 min on 16 cores), each contender in
-# its own process (the 0.5B workload took 140 s for the engine and 120 s for TRL on an H100). Reports: benchmarks/results/step_{text,qwen05,recipe}_<GPU>.json (a
-# .partial.json keeps the contenders that finished when a workload runs out of time). ~7 min.
+# its own process. Reports: benchmarks/results/step_{text,qwen05,recipe}_<GPU>.json (a
+# .partial.json keeps the contenders that finished when a workload runs out of time). ~7 min:
+# on an H100, 140 s held the 0.5B workload's engine contender but not TRL's (73 s on its own).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
