@@ -44,8 +44,11 @@ OUT = Path(__file__).resolve().parent / "results" / "trl.json"
 def save_model(folder: Path) -> Path:
     from tailtheory.core.models import num_params, tiny_lm
 
+    from tailtheory.engine.tasks import get_task
+
     model = tiny_lm(vocab_size=512, hidden=128, layers=4, heads=4, kv_heads=2, seed=0)
     model.save_pretrained(folder)
+    get_task("kk", seed=0).tokenizer.save_pretrained(folder)  # the task speaks the model's own
     return folder, num_params(model)
 
 

@@ -35,7 +35,6 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -101,7 +100,7 @@ def bin_counts(model, task, cfg, batches: int) -> list[int]:
     rollout batches of ``cfg`` (steps ``0 .. batches-1`` of its seed), on the model's device."""
     from tailtheory.engine.rollout import RolloutEngine
     from tailtheory.engine.trainer import rollout_config
-    from tailtheory.regime.measure import _rollout, _bin_sums
+    from tailtheory.regime.measure import bin_sums, rollout_batch
 
     model = model.float().eval()
     device = next(model.parameters()).device
@@ -109,9 +108,9 @@ def bin_counts(model, task, cfg, batches: int) -> list[int]:
     gen = torch.Generator(device).manual_seed(cfg.seed)
     total = [0, 0, 0, 0]
     for i in range(batches):
-        _, rec = _rollout(model, task, cfg, engine, gen, i)
+        _, rec = rollout_batch(model, task, cfg, engine, gen, i)
         adv = torch.zeros_like(rec.b.old_logp)
-        counts, _ = _bin_sums(rec.b.old_logp.exp(), adv, rec.b.mask)
+        counts, _ = bin_sums(rec.b.old_logp.exp(), adv, rec.b.mask)
         total = [a + b for a, b in zip(total, counts)]
     return total
 
@@ -136,6 +135,10 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"))
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes and a temporary cache: checks the script, no evidence")
+    parser.add_argument("--steps", type=int, default=STEPS,
+                        help=f"GRPO steps per seed (default {STEPS}; the recipe's 120 take about "
+                             f"100 s a seed on an H100)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--out", type=Path, default=None,
                         help="the report (default benchmarks/results/matched_<device>.json)")
     args = parser.parse_args()
@@ -157,11 +160,16 @@ def main() -> None:
     if args.smoke and args.out is None:
         out = Path(os.environ["TAILTHEORY_CACHE"]) / "matched.json"
     s = sizes(args.smoke)
+    if not args.smoke:
+        if args.steps < 1 or not args.seeds:
+            raise SystemExit("--steps must be >= 1 and --seeds name at least one seed")
+        s.update(steps=args.steps, seeds=tuple(args.seeds))
     report = {"device": name, "cpu": cpu_model(), "torch": torch.__version__,
               "smoke": args.smoke, "sizes": {k: list(v) if isinstance(v, tuple) else v
                                               for k, v in s.items()},
               "paper_bins": list(PAPER_BINS), "command": "python benchmarks/gpu_matched.py "
-              + ("--smoke" if args.smoke else f"--device {args.device}")}
+              + ("--smoke" if args.smoke else f"--device {args.device} --steps {s['steps']} "
+                 f"--seeds {' '.join(map(str, s['seeds']))}")}
 
     def save() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,9 @@ COMMAND = "python -m tailtheory.regime.measure --recipe {recipe}"
 """Measures a recipe again and stores ``results/regime_<recipe>.json``."""
 
 
-def _bin_sums(pi_old, adv, mask) -> tuple[list[int], list[float]]:
+def bin_sums(pi_old, adv, mask) -> tuple[list[int], list[float]]:
+    """Per LOPTI bin of ``pi_old`` (:data:`~tailtheory.lopti.probes.BIN_EDGES`): the number of
+    response tokens (``mask``) and the sum of their ``|adv|``; all three ``(B, T)``."""
     from tailtheory.lopti.probes import N_BINS, prob_bins
 
     bins = prob_bins(pi_old.double().clamp(0, 1))                             # (B, T)
@@ -88,7 +90,10 @@ def pruned_sums(model, rb, rhos=RHOS, rows: int | None = None) -> list[float]:
     return out
 
 
-def _rollout(model, task, cfg, engine, gen, index: int):
+def rollout_batch(model, task, cfg, engine, gen, index: int):
+    """``(rollout batch, step record)`` of the trainer's step ``index`` under ``cfg``: the batch
+    the trainer would sample there with ``engine`` and ``gen``, with its rewards and ``pi_old``
+    (:func:`~tailtheory.engine.trainer.step_record`), without an update."""
     from tailtheory.engine.trainer import rollout_step, step_record
 
     problems, rb, group_ids = rollout_step(index, cfg, task, model, engine, gen)
@@ -104,16 +109,17 @@ def batch_row(model, task, cfg, engines: dict, gens: dict, index: int) -> dict:
     from tailtheory.core.estimators import k3
     from tailtheory.engine.registry import advantages
 
-    rb, rec = _rollout(model, task, cfg, engines["exact"], gens["exact"], index)
+    rb, rec = rollout_batch(model, task, cfg, engines["exact"], gens["exact"], index)
     b = rec.b
     adv, _ = advantages(cfg.spec, b, cfg)                                       # (B, T)
-    count, adv_abs = _bin_sums(b.old_logp.exp(), adv, b.mask)
+    count, adv_abs = bin_sums(b.old_logp.exp(), adv, b.mask)
     row = {"batch": index, "tokens": int(b.mask.sum()), "count": count, "adv_abs_sum": adv_abs,
            "len": b.mask.sum(-1).tolist(), "reward": b.rewards.tolist(),
            "group_size": cfg.group_size,
            "pruned_sum": dict(zip(map(str, RHOS), pruned_sums(model, rb)))}
     for path in PATHS:
-        _, r = _rollout(model, task, replace(cfg, rollout=path), engines[path], gens[path], index)
+        _, r = rollout_batch(model, task, replace(cfg, rollout=path), engines[path], gens[path],
+                             index)
         row[f"k3_sum:{path}"] = float((k3(r.b.log_rho.double()) * r.b.mask).sum())
         row[f"tokens:{path}"] = int(r.b.mask.sum())
         row[f"responses:{path}"] = int(r.b.mask.shape[0])
