@@ -33,7 +33,7 @@ the engine runs it today (``full_forward`` over the whole sequence, the response
 ``token_stats``) and through the fused head (``hidden_forward``, the same slice, then
 ``fused_token_stats``), at the engine's V = 512 and at 151,936.
 
-Targets (the issue): fused <= TRL in memory and time (moonshot: 0.8x TRL's time).
+Targets: fused <= TRL in memory and time (moonshot: 0.8x TRL's time).
 Run: ``.venv/bin/python benchmarks/bench_fused.py`` -> ``benchmarks/results/fused_lm_head.json``.
 """
 

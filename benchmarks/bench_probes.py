@@ -1,4 +1,4 @@
-"""Each ``tailtheory probe`` family at Qwen's vocabulary: peak memory and time (issue 30).
+"""Each ``tailtheory probe`` family at Qwen's vocabulary: peak memory and time.
 
 The model: a random Qwen2-style LM with V = 151,936 rows and ``--layers`` narrow layers (width
 ``--hidden``), saved with ``save_pretrained`` beside a byte-level BPE tokenizer of 4,096 ids

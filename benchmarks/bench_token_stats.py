@@ -10,7 +10,7 @@ not see torch's allocations). Time: both variants alternate in one subprocess, b
 - ``grad``: logp, then backward to the logits. The logits' gradient is one full (B, T, V)
   tensor for either variant: that is the floor of this mode.
 
-Targets (the issue): chunked peak <= 0.25x naive, time <= 1.2x naive.
+Targets: chunked peak <= 0.25x naive, time <= 1.2x naive.
 Run: ``.venv/bin/python benchmarks/bench_token_stats.py`` -> benchmarks/results/token_stats.json
 """
 

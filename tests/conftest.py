@@ -5,7 +5,7 @@ when ``CI`` is set and is derandomised so a CI run is reproducible.
 
 Notebooks executed in a Jupyter kernel (``test_notebook_outputs.py``, nbmake's ``--nbmake`` runs):
 nbclient's Output-widget mimic is patched so that an explorer's cell no longer waits out the cell
-timeout for a reply that has already arrived (``notebook_kernel.py``, issue 28).
+timeout for a reply that has already arrived (``notebook_kernel.py``).
 """
 
 import os

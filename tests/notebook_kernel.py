@@ -1,6 +1,6 @@
 """Executing notebooks in a Jupyter kernel from the tests (``test_notebook_outputs.py``'s nbclient
 run and nbmake's runs of ``notebooks/*.ipynb``): the limits every wait gets, and a fix for a lost
-wake-up in nbclient that stalled a cell until its timeout (issue 28).
+wake-up in nbclient that stalled a cell until its timeout.
 
 The lost wake-up. An explorer (``tailtheory.core.explore``) is an ``ipywidgets.interactive``,
 whose figure lives in an Output widget. nbclient mimics a front end's Output widget

@@ -145,7 +145,7 @@ def test_study_bad_input_is_one_line(capsys):
     assert "--workers must be >= 1" in capsys.readouterr().err
 
 
-# --- nothing a user made is lost (issue 28): --out refuses foreign files, damage is one line -----
+# --- nothing a user made is lost: --out refuses foreign files, damage is one line ------------------
 
 @pytest.mark.parametrize("foreign", ["notes.txt", "config.json"])
 def test_verify_out_refuses_a_file_it_did_not_write(foreign, tmp_path, capsys):

@@ -1,5 +1,5 @@
 """The notebook runs' kernel settings (``notebook_kernel.py``): nbclient's lost wake-up after an
-Output widget's cell stays fixed (issue 28), and every wait is bounded."""
+Output widget's cell stays fixed, and every wait is bounded."""
 
 import time
 
@@ -58,7 +58,7 @@ def test_explorer_cells_do_not_wait_out_the_cell_timeout():
     assert len(took) == len(nb.cells)
     stalled = {i: round(t, 1) for i, t in took.items() if t >= 0.9 * timeout}
     assert not stalled, (f"cells {stalled} waited out the {timeout} s cell timeout for an "
-                         "execute_reply that had arrived: nbclient's lost wake-up (issue 28, "
+                         "execute_reply that had arrived: nbclient's lost wake-up ("
                          "tests/notebook_kernel.py)")
     for cell in nb.cells[1:]:
         assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})

@@ -4,7 +4,7 @@ figure cell shows its figures as images and the verdict cell renders an HTML tab
 Notebook 01 (about 20 s on a 2-core CPU) stands for all: every notebook makes its figures with
 ``show_figure`` and opens with ``verdict_report``. Its explorer runs as a widget, as in
 JupyterLab. Every wait on the kernel is bounded (``notebook_kernel.KERNEL_LIMITS``: 2 minutes a
-cell), and the conftest fixes nbclient's lost wake-up after an explorer's cell (issue 28)."""
+cell), and the conftest fixes nbclient's lost wake-up after an explorer's cell."""
 
 import os
 from pathlib import Path

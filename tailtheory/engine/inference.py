@@ -38,7 +38,7 @@ dispatch, ``repeat_kv`` copies of the cache); here a step is a few dozen tensor 
 - **What is equal**: a shared prefill and a compacted step give the logits of a prefill of every
   row and of a step over every row equal to float32 rounding; bitwise only on one CPU's kernels
   (the GEMMs run on fewer rows, and their blocking, hence reduction order, depends on the row
-  count and the CPU: issue 28, an AMD EPYC, differs in the last bits). The ``kv`` path's
+  count and the CPU: an AMD EPYC differs in the last bits). The ``kv`` path's
   log-probs equal the trainer's full forward's to float32 rounding too. Bitwise holds for the
   same call on the same shapes in one process (same seed, same batch: what resume relies on).
 

@@ -159,7 +159,7 @@ def test_resume_after_a_torn_metrics_line_matches_a_straight_run(tmp_path, capsy
     assert no_time(read_metrics(cut.out)) == no_time(read_metrics(straight.out))
 
 
-# --- holes in metrics.jsonl: refused, never resumed over or read as a curve (issue 28) ----------
+# --- holes in metrics.jsonl: refused, never resumed over or read as a curve ---------------------
 
 def test_read_metrics_refuses_a_file_with_holes_naming_the_gap(tmp_path):
     _write_metrics(tmp_path, [*range(19), 20, 21])

@@ -152,7 +152,7 @@ def test_shared_prompts_prefill_equals_unshared(qwen):
     Not bitwise: the shared prefill runs the forward on the 3 distinct prompts, the unshared one
     on all 8 rows, and the decode steps run the 8 rows in another order; the GEMM kernels'
     blocking (and, through it, the reduction order) depends on those shapes on some CPUs (an AMD
-    EPYC differs in the last bits, issue 28). A wrong cache row (another prompt's keys) moves the
+    EPYC differs in the last bits). A wrong cache row (another prompt's keys) moves the
     logits by O(max|z|), far above ``_close``'s ``F32_TOL * max|z|``."""
     order = [0, 3, 6, 1, 4, 7, 2, 5]                                # no equal neighbours
     mixed = [GROUPED[i] for i in order]

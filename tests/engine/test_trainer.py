@@ -467,7 +467,7 @@ trainer's full forward, the same weights in another reduction order. The random 
 sampled log-probs lie near ``-log 512 = -6.2``, where float32's spacing is ``2**-21 = 4.77e-7``;
 the two differ by one such ulp on some tokens of some steps, and which ones depends on the CPU
 (recorded: 4.77e-7 at step 2 of ``otb+trm+dvp/kv/bypass``, 0 at every step of its ``/fast`` twin;
-an AMD EPYC measured 0 at that step 2 and 4.77e-7 at step 0 of the twin, issue 28). Four ulps is
+an AMD EPYC measured 0 at that step 2 and 4.77e-7 at step 0 of the twin). Four ulps is
 the floor: below it a recorded 0 and a measured 4.77e-7 (or the reverse) agree. A 1e-3 slip of a
 log-prob is 500 times the floor (``test_drift_floors_are_rounding_level``)."""
 
@@ -570,7 +570,7 @@ def test_drift_check_sees_a_1e3_change(tmp_path, monkeypatch):
 
 def test_drift_floors_are_rounding_level():
     """On ``kv`` a recorded 0 and a measured one-ulp mismatch agree either way round (what two
-    CPUs give, issue 28); a 1e-3 mismatch does not, nor any nonzero one on ``exact`` (V1)."""
+    CPUs give); a 1e-3 mismatch does not, nor any nonzero one on ``exact`` (V1)."""
     recs = json.loads(REGRESSION.read_text())
     kv = recs["otb+trm+dvp/kv/bypass"]
     floors = mismatch_floors(kv["config"])

@@ -18,7 +18,7 @@ def test_keys_are_unique_and_every_claim_of_issue_31_has_a_quantity():
 
 
 def test_paper_values_are_the_quoted_ones():
-    """LOPTI Fig. 1(a) as issue 31 quotes it (its bins add up to the whole), the share below eta
+    """LOPTI Fig. 1(a) as the paper reports it (its bins add up to the whole), the share below eta
     derived from it, Fig. 1(d)'s shares; every other quantity has no paper value."""
     assert sum(rq.LOPTI_FIG1A) == pytest.approx(1.0, abs=1e-12)
     assert rq.quantity("lopti/tok_frac_b0").paper == 0.192
