@@ -180,6 +180,7 @@ def measure_regime(recipe: str, progress: bool = True) -> dict:
     """Policy -> rows (:func:`measure_policy`) of the recipe's warm start and half-way policy."""
     from tailtheory.core.provenance import provenance, weights_fingerprint
     from tailtheory.engine.start import load_start, start_key
+    from tailtheory.engine.threads import model_threads
     from tailtheory.lopti.learn_probes import mid_policy
 
     cfg = _recipe_cfg(recipe)
@@ -189,7 +190,8 @@ def measure_regime(recipe: str, progress: bool = True) -> dict:
     for policy in POLICIES:
         model, task = ((warm, task) if policy == "warm"
                        else mid_policy(progress, cfg, cfg.steps // 2))
-        out[policy] = measure_policy(model, task, cfg, provenance=prov, progress=progress)
+        with model_threads(model):  # one thread for a small model (engine.threads)
+            out[policy] = measure_policy(model, task, cfg, provenance=prov, progress=progress)
     return out
 
 

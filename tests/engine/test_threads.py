@@ -29,3 +29,21 @@ def test_torch_threads_restores_the_count_even_on_error():
     with pytest.raises(RuntimeError), th.torch_threads(1):
         raise RuntimeError("inside")
     assert torch.get_num_threads() == before
+
+
+def test_model_threads_picks_one_for_a_small_cpu_model_and_restores():
+    before = torch.get_num_threads()
+    small = torch.nn.Linear(8, 8)
+    with th.model_threads(small) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with th.model_threads(small, threads=2) as n:
+        assert n == 2 and torch.get_num_threads() == 2
+    assert torch.get_num_threads() == before
+
+
+def test_model_threads_keeps_torch_default_for_a_large_model():
+    large = torch.nn.Linear(4000, 2600, device="meta")  # 10.4M parameters, no memory
+    assert sum(p.numel() for p in large.parameters()) > th.SMALL_MODEL_PARAMS
+    with th.model_threads(large) as n:
+        assert n == th.TORCH_DEFAULT
