@@ -81,36 +81,31 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
     Returns ``{"seeds": [...], "batches": [{"seed", "batch", **batch_stats}, ...]}``.
     """
+    from dataclasses import replace
+
     from tqdm.auto import tqdm
 
+    from tailtheory.engine.rollout import RolloutEngine
     from tailtheory.engine.threads import model_threads
+    from tailtheory.engine.trainer import rollout_config
 
     seeds, batches, lr = _check_sizes(seeds, batches, lr)
     model = model.float().eval()
     out = []
     bar = tqdm(total=len(seeds) * batches, desc="lopti probes", unit="batch", disable=not progress)
     with model_threads(model):  # torch's default count runs 10x+ slower on shared cores
-        _measure_seeds(model, task, cfg, seeds, batches, lr, l1_per_bin, out, bar)
+        for s in seeds:
+            c = replace(cfg, seed=s)
+            engine = RolloutEngine(model, rollout_config(c, task))
+            gen = torch.Generator().manual_seed(s)
+            for i in range(batches):
+                pb = probe_batch(model, task, c, engine, gen, i)
+                l1_gen = torch.Generator().manual_seed(1_000_003 * s + i)
+                stats = batch_stats(model, pb, lr, l1_per_bin, l1_gen)
+                out.append({"seed": s, "batch": i, **stats})
+                bar.update()
     bar.close()
     return {"seeds": list(seeds), "batches": out}
-
-
-def _measure_seeds(model, task, cfg, seeds, batches: int, lr: float, l1_per_bin: int,
-                   out: list, bar) -> None:
-    """:func:`measure`'s loop: appends each seed's batches' :func:`batch_stats` to ``out``."""
-    from dataclasses import replace
-
-    from tailtheory.engine.rollout import RolloutEngine
-    from tailtheory.engine.trainer import rollout_config
-
-    for s in seeds:
-        c = replace(cfg, seed=s)
-        engine, gen = RolloutEngine(model, rollout_config(c, task)), torch.Generator().manual_seed(s)
-        for i in range(batches):
-            pb = probe_batch(model, task, c, engine, gen, i)
-            l1_gen = torch.Generator().manual_seed(1_000_003 * s + i)
-            out.append({"seed": s, "batch": i, **batch_stats(model, pb, lr, l1_per_bin, l1_gen)})
-            bar.update()
 
 
 def probe_config(preset: str = "full") -> dict:

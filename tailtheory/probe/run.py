@@ -49,7 +49,7 @@ class ProbeConfig:
     """``auto``, ``cpu`` or ``cuda`` (``tailtheory.engine.devices``)."""
     batch: int = 8
     length: int = 512
-    """``batch`` windows of ``length`` tokens (8 x 512: the size the probes' memory budget is stated at)."""
+    """``batch`` windows of ``length`` tokens (8 x 512: the probes' memory budget's size)."""
     seed: int = 0
     """Chooses the windows (and the gradient probe's advantage signs and L1 tokens)."""
 
