@@ -6,7 +6,7 @@ What it measures, on ``--device auto`` (a GPU when one is visible):
   heads, MLP 4,864, tied embeddings, V = 151,936 rows), random weights in float32 (no weights
   can be downloaded), saved with ``save_pretrained`` beside a byte-level BPE tokenizer of
   ``--tokenizer-vocab`` ids trained here on the Python standard library's source (the corpus
-  LM's tokenizer recipe, ``tailtheory.engine.corpus_lm.train_tokenizer``);
+  LM's tokenizer recipe, ``tailtheory.engine.start.corpus_lm.train_tokenizer``);
 - each probe command (``tailtheory probe mismatch|pruning|gradient``) at ``--batch`` x
   ``--length`` positions: wall time and peak memory (the GPU's allocator peak; on a CPU the
   process's peak resident set, which only grows, so each probe runs in its own process);
@@ -53,7 +53,7 @@ def build_checkpoint(path: Path, shape: dict, tokenizer_vocab: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from tailtheory.engine.corpus_lm import CorpusLMConfig, corpus_files, train_tokenizer
+    from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_files, train_tokenizer
 
     t0 = time.perf_counter()
     files, _ = corpus_files(CorpusLMConfig(corpus_bytes=2_000_000))

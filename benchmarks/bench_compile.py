@@ -58,7 +58,7 @@ SHAPES = {"recipe": {"positions": 140, "prompt": 40},
 def build(shape: str):
     """The random-weight model of ``shape``, in float32."""
     from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.sft import SFTConfig
+    from tailtheory.engine.start.sft import SFTConfig
 
     if shape == "recipe":
         return tiny_lm(SFTConfig().model, seed=0)

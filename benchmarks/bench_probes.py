@@ -65,7 +65,7 @@ print("RESULT " + json.dumps(out))
 def build_checkpoint(path: Path, hidden: int, layers: int, length: int) -> dict:
     """A random Qwen2 LM at Qwen's vocabulary and a 4,096-id BPE, saved to ``path``."""
     from tailtheory.core.models import num_params, tiny_lm
-    from tailtheory.engine.corpus_lm import CorpusLMConfig, corpus_files, train_tokenizer
+    from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_files, train_tokenizer
 
     t0 = time.perf_counter()
     files, _ = corpus_files(CorpusLMConfig(corpus_bytes=1_000_000))

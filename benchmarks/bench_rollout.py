@@ -1,5 +1,5 @@
 """Rollout decoding: the Hugging Face forward (backend ``hf``) against the inference engine
-(``fast``, ``tailtheory.engine.inference``), side by side.
+(``fast``, ``tailtheory.engine.rollout.fast``), side by side.
 
 Setup: one torch thread; a randomly initialised model of the kk_trace warm start's size
 (``SFTConfig().model``: Qwen2-style, hidden 128, 4 layers, 4 heads / 2 KV heads, V = 512,
@@ -49,7 +49,7 @@ def make_model(eos_bias: float):
     import torch
 
     from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.sft import SFTConfig
+    from tailtheory.engine.start.sft import SFTConfig
 
     model = tiny_lm(SFTConfig().model, seed=0)
     head = model.get_output_embeddings()
@@ -82,8 +82,8 @@ def time_generate(engine, prompts, seed: int = 0) -> dict:
 
 
 def run(ablate: bool) -> tuple[list[dict], list[dict]]:
-    from tailtheory.engine import inference
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+    from tailtheory.engine.rollout import fast as inference
+    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     rows, abl = [], []
     for scenario, bias in SCENARIOS.items():

@@ -5,7 +5,7 @@ the update (forward, backward, AdamW step), for
 
 - (a) the previous engine: ``TrainConfig(rollout_backend="hf", micro_batch=0, rollout="kv")``:
   the Hugging Face KV-cache decoding, one forward / backward over the whole batch;
-- (b) today's engine: ``rollout_backend="fast", micro_batch=64`` (``tailtheory.engine.inference``
+- (b) today's engine: ``rollout_backend="fast", micro_batch=64`` (``tailtheory.engine.rollout.fast``
   for the rollout, micro-batches of 64 rows of similar length for the update), rollout path
   ``kv`` (float32) and, as (b'), ``bf16``;
 - (c) TRL's ``GRPOTrainer`` (transformers ``generate`` for the rollout; its loader's default
@@ -266,7 +266,7 @@ def profile_fast(w: Workload, rows: int = 20) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     from tailtheory.engine import trainer as tr
-    from tailtheory.engine.rollout import RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutEngine
 
     with tempfile.TemporaryDirectory() as run:
         cfg = w.config(run, 2, CONTENDERS["b_today_kv"])

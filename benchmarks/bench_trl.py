@@ -44,7 +44,7 @@ OUT = Path(__file__).resolve().parent / "results" / "trl.json"
 def save_model(folder: Path) -> Path:
     from tailtheory.core.models import num_params, tiny_lm
 
-    from tailtheory.engine.tasks import get_task
+    from tailtheory.engine.tasks.task import get_task
 
     model = tiny_lm(vocab_size=512, hidden=128, layers=4, heads=4, kv_heads=2, seed=0)
     model.save_pretrained(folder)
@@ -96,7 +96,7 @@ def bench_trl(model_dir: Path) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from tailtheory.engine.tasks import get_task
+    from tailtheory.engine.tasks.task import get_task
 
     task = get_task("kk", seed=0)
     problems = task.problems(PROMPTS * (WARMUP + STEPS), seed=1000)

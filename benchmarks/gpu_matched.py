@@ -5,10 +5,10 @@ layers, 1.6M parameters, warm-started on ``kk_prose``). This script builds the s
 size up and trains it on a GPU, so a reader sees whether the regime (LOPTI's probability bins of
 sampled tokens, arXiv 2505.12929 Fig. 1(a)) and the learning survive a larger model:
 
-1. the corpus LM (:mod:`tailtheory.engine.corpus_lm`) at width :data:`WIDTH`, :data:`LAYERS`
+1. the corpus LM (:mod:`tailtheory.engine.start.corpus_lm`) at width :data:`WIDTH`, :data:`LAYERS`
    layers, the same 4,096-id BPE, :data:`PRETRAIN_STEPS` AdamW steps of :data:`PRETRAIN_BATCH`
    windows (cached);
-2. its ``kk_prose`` warm start (:mod:`tailtheory.engine.sft`, the same accuracy window; cached);
+2. its ``kk_prose`` warm start (:mod:`tailtheory.engine.start.sft`, the same accuracy window; cached);
 3. GRPO of the ``matched`` recipe from that warm start (``--model PATH``), :data:`STEPS` steps
    per seed with the held-out accuracy every :data:`EVAL_EVERY` steps;
 4. LOPTI's four bins of ``pi_old`` over the sampled response tokens of :data:`BIN_BATCHES`
@@ -66,7 +66,7 @@ def sizes(smoke: bool) -> dict:
 
 def corpus_config(s: dict):
     from tailtheory.core.models import TinyLMConfig
-    from tailtheory.engine.corpus_lm import CORPUS_VOCAB, CorpusLMConfig
+    from tailtheory.engine.start.corpus_lm import CORPUS_VOCAB, CorpusLMConfig
 
     model = TinyLMConfig(vocab_size=CORPUS_VOCAB, hidden=s["width"], layers=s["layers"],
                          heads=s["heads"], kv_heads=s["kv_heads"])
@@ -77,7 +77,7 @@ def corpus_config(s: dict):
 
 
 def sft_config(s: dict, pre, smoke: bool):
-    from tailtheory.engine.sft import SFTConfig
+    from tailtheory.engine.start.sft import SFTConfig
 
     extra = dict(max_steps=s["sft_steps"], eval_n=s["eval_n"], stop_in_window=False,
                  eval_every=10) if smoke else {}
@@ -86,7 +86,7 @@ def sft_config(s: dict, pre, smoke: bool):
 
 
 def train_config(s: dict, warm: Path, seed: int, device: str, out: Path):
-    from tailtheory.engine.recipes import recipe_config
+    from tailtheory.experiments.recipes import recipe_config
 
     return recipe_config("matched", model=str(warm), seed=seed, steps=s["steps"],
                          eval_every=s["eval_every"], eval_n=s["eval_n"], device=device,
@@ -98,7 +98,7 @@ def train_config(s: dict, warm: Path, seed: int, device: str, out: Path):
 def bin_counts(model, task, cfg, batches: int) -> list[int]:
     """Sampled response tokens per LOPTI bin of ``pi_old`` over ``batches`` of the trainer's own
     rollout batches of ``cfg`` (steps ``0 .. batches-1`` of its seed), on the model's device."""
-    from tailtheory.engine.rollout import RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutEngine
     from tailtheory.engine.trainer import rollout_config
     from tailtheory.regime.measure import bin_sums, rollout_batch
 
@@ -123,7 +123,7 @@ def fractions(counts: list[int]) -> list[float]:
 def final_policy(cfg, run: Path):
     """The run's last policy: its starting model with the last checkpoint's weights."""
     from tailtheory.engine.checkpoint import read_checkpoint
-    from tailtheory.engine.start import load_start
+    from tailtheory.engine.start.load import load_start
 
     model, task = load_start(cfg)
     model.load_state_dict(read_checkpoint(run / "checkpoint.pt")["model"])
@@ -147,11 +147,11 @@ def main() -> None:
     from tailtheory.core.provenance import cpu_model
     from tailtheory.core.models import num_params
     from tailtheory.engine.checkpoint import read_metrics
-    from tailtheory.engine.corpus_lm import corpus_lm, read_corpus_record
+    from tailtheory.engine.start.corpus_lm import corpus_lm, read_corpus_record
     from tailtheory.engine.devices import resolve_device
-    from tailtheory.engine.start import load_start
+    from tailtheory.engine.start.load import load_start
     from tailtheory.engine.trainer import train
-    from tailtheory.engine.warm_cache import warm_start
+    from tailtheory.engine.start.warm_cache import warm_start
 
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"

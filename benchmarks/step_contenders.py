@@ -116,7 +116,7 @@ class Workload:
 
     def get_task(self):
         from tailtheory.core.models import load_tokenizer
-        from tailtheory.engine.tasks import get_task
+        from tailtheory.engine.tasks.task import get_task
 
         if not self.own_tokenizer:
             return get_task(self.task, seed=0, **self.task_kwargs)
@@ -130,7 +130,7 @@ class Workload:
         """The engine's ``TrainConfig`` of contender ``c``, ``steps`` steps, run dir ``run``."""
         if self.name != "recipe":
             return engine_config(self, run, steps, c)
-        from tailtheory.engine.recipes import recipe_config
+        from tailtheory.experiments.recipes import recipe_config
 
         return recipe_config(RECIPE, model=str(self.model_dir), rollout=c["rollout"],
                              rollout_backend=c["rollout_backend"], micro_batch=c["micro_batch"],
@@ -148,7 +148,7 @@ class Workload:
 def make_model(folder: Path) -> tuple[Path, int, int]:
     """``bench_trl``'s model, saved with EOS never sampled; ``(folder, params, matmul params)``."""
     from tailtheory.core.models import load_lm
-    from tailtheory.engine.tasks import get_task
+    from tailtheory.engine.tasks.task import get_task
 
     folder, n_params = save_model(folder)
     eos = get_task("kk", seed=0).eos_id
@@ -165,9 +165,9 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     """The ``learn`` recipe's warm start (cached; trained first if missing, ~100 s):
     ``(folder, params, matmul params, its task kwargs)``."""
     from tailtheory.core.models import load_lm, num_params
-    from tailtheory.engine.recipes import RECIPES
-    from tailtheory.engine.sft import SFTConfig
-    from tailtheory.engine.warm_cache import warm_start
+    from tailtheory.experiments.recipes import RECIPES
+    from tailtheory.engine.start.sft import SFTConfig
+    from tailtheory.engine.start.warm_cache import warm_start
 
     r = RECIPES[RECIPE]
     if (r["prompts_per_step"], r["group_size"], r["method"]) != (PROMPTS, G, "grpo"):
@@ -264,7 +264,7 @@ def bench_trl(w: Workload) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from tailtheory.engine.tasks import Problem
+    from tailtheory.engine.tasks.task import Problem
 
     task, steps = step_problems(WARMUP + STEPS, w)
     problems = [p for s in steps for p in s]

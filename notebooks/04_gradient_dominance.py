@@ -84,7 +84,7 @@ CLAIMS = ["L1", "L2", "L3", "L4", "L5", "L6"]
 
 # %%
 from tailtheory.core.display import verdict_report
-from tailtheory.engine.plot import plot_runs
+from tailtheory.experiments.plot import plot_runs
 from tailtheory.lopti import figures, measurement, training
 from tailtheory.probe.run import show_probe
 
@@ -141,8 +141,8 @@ frame.loc[lambda d: d.claims.str.contains(r"\bL\d")][["claims", "paper", *ratio_
 # at least 0.15 (mean of the last two evaluations minus step 0) and a rising reward in every seed.
 
 # %%
-from tailtheory.engine import learning
-from tailtheory.engine.plot import plot_curves
+from tailtheory.experiments import learning
+from tailtheory.experiments.plot import plot_curves
 
 matched_curve = learning.MATCHED_STUDY.data("quick")
 fig, df_matched = plot_curves(matched_curve, smooth=10)
@@ -291,11 +291,11 @@ if MODEL is None:
 # problems every 10 steps. They are stored run by run in `results/lopti_learn.json`
 # (`tailtheory study lopti_learn` trains what is missing: about 5 CPU minutes a run, 25 runs), so
 # both presets read them. GRPO's runs are also the learning curve's (study `learn_curve`, the
-# criterion of `tailtheory.engine.learning`: held-out gain >= 0.20 and a rising reward in every
+# criterion of `tailtheory.experiments.learning`: held-out gain >= 0.20 and a rising reward in every
 # seed), drawn first. Final reward = mean reward over a run's last 10 steps; final held-out
 # accuracy = mean of its last 2 evaluations. Criterion, fixed before measuring: an ordering counts
 # when the difference of seed means exceeds 2 standard errors (`Measurement.compare` of
-# `tailtheory.engine.comparison`).
+# `tailtheory.experiments.comparison`).
 #
 # In both figures, one colour per method: the line is the mean over seeds, the band their
 # min–max; reward is a running mean over 10 steps (first figure) or 5 (second).

@@ -88,7 +88,7 @@ CLAIMS = ["P4", "P5"]
 
 # %%
 from tailtheory.core.display import verdict_report
-from tailtheory.engine.plot import plot_runs
+from tailtheory.experiments.plot import plot_runs
 from tailtheory.pruning import figures, matched_tails, trained_tails, training
 from tailtheory.pruning.sweep import p4_measurement
 from tailtheory.probe.run import show_probe

@@ -74,7 +74,7 @@ CLAIMS = ["V3", "O6"]
 
 # %%
 from tailtheory.core.display import verdict_report
-from tailtheory.engine.plot import plot_runs
+from tailtheory.experiments.plot import plot_runs
 from tailtheory.otb import figures as otb_figures
 from tailtheory.otb import training as otb_training
 from tailtheory.tim import figures, training

@@ -83,7 +83,7 @@ PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameter
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 
 # %%
-from tailtheory.engine.plot import curve_panels
+from tailtheory.experiments.plot import curve_panels
 from tailtheory.tim import dose, dose_figures
 
 data = dose.STUDY.data(PROFILE, workers=WORKERS)

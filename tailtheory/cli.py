@@ -55,12 +55,12 @@ def _train(args: argparse.Namespace) -> int:
     from tailtheory.engine.trainer import train
 
     if args.recipe == "list":
-        from tailtheory.engine.recipes import describe
+        from tailtheory.experiments.recipes import describe
 
         print(describe())
         return 0
     if args.recipe:
-        from tailtheory.engine.recipes import recipe_config
+        from tailtheory.experiments.recipes import recipe_config
 
         cfg = recipe_config(args.recipe, **{k: getattr(args, k) for k in args.explicit})
     else:
@@ -82,7 +82,7 @@ def _methods(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
-    from tailtheory.engine.study import get_study, studies
+    from tailtheory.experiments.study import get_study, studies
 
     if args.name == "list":
         for name, st in sorted(studies().items()):
@@ -97,7 +97,7 @@ def _study(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     if args.store_done:
-        from tailtheory.engine.incremental import store_done
+        from tailtheory.experiments.incremental import store_done
 
         stored = store_done(st, preset)
         print(f"stored {sum(stored.values())} runs in results/{st.name}.json "
@@ -109,7 +109,7 @@ def _study(args: argparse.Namespace) -> int:
 
 def _study_status(st, preset: str) -> dict:
     """Print, per arm and in all, the runs stored in ``results/NAME.json``, cached and to train;
-    returns :meth:`~tailtheory.engine.study.Study.status`."""
+    returns :meth:`~tailtheory.experiments.study.Study.status`."""
     status = st.status(preset)
     n = {k: sum(len(s[k]) for s in status.values()) for k in ("stored", "cached", "train")}
     for label, s in status.items():
@@ -128,8 +128,8 @@ def _study_train(st, preset: str, status: dict, workers: int) -> None:
         print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
               f"{st.measure_preset} preset's)")
         return
-    from tailtheory.engine.incremental import store_done   # train what is neither stored nor cached
-    from tailtheory.engine.runs import run_many
+    from tailtheory.experiments.incremental import store_done   # train what is neither stored nor cached
+    from tailtheory.experiments.runs import run_many
 
     for s in status.values():
         if s["train"]:
@@ -213,8 +213,8 @@ def _study_arguments(st) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
-    from tailtheory.engine.plot import add_plot_arguments, plot_main
-    from tailtheory.engine.warm_cache import add_sft_arguments, sft_main
+    from tailtheory.experiments.plot import add_plot_arguments, plot_main
+    from tailtheory.engine.start.warm_cache import add_sft_arguments, sft_main
     from tailtheory.probe.cli import add_probe_arguments, probe_main
 
     p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],

@@ -193,7 +193,7 @@ def test_damaged_weights_are_one_line_naming_the_file(tmp_path, capsys):
     """A half-written ``model.safetensors`` (a copy cut short): exit 2 and one line naming the
     file and the way out, no SafetensorError traceback."""
     from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.tokenizer import build_tokenizer
+    from tailtheory.engine.tasks.tokenizer import build_tokenizer
 
     model = tmp_path / "model"
     tiny_lm(layers=1).save_pretrained(model)
@@ -212,8 +212,8 @@ def test_damaged_weights_are_one_line_naming_the_file(tmp_path, capsys):
 def demo_study(monkeypatch, tmp_path):
     """A registered study of 2 arms x 3 seeds on the quick preset, its cache and
     results in ``tmp_path``."""
-    from tailtheory.engine import study as study_mod
-    from tests.engine.test_incremental import _study
+    from tailtheory.experiments import study as study_mod
+    from tests.experiments.test_incremental import _study
 
     monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
@@ -228,8 +228,10 @@ def test_study_dry_run_counts_stored_runs(demo_study, monkeypatch, capsys):
     them; ``tailtheory study NAME`` then trains only the rest."""
     import shutil
 
-    from tailtheory.engine import incremental, runs
-    from tests.engine.test_incremental import _finish
+    from tailtheory.experiments import incremental
+
+    from tailtheory.experiments import runs
+    from tests.experiments.test_incremental import _finish
 
     grpo, ar = (a.configs for a in demo_study.plan("quick"))
     _finish(grpo[0]), _finish(grpo[1])

@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_python_snippets_run(monkeypatch):
-    from tailtheory.engine import study
+    from tailtheory.experiments import study
 
     monkeypatch.setattr(study, "_STUDIES", dict(study.studies()))  # the example registers one
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
@@ -27,8 +27,8 @@ def test_readme_study_example_is_a_complete_study(monkeypatch):
     """The "Adding a training study" example: two arms over the seeds, and a verdict from a
     measurement (hand-made numbers here; ``STUDY.data`` reads or measures real ones)."""
     from tailtheory.core.registry import Verdict
-    from tailtheory.engine import study
-    from tailtheory.engine.presets import SEEDS
+    from tailtheory.experiments import study
+    from tailtheory.experiments.presets import SEEDS
 
     text = README.read_text(encoding="utf-8")
     part = text[text.index("## Adding a training study"):]

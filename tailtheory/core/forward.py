@@ -1,7 +1,7 @@
 """The trainer's forward of a causal LM, written once, with its padding helpers.
 
 Every trainer-side logit of the package (the M7 pairs of ``tailtheory.mismatch.real``, the
-trainer and the ``exact`` path of ``tailtheory.engine.rollout``) comes from :func:`full_forward`:
+trainer and the ``exact`` path of ``tailtheory.engine.rollout.engine``) comes from :func:`full_forward`:
 one float32 pass over the whole sequence, no KV cache. Prompts are left-padded
 (:func:`left_pad`), and positions count from each row's first real token (:func:`position_ids`),
 so a padded row computes what it would compute alone. :func:`hidden_forward` is the same pass

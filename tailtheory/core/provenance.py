@@ -1,6 +1,6 @@
 """Where a run's numbers came from: the fingerprint of its starting weights and the CPU it ran on.
 
-A warm start is named by its config (:func:`~tailtheory.engine.sft.config_hash`), but the model
+A warm start is named by its config (:func:`~tailtheory.engine.start.sft.config_hash`), but the model
 that config trains depends on the machine: float32 kernels differ in their last bits between CPU
 types (MKL and oneDNN pick kernels per instruction set), and a few hundred supervised steps carry
 those bits into a different model. The same warm-start config gave held-out accuracy 0.35-0.37 at

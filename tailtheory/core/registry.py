@@ -104,7 +104,7 @@ class Evidence:
 
 LEARN_DECODER = "fast"
 """The decoder the learning testbed rolls out with (the ``learn`` recipe's ``rollout_backend``:
-the engine's own plain-torch forward, ``tailtheory.engine.inference``), named beside every verdict
+the engine's own plain-torch forward, ``tailtheory.engine.rollout.fast``), named beside every verdict
 measured there; V1, V2 and M7 name theirs (``hf``). A path name (``bf16``, ``kv``) means one
 decoder within a claim; the two decoders are reported under their own names."""
 

@@ -2,7 +2,7 @@
 
 Source: DVP (Li et al., *Dynamic Vocabulary Pruning: Stable LLM-RL by Taming the Tail*, arXiv
 2512.23087; P1-P4). The rule that builds ``S`` is shared by the rollout's sampler
-(``tailtheory.engine.rollout``), the trainer's ``dvp`` method, the fused LM head
+(``tailtheory.engine.rollout.engine``), the trainer's ``dvp`` method, the fused LM head
 (``tailtheory.core.fused``) and the pruning section's exact costs (``tailtheory.pruning.vocab``),
 so it lives here, below all of them.
 

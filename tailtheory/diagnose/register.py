@@ -39,7 +39,7 @@ def load_register() -> tuple[list[dict], dict]:
     """The stored register: ``(register_table rows, missing)``, ``missing`` mapping each arm
     label to the seeds not stored yet. Raises
     :class:`~tailtheory.core.measurements.StaleMeasurement` when it is missing or stale."""
-    from tailtheory.engine.study import get_study
+    from tailtheory.experiments.study import get_study
     from tailtheory.tim.dose import STUDY, register_table
 
     m = get_study(STUDY.name).data("quick")

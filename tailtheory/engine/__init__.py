@@ -1,17 +1,22 @@
 """A small GRPO engine on Hugging Face causal LMs with a real training-inference mismatch.
 
-Modules: ``tasks`` / ``tokenizer`` / ``sft`` (problems as text, rewards read from decoded text,
-warm start), ``start`` (the model a run starts from, with its tokenizer, checked), ``rollout`` (the
-inference copy and its sampler), ``types`` / ``registry`` / ``methods`` / ``advantages`` (the
-batch and parameter types, the method registry, the engine's own losses, the group advantages),
-``config`` / ``trainer`` / ``checkpoint`` (the loop). The engine imports no paper section: each
-section registers its own methods in ``tailtheory/<section>/methods.py`` (``lopti``, ``tim``,
-``trm``, ``pruning``, ``otb``), which the registry finds by name; what the engine shares with
-the papers (DVP's safe set, the k1/k2/k3 estimators and TRM's filter) lives in ``core``.
-``tailtheory methods`` lists the registered methods; ``tailtheory train`` runs the loop.
+The engine room holds the training step and one run's plumbing; three wings hold the rest:
 
-Experiments: ``study`` (arms selected by tags, one comparison rule), ``runs`` (the run cache and
-the one runner, which records each run's CPU time), ``incremental`` (every study's store,
-``results/<name>.json``, run by run), ``presets`` / ``recipes`` (where runs start; ``learn`` is
-the learning testbed every training claim reads) and ``learning`` (does GRPO learn there?).
+- the step: ``config`` / ``trainer`` (the loop), ``types`` / ``registry`` / ``methods`` /
+  ``advantages`` (the batch and parameter types, the method registry, the engine's own losses,
+  the group advantages), ``policy_forward`` / ``forward_stats`` / ``step_metrics`` (the
+  trainer's forward, its per-token statistics, the step's metrics);
+- one run's plumbing: ``checkpoint``, ``rundir`` (a run's folder, locked), ``threads``,
+  ``devices``, ``evaluate``;
+- :mod:`tailtheory.engine.rollout`: the rollout engine and its decoders (``fast``, ``hf``),
+  the inference copies and the noise paths;
+- :mod:`tailtheory.engine.tasks`: tasks as text, their words and lengths;
+- :mod:`tailtheory.engine.start`: the model a run starts from (load, sft, warm starts, the
+  corpus LM).
+
+The engine imports no paper section and nothing from :mod:`tailtheory.experiments`: each
+section registers its own methods in ``tailtheory/<section>/methods.py``, which the package's
+catalog (:mod:`tailtheory.catalog`) imports; what the engine shares with the papers (DVP's safe
+set, the k1/k2/k3 estimators and TRM's filter) lives in ``core``. ``tailtheory methods`` lists
+the registered methods; ``tailtheory train`` runs the loop.
 """

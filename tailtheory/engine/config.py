@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
-from tailtheory.engine.rollout import BACKENDS, DEFAULT_BACKEND, PATHS, SAMPLERS
+from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, PATHS, SAMPLERS
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
@@ -62,7 +62,7 @@ class TrainConfig(MethodParams):
     """One GRPO run: task, model, method, rollout path and optimisation."""
 
     task: str = "kk"
-    """Task name (``tailtheory.engine.tasks.TASKS``)."""
+    """Task name (``tailtheory.engine.tasks.task.TASKS``)."""
     n_people: int = 3
     """Knights-and-Knaves people (``kk`` and ``kk_trace``): 3 leaves room for RL (guessing
     scores 1/8)."""
@@ -74,16 +74,16 @@ class TrainConfig(MethodParams):
     method: str = "grpo"
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
-    """Rollout path (``tailtheory.engine.rollout.PATHS``): exact, bf16, fp16, kv, fp8,
+    """Rollout path (``tailtheory.engine.rollout.engine.PATHS``): exact, bf16, fp16, kv, fp8,
     logit_noise, weight_noise (the last two need ``rollout_noise`` > 0)."""
     rollout_noise: float = 0.0
-    """``sigma`` of the noise rollout paths (``tailtheory.engine.noise``, V6): the standard
+    """``sigma`` of the noise rollout paths (``tailtheory.engine.rollout.noise``, V6): the standard
     deviation of the i.i.d. Gaussian noise added to every logit (``logit_noise``) or of the
     relative Gaussian error of every block Linear weight (``weight_noise``), drawn from
     generators seeded by the run's seed and step. Must be > 0 on those paths, 0 on the others."""
     rollout_backend: str = DEFAULT_BACKEND
     """Decoder of the rollouts and of the held-out evaluation: ``fast`` (the inference engine of
-    ``tailtheory.engine.inference``, a forward of its own: the real mismatch source of the
+    ``tailtheory.engine.rollout.fast``, a forward of its own: the real mismatch source of the
     non-exact paths: Qwen2 and Llama architectures; a run of any other model is refused before
     it starts, naming ``hf``) or ``hf`` (the Hugging Face model's own KV-cache forward; runs
     cached before the field existed used it)."""
@@ -134,7 +134,7 @@ class TrainConfig(MethodParams):
     equal to the whole-batch step up to float32 rounding, so batches of at most this many rows
     compute bitwise what they computed before the field existed."""
     sampler: str = "multinomial"
-    """How the rollout draws a token from its probabilities (``tailtheory.engine.rollout.SAMPLERS``):
+    """How the rollout draws a token from its probabilities (``tailtheory.engine.rollout.engine.SAMPLERS``):
     ``multinomial`` (every stored run's) or ``inverse-cdf`` (one uniform a row instead of one
     exponential a vocabulary entry: the same distribution, other tokens from the same seed;
     the text-sized benchmark's rollout spent two fifths of its time in ``multinomial``'s draws).
@@ -190,7 +190,7 @@ def _positive(c: TrainConfig, *names: str) -> None:
 
 def _validate(c: TrainConfig) -> MethodSpec:
     """Every check of ``c``, run once when it is built; returns the parsed method spec."""
-    from tailtheory.engine.tasks import TASKS
+    from tailtheory.engine.tasks.task import TASKS
 
     if c.task not in TASKS:
         raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
@@ -200,7 +200,7 @@ def _validate(c: TrainConfig) -> MethodSpec:
     if c.rollout_backend not in BACKENDS:
         raise ValueError(f"unknown rollout_backend {c.rollout_backend!r}; valid: "
                          f"{', '.join(BACKENDS)}")
-    from tailtheory.engine.noise import check_noise
+    from tailtheory.engine.rollout.noise import check_noise
     check_noise(c.rollout, c.rollout_noise, "rollout_noise", allow_zero=False)
     if c.pi_old not in PI_OLD:
         raise ValueError(f"pi_old must be one of {PI_OLD}, got {c.pi_old!r}")

@@ -22,7 +22,7 @@ def _held_out(task, n: int) -> tuple:
 def held_out_accuracy(model, task, n: int, temperature: float, seed: int, backend: str) -> float:
     """Fraction of ``n`` held-out problems the sampled response (at ``temperature``) gets right,
     sampled on the float32 path of rollout ``backend`` (the run's)."""
-    from tailtheory.engine.sft import sampled_accuracy
+    from tailtheory.engine.start.sft import sampled_accuracy
 
     was_training = model.training
     try:

@@ -2,7 +2,7 @@
 
 Source: GRPO's ``pi_old`` / ``pi_train`` forward and the update's forward (see
 ``engine/trainer.py``). One function, :func:`forward_stats`, is every forward the trainer runs
-over a :class:`~tailtheory.engine.rollout.RolloutBatch`: the fused LM head or the full logits
+over a :class:`~tailtheory.engine.rollout.engine.RolloutBatch`: the fused LM head or the full logits
 (decided by the run, never by the call), and above ``cfg.micro_batch`` rows micro-batches of rows
 of similar length, each trimmed to its own longest prompt and response (:func:`batch_rows`).
 
@@ -18,7 +18,7 @@ import torch
 
 from tailtheory.core.stats import token_stats
 from tailtheory.engine.policy_forward import fused_response_stats, response_logits, use_fused_head
-from tailtheory.engine.rollout import RolloutBatch
+from tailtheory.engine.rollout.engine import RolloutBatch
 
 
 class TrainingDiverged(ValueError):

@@ -1,9 +1,9 @@
 """The trainer's own forward over a rollout batch: response logits, hidden states, log-probs.
 
 Source: TIM (V1). The single place the policy's forward over a
-:class:`~tailtheory.engine.rollout.RolloutBatch` (prompt + response, left-padded) is written: the
+:class:`~tailtheory.engine.rollout.engine.RolloutBatch` (prompt + response, left-padded) is written: the
 trainer (``tailtheory.engine.forward_stats``) and the ``exact`` rollout path
-(``tailtheory.engine.rollout``) both call it, which is what makes V1 hold bitwise. One float32
+(``tailtheory.engine.rollout.engine``) both call it, which is what makes V1 hold bitwise. One float32
 full forward (:func:`tailtheory.core.forward.full_forward`), or the fused LM head
 (:mod:`tailtheory.core.fused`) from :data:`FUSED_MIN_VOCAB` on.
 

@@ -36,8 +36,8 @@ from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro
                                              check_finite, forward_stats, wants_exact_kl)
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.registry import advantages, correction_weight, passes
-from tailtheory.engine.rollout import RolloutBatch, RolloutConfig, RolloutEngine
-from tailtheory.engine.start import (check_same_folder, from_folder, load_start,
+from tailtheory.engine.rollout.engine import RolloutBatch, RolloutConfig, RolloutEngine
+from tailtheory.engine.start.load import (check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
 from tailtheory.engine.step_metrics import (monitor_metrics, pass_mean, rel_change,
                                             zero_variance_groups)
@@ -73,7 +73,7 @@ class StepRecord:
     rb: RolloutBatch
     """The rollout (responses, masks, rollout log-probs; on ``exact`` the trainer's, V1)."""
     rewards: list
-    """The task's :class:`~tailtheory.engine.tasks.Reward` of each response, ``B`` of them."""
+    """The task's :class:`~tailtheory.engine.tasks.task.Reward` of each response, ``B`` of them."""
     b: PolicyBatch
     """The policy batch: pi_old, pi_train, pi_roll, ``log_rho``, sum p^2, token KL, TRM's
     sampled-token acceptance; the stages add advantages and weights."""
@@ -241,11 +241,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
     A model saved in a folder is read and checked first (its tokenizer, its vocabulary, its
-    architecture: :func:`~tailtheory.engine.start.load_start`; on ``resume``, that it still holds
+    architecture: :func:`~tailtheory.engine.start.load.load_start`; on ``resume``, that it still holds
     the run's starting model), before anything is written. The directory is then checked,
     locked and marked (rules in :mod:`tailtheory.engine.rundir`); then the warm start of a
     ``warm`` model is found or trained (one outside its accuracy window raises
-    :class:`~tailtheory.engine.warm_cache.WarmStartMissed`). The device, the warm start and
+    :class:`~tailtheory.engine.start.warm_cache.WarmStartMissed`). The device, the warm start and
     torch's thread count (which depends on the model's size) are resolved once, here, and passed
     on; the thread count is restored on return. ``task`` replaces the task named by ``cfg.task``
     (tests pass one with a denser reward). ``share_forward`` and ``exact_from_trainer`` choose
@@ -263,7 +263,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         warm = None
         if cfg.model == "warm":
-            from tailtheory.engine.warm_cache import warm_start
+            from tailtheory.engine.start.warm_cache import warm_start
 
             warm = warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
         model, task = start or load_start(cfg, warm, task)

@@ -36,5 +36,5 @@ Where each claim lives (modules of `tailtheory/lopti/` unless named in full, tes
 | L3 | `reweight.lopti_passes`, `training.lopti_arms` | - | `claims._l3` | `training.plot_curves` | `test_reweight.py`, `test_training.py` |
 | L4 | `probes.bin_grad_norms`, `probes.prob_change_by_bin`, `onestep.update_probes` | - | `claims._l4` | `figures.plot_figure1` | `test_probes.py`, `test_onestep.py`, `test_measurement.py` |
 | L5 | `probes.rise_fraction`, `probes.sequential_prob_change`, `onestep.update_probes` | - | `claims._l5` | `figures.plot_figure3` | `test_probes.py`, `test_onestep.py`, `test_measurement.py` |
-| L6 | `training.lopti_arms`, `tailtheory.engine.run_numbers.run_summary` | - | `claims._l6` | `training.plot_curves` | `test_training.py` |
+| L6 | `training.lopti_arms`, `tailtheory.experiments.run_numbers.run_summary` | - | `claims._l6` | `training.plot_curves` | `test_training.py` |
 """

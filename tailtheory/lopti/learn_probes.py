@@ -6,7 +6,7 @@ policy is learning?).
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figures 1 and 3.
 
 - ``warm``: the recipe's warm start (``kk_trace`` with two people; held-out accuracy about 0.35).
-- ``mid``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` of its 120 steps
+- ``mid``: GRPO seed :data:`~tailtheory.experiments.policies.MID_SEED` of the recipe after :data:`MID_STEP` of its 120 steps
   (held-out accuracy about 0.6): that run is trained again to step 60 in a folder of its own
   (the run cache keeps a run's last checkpoint only), and its metric lines are checked equal to
   the cached run's first 60 (:func:`mid_policy`).
@@ -17,7 +17,7 @@ responses), the batch of seed ``s`` and index ``i`` drawing the problems the tra
 step ``i`` of seed ``s``. The rules are the stored measurement's, unchanged (module docstring of
 :mod:`tailtheory.lopti.measurement`: L4 the worst of (d), (e), (f); L5 AR and Lopti against
 GRPO on the top-bin rise fraction), applied to each policy; a claim's verdict on the testbed is
-the worst of its two policies' (:func:`tailtheory.engine.comparison.worst`), fixed before the
+the worst of its two policies' (:func:`tailtheory.experiments.comparison.worst`), fixed before the
 measurement. Stored in ``results/lopti_probes_learn.json``; ``quick`` reads it, ``thorough``
 measures again (about 10 CPU minutes, the mid-run policy included).
 
@@ -29,30 +29,19 @@ matched``: 42 minutes for the warm start's 12 batches and 25 for the half-way po
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tailtheory.core.registry import Evidence
-from tailtheory.engine.comparison import worst
+from tailtheory.experiments.comparison import worst
+from tailtheory.experiments.policies import MID_SEED, MID_STEP, POLICIES, grpo_config, probed_policy
 
-MID_SEED = 1
-"""The GRPO run whose half-way policy is probed."""
-
-MID_STEP = 60
-"""Half of the recipe's 120 steps."""
+COMMAND = "python -m tailtheory.lopti.learn_probes"
+"""With a recipe's name after it, measures again and stores ``results/lopti_probes_<recipe>.json``
+(no name: ``learn``)."""
 
 
 def _sizes(recipe: str = "learn"):
     from tailtheory.lopti.measurement import PROBE_SIZES
 
     return PROBE_SIZES[recipe]["seeds"], PROBE_SIZES[recipe]["batches"]
-
-
-POLICIES = ("warm", "mid")
-"""The probed policies."""
-
-COMMAND = "python -m tailtheory.lopti.learn_probes"
-"""With a recipe's name after it, measures again and stores ``results/lopti_probes_<recipe>.json``
-(no name: ``learn``)."""
 
 
 RECIPES = ("learn", "matched")
@@ -63,56 +52,6 @@ def _check(recipe: str) -> str:
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r} for the probes; valid: {', '.join(RECIPES)}")
     return recipe
-
-
-def grpo_config(recipe: str = "learn"):
-    """The GRPO run of ``recipe`` whose half-way policy is probed (seed :data:`MID_SEED`)."""
-    from tailtheory.engine.presets import train_config
-
-    return train_config(_check(recipe), method="grpo", seed=MID_SEED)
-
-
-def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):
-    """``(model, task)``: the run ``cfg`` (default: GRPO seed :data:`MID_SEED` of the ``learn``
-    recipe) after ``step`` steps, trained (once; kept under the run cache's ``probes/`` folder)
-    and checked against the cached full run's first lines when that run exists (a
-    ``RuntimeError`` if they differ). Any recipe's config serves (the ``matched`` recipe's probes,
-    the regime probe's half-way policy, :mod:`tailtheory.regime.measure`)."""
-    from tailtheory.engine.checkpoint import read_checkpoint, read_metrics
-    from tailtheory.engine.runs import run_key, runs_root
-    from tailtheory.engine.start import load_start
-    from tailtheory.engine.trainer import train
-
-    cfg = cfg or grpo_config()
-    out = runs_root().parent / "probes" / f"mid_{run_key(cfg)}_{step}"
-    ckpt = out / "checkpoint.pt"
-    if not ckpt.exists() or read_checkpoint(ckpt)["step"] != step:
-        train(replace(cfg, steps=step, out=str(out), checkpoint_every=step),
-              resume=ckpt.exists(), progress=progress)
-    full = runs_root() / run_key(cfg)
-    if (full / "metrics.jsonl").exists():
-        mine, theirs = read_metrics(out), read_metrics(full)[:step]
-        # timings differ; metrics added to the engine after the cached run was made are absent
-        shared = {k for m in theirs for k in m if not k.startswith("time/")}
-        same = lambda m: {k: m.get(k) for k in shared}  # noqa: E731
-        if len(theirs) == step and [same(m) for m in mine] != [same(m) for m in theirs]:
-            raise RuntimeError(f"the half-way policy in {out} does not retrace the cached run "
-                               f"{full}: its metric lines differ; delete {out} and run again")
-    model, task = load_start(cfg)  # the recipe's warm start and its task, as the run began
-    model.load_state_dict(read_checkpoint(ckpt)["model"])
-    return model, task
-
-
-def probed_policy(policy: str, recipe: str = "learn", progress: bool = True) -> tuple:
-    """``(model, task)`` of one of :data:`POLICIES` on ``recipe``: its warm start, or GRPO seed
-    :data:`MID_SEED` at step :data:`MID_STEP` (:func:`mid_policy`). The policies every probe of
-    a recipe reads (LOPTI's one-step probes, P4's and M7's on the ``matched`` recipe)."""
-    from tailtheory.engine.start import load_start
-
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
-    cfg = grpo_config(recipe)
-    return load_start(cfg) if policy == "warm" else mid_policy(progress, cfg)
 
 
 def probe_config(recipe: str = "learn") -> dict:

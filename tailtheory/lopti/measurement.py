@@ -37,7 +37,7 @@ from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, UPDATE_BINS,
                                       batch_stats, probe_batch)
 from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
-from tailtheory.engine.comparison import Z_CRIT, compare, mean_se, worst
+from tailtheory.experiments.comparison import Z_CRIT, compare, mean_se, worst
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8},
                "learn": {"seeds": (1, 2, 3), "batches": 4},
@@ -85,7 +85,7 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
     from tqdm.auto import tqdm
 
-    from tailtheory.engine.rollout import RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutEngine
     from tailtheory.engine.threads import model_threads
     from tailtheory.engine.trainer import rollout_config
 
@@ -110,8 +110,8 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
 def probe_config(preset: str = "full") -> dict:
     """What a stored measurement of ``preset`` is keyed by: warm start, sizes, step, thresholds."""
-    from tailtheory.engine.presets import check_preset, train_config, warm_sft_config
-    from tailtheory.engine.sft import config_hash
+    from tailtheory.experiments.presets import check_preset, train_config, warm_sft_config
+    from tailtheory.engine.start.sft import config_hash
     from tailtheory.engine.trainer import PROBLEM_SEED
 
     check_preset(preset)
@@ -129,8 +129,8 @@ def measure_probes(preset: str, seeds=None, batches: int | None = None,
                    progress: bool = True) -> dict:
     """Measure ``preset`` (its warm start and sizes; ``seeds`` / ``batches`` override
     :data:`PROBE_SIZES`). Nothing is stored: see :func:`probe_data`."""
-    from tailtheory.engine.presets import check_preset, train_config, warm_model
-    from tailtheory.engine.warm_cache import load_warm_start
+    from tailtheory.experiments.presets import check_preset, train_config, warm_model
+    from tailtheory.engine.start.warm_cache import load_warm_start
 
     sizes = PROBE_SIZES[check_preset(preset)]
     seeds, batches, _ = _check_sizes(sizes["seeds"] if seeds is None else seeds,
@@ -151,7 +151,7 @@ def probe_data(profile: str) -> dict:
 def notebook_probe_data(preset: str) -> dict:
     """The notebook's entry: ``quick`` measures the quick warm start (2 seeds x 2 batches, under
     a minute, not stored: a pipeline check); ``full`` measures and stores (:func:`probe_data`)."""
-    from tailtheory.engine.presets import check_preset
+    from tailtheory.experiments.presets import check_preset
 
     return measure_probes("quick") if check_preset(preset) == "quick" else probe_data("thorough")
 
@@ -207,7 +207,7 @@ def seed_values(data: dict) -> dict[int, dict]:
 
 
 def _seed_mean_se(xs) -> tuple[float, float]:
-    """Mean and standard error over seeds (:func:`tailtheory.engine.study.mean_se`); a verdict
+    """Mean and standard error over seeds (:func:`tailtheory.experiments.study.mean_se`); a verdict
     needs at least two seeds."""
     if len(xs) < 2:
         raise ValueError(f"need >= 2 seeds for a standard error, got {len(xs)}")

@@ -5,7 +5,7 @@ Source: LOPTI (Yang et al., arXiv 2505.12929), Figures 1 and 3.
 The stored measurement (:mod:`tailtheory.lopti.measurement`) probes GRPO batches of the
 toolkit's task policy, whose rewards give the advantages. A user's checkpoint has no task here,
 so the batch is text (``input_ids (B, L)``, e.g. the standard-library windows of
-:func:`tailtheory.engine.text_windows.text_windows`), every token after the first is a
+:func:`tailtheory.engine.start.text_windows.text_windows`), every token after the first is a
 "response" token, ``pi_old`` is the model's own probability of it (the policy that "generated"
 the batch is the one probed, as at the start of a PPO epoch), and the advantages carry only the
 sign structure of a GRPO batch: ``+1`` on every token of half the sequences and ``-1`` on the

@@ -6,9 +6,9 @@ GRPO -> +AR+Lopti raised accuracy 0.39 -> 0.57 (Qwen2.5-3B); Lopti with its orde
 (high-probability tokens first) is claimed worse. Here the task is ``kk_trace`` (answers after a
 worked search of ~100 tokens) on a 0.7M-parameter model: only orderings can carry over.
 
-The study (:data:`STUDY`, a :class:`tailtheory.engine.study.Study`) caches every run
-(:mod:`tailtheory.engine.runs`). A verdict compares two arms over seeds with the one rule of
-:mod:`tailtheory.engine.study`, fixed before measuring: ``TOY-SCALE`` (the claimed ordering
+The study (:data:`STUDY`, a :class:`tailtheory.experiments.study.Study`) caches every run
+(:mod:`tailtheory.experiments.runs`). A verdict compares two arms over seeds with the one rule of
+:mod:`tailtheory.experiments.study`, fixed before measuring: ``TOY-SCALE`` (the claimed ordering
 reproduced here) when the difference of seed means exceeds 2 standard errors, ``REFUTED`` when
 it is below -2 standard errors, ``NOT-REPRODUCED`` otherwise. The compared number is a run's
 final reward (mean ``reward/mean`` over its last 10 steps) for L2 and L3, and its final held-out
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence
-from tailtheory.engine.comparison import Measurement, worst
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.experiments.comparison import Measurement, worst
+from tailtheory.experiments.study import Arm, Study, register_study
 
 LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+lopti",
                  "Lopti reversed": "lopti_reversed"}
@@ -29,7 +29,7 @@ LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+l
 
 def lopti_arms(preset: str) -> list[Arm]:
     """The comparison's five methods over the preset's seeds, tagged ``method``."""
-    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.experiments.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
     return [Arm(label, tuple(replace(base, method=m, seed=s) for s in seeds), {"method": m})
@@ -89,7 +89,7 @@ def l6_evidence(data, study: Study = STUDY) -> Evidence:
 
 def plot_curves(data, labels=None, smooth: int = 5):
     """Reward and held-out accuracy against step of the five methods (or ``labels``), seeds as
-    a band (:func:`tailtheory.engine.plot.plot_curves`). Returns ``(figure, table)``."""
-    from tailtheory.engine.plot import plot_curves as draw
+    a band (:func:`tailtheory.experiments.plot.plot_curves`). Returns ``(figure, table)``."""
+    from tailtheory.experiments.plot import plot_curves as draw
 
     return draw(data, list(LOPTI_METHODS) if labels is None else labels, smooth)

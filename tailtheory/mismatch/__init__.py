@@ -43,7 +43,7 @@ Where each claim lives (modules of `tailtheory/mismatch/`, tests in `tests/misma
 | M4 | `logprob.sampled_mismatch_bias`, `logprob.kl_divergence` | - | `claims._m4` | `figures.plot_selection_bias` (data `selection.selection_bias_table`) | `test_logprob.py`, `test_selection.py` |
 | M5 | `selection.sampled_bias_monte_carlo` | `selection.sampled_bias_second_order` (the formula) | `claims._m5` | `figures.plot_selection_bias` | `test_selection.py` |
 | M6 | `accumulation.sequence_log_ratio`, `accumulation.simulate_sequences`, `accumulation.accumulation_regression` | - | `claims._m6` | `figures.plot_accumulation` (data `accumulation.accumulation_table`) | `test_accumulation.py` |
-| M7 | `real.paired_logits`, `real.mismatch_envelope`, `tailtheory.engine.copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `tests/engine/test_copies.py` |
+| M7 | `real.paired_logits`, `real.mismatch_envelope`, `tailtheory.engine.rollout.copies.inference_copy` | `logprob.mismatch_bound` | `claims._m7` | `figures.plot_mismatch_vs_p` (data `real.mismatch_tokens`) | `test_real.py`, `tests/engine/rollout/test_copies.py` |
 
 The per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3` (TIM's, used by TRM's T12
 and the engine's mismatch metrics) are importable from here too (they live in

@@ -13,7 +13,7 @@ head turns them into float32 logits one chunk of :func:`chunk_rows` positions at
 
 - trainer: ``hidden_forward`` of the float32 model, then its ``lm_head``;
 - ``bf16`` / ``fp16`` / ``fp8``: the same on the inference copy of
-  :func:`tailtheory.engine.copies.inference_copy`, whose head computes in its own dtype;
+  :func:`tailtheory.engine.rollout.copies.inference_copy`, whose head computes in its own dtype;
 - ``kv``: the float32 backbone decoding one token at a time through the Hugging Face KV cache
   (as ``real.kv_decode``), its hidden states through the float32 head.
 
@@ -36,7 +36,7 @@ from typing import Iterable, Iterator
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.engine.copies import FP8_SCALING
+from tailtheory.engine.rollout.copies import FP8_SCALING
 from tailtheory.mismatch.real import (BOUND_ATOL, BOUND_RTOL, HEAD_P, PATHS, TAIL_P,
                                       _check_input_ids, kv_decode, mismatch_tokens)
 
@@ -71,7 +71,7 @@ def _sides(model, ids: torch.Tensor, path: str, scaling: str):
     """``((h_train, head_train), (h_infer, head_infer))``: hidden states ``(N, H)`` and the
     ``nn.Module`` head that turns them into logits, for each side."""
     from tailtheory.core.forward import hidden_forward, lm_head
-    from tailtheory.engine.copies import inference_copy
+    from tailtheory.engine.rollout.copies import inference_copy
 
     lm_head(model)                        # refuses logits that are not h W^T + b (softcapping)
     head = model.get_output_embeddings()
@@ -97,7 +97,7 @@ def paired_logit_chunks(model, input_ids, path: str = "bf16", scaling: str = FP8
     Shapes: input_ids (B, T) -> yields (positions slice of the B T flattened positions,
     z_train (n, V) float32, z_infer (n, V) float32), on the model's device.
     """
-    from tailtheory.engine.copies import check_trainer
+    from tailtheory.engine.rollout.copies import check_trainer
 
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")

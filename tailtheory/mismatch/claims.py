@@ -207,7 +207,7 @@ M7_HEAD_OVER_TAIL = 0.1
 tenth of that of tail tokens (p < 1e-3)."""
 
 M7_CORPUS_SIZE = (32, 64)
-"""M7 on the corpus LM (``tailtheory.engine.corpus_lm``): held-out windows (B, T), the random
+"""M7 on the corpus LM (``tailtheory.engine.start.corpus_lm``): held-out windows (B, T), the random
 model's thorough size. A stored measurement (``results/m7_corpus_lm.json``: pretraining takes
 minutes), so both profiles read the same numbers; ``thorough`` re-measures it."""
 
@@ -297,7 +297,7 @@ def _m7_corpus(profile: str) -> dict:
     from dataclasses import asdict
 
     from tailtheory.core.measurements import measured
-    from tailtheory.engine.corpus_lm import CorpusLMConfig, corpus_lm, heldout_batch, load_corpus_lm
+    from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_lm, heldout_batch, load_corpus_lm
     from tailtheory.mismatch.real import M7_PATHS
 
     cfg = CorpusLMConfig()
@@ -323,8 +323,7 @@ def _m7_matched(profile: str) -> dict:
     """M7's numbers on the ``matched`` recipe's warm start and half-way GRPO policy
     (``matched_warm/``, ``matched_mid/``): stored (``quick``) or measured (``thorough``)."""
     from tailtheory.core.measurements import measured
-    from tailtheory.engine.runs import run_key
-    from tailtheory.lopti import learn_probes as lp
+    from tailtheory.experiments import policies as lp
     from tailtheory.mismatch.real import M7_PATHS, policy_windows
 
     B, T = M7_MATCHED_SIZE
@@ -336,10 +335,8 @@ def _m7_matched(profile: str) -> dict:
             out[f"matched_{policy}"] = _m7_numbers(model, policy_windows(model, task, B, T))
         return out
 
-    probes = lp.probe_config("matched")
     config = {"B": B, "T": T, "seed": 202, "sample_seed": 0, "paths": list(M7_PATHS),
-              "task": probes["task"], "warm_start": probes["warm_start"],
-              "mid_run": run_key(lp.grpo_config("matched")), "mid_step": lp.MID_STEP}
+              **lp.policies_identity("matched")}
     return measured("m7_matched", config, measure, profile,
                     "tailtheory verify --only M7 --profile thorough")
 

@@ -8,7 +8,7 @@ inference engine is one of:
 
 - ``bf16`` / ``fp16``: a copy of the model in bfloat16 / float16 (rounding in every matmul);
 - ``fp8``: the Linear weights of the transformer blocks quantised to float8 e4m3 with a scale
-  and dequantised to bfloat16, the rest in bfloat16 (``tailtheory.engine.copies``);
+  and dequantised to bfloat16, the rest in bfloat16 (``tailtheory.engine.rollout.copies``);
 - ``kv``: float32 incremental decoding, one token at a time with the KV cache, against the
   full forward (a different reduction order, as in a serving engine).
 
@@ -27,7 +27,7 @@ import torch
 from tailtheory.core.checks import check_finite, check_positive_int
 from tailtheory.core.forward import full_forward
 from tailtheory.mismatch import logprob as mm
-from tailtheory.engine.copies import FP8_SCALING, check_trainer, inference_copy
+from tailtheory.engine.rollout.copies import FP8_SCALING, check_trainer, inference_copy
 
 PATHS = ("bf16", "fp16", "kv", "fp8")
 """The inference paths :func:`paired_logits` knows."""
@@ -81,7 +81,7 @@ def paired_logits(model, input_ids, path: str = "bf16",
     M1-M3, produced by arithmetic, not injected.
 
     The trainer is ``model``'s float32 full forward. ``path``: ``"bf16"`` / ``"fp16"`` / ``"fp8"``
-    run an inference copy of ``model`` (:func:`tailtheory.engine.copies.inference_copy`;
+    run an inference copy of ``model`` (:func:`tailtheory.engine.rollout.copies.inference_copy`;
     ``scaling`` is the fp8 scaling, ``"channel"`` or ``"tensor"``); ``"kv"`` runs float32
     incremental decoding with the KV cache. ``model`` is left unchanged (eval mode, float32).
 
@@ -143,7 +143,7 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
     held-out problems (``task.problems(..., seed=seed)``) whose text reaches ``T`` tokens; up to
     ``max_prompts`` (default ``4 B``) problems are drawn, and fewer long enough is an error.
     M7's input on a trained policy: teacher-forced text from the policy's own distribution."""
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     B, T = check_positive_int(B, "B"), check_positive_int(T, "T")
     n = max_prompts or 4 * B

@@ -27,7 +27,7 @@ def plot_baseline_variance(rows):
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.engine.plot import seed_bands
+    from tailtheory.experiments.plot import seed_bands
 
     df = pd.DataFrame(list(rows))
     long = df.melt(id_vars=["V", "T", "eos", "sharpness", "seed"],
@@ -209,7 +209,7 @@ def plot_o6(data: dict, smooth: int = 5):
     """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
     consumed, per configuration: mean over seeds (x: mean cumulative tokens of the step), band
     min-max (seaborn on the long table). Returns ``(figure, table)``."""
-    from tailtheory.engine.plot import curve_panels
+    from tailtheory.experiments.plot import curve_panels
 
     df = o6_table(data)
     # every seed of a step at the step's mean token count, so the band is taken over seeds

@@ -9,7 +9,7 @@ N = 16's tokens; reward and held-out accuracy are also drawn against the tokens 
 (``rollout/tokens`` summed).
 
 Verdict (fixed before measuring), with ``compare`` the 2-standard-error rule of
-:mod:`tailtheory.engine.study` on final reward (mean of the last 10 steps):
+:mod:`tailtheory.experiments.study` on final reward (mean of the last 10 steps):
 ``TOY-SCALE`` when (i) the group size matters here — GRPO N = 16 beats GRPO N = 4 — and
 (ii) OTB N = 4 is not below GRPO N = 16 (``compare(OTB 4, GRPO 16)`` is not REFUTED) and
 (iii) OTB N = 4 beats GRPO N = 4; ``REFUTED`` when (i) holds and OTB N = 4 is below GRPO N = 16
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.experiments.study import Arm, Study, register_study
 
 OTB_N = 4
 """OTB's group size in the claim."""
@@ -43,7 +43,7 @@ RECIPE_N = 8
 def o6_arms(preset: str) -> list[Arm]:
     """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (learn: the recipe's 32 prompts,
     120 steps, zero-mismatch rollouts, plus ``GRPO N=8``)."""
-    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.experiments.presets import SEEDS, train_config
 
     base, seeds = train_config(preset), SEEDS[preset]
     configs = dict(O6_CONFIGS)

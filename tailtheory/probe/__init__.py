@@ -10,7 +10,7 @@ notebooks.
   (:mod:`tailtheory.lopti.text_probe`); notebook 04's section (1).
 
 The text is ``B`` windows of ``L`` tokens of the standard library's held-out source, read with the
-checkpoint's own tokenizer (:mod:`tailtheory.engine.text_windows`). ``run.py`` holds what the
+checkpoint's own tokenizer (:mod:`tailtheory.engine.start.text_windows`). ``run.py`` holds what the
 command and the notebooks share (:func:`~tailtheory.probe.run.run_probe`), ``cli.py`` the
 command.
 """

@@ -88,7 +88,7 @@ def load_checkpoint(config: ProbeConfig):
 
     from tailtheory.core.models import load_lm, load_tokenizer
     from tailtheory.engine.devices import resolve_device
-    from tailtheory.engine.text_windows import text_windows
+    from tailtheory.engine.start.text_windows import text_windows
 
     device = resolve_device(config.device)
     tokenizer = load_tokenizer(config.model)           # a missing path or tokenizer fails first

@@ -17,7 +17,7 @@ from tailtheory.pruning.trained_tails import (P4_TRAINED_VERSION, P_BIN_EDGES, S
 
 MATCHED_SETTINGS = ("matched_warm", "matched_mid")
 """P4 on the papers' regime: the ``matched`` recipe's warm start and its GRPO policy half-way
-(``tailtheory.lopti.learn_probes.probed_policy``), each on its own sampled responses to held-out
+(``tailtheory.experiments.policies.probed_policy``), each on its own sampled responses to held-out
 ``kk_prose`` prompts (a byte-level BPE of 4,096 ids whose tail is words the model has read)."""
 
 
@@ -25,7 +25,7 @@ def measure_matched(cfg: TrainedP4Config = TrainedP4Config(), progress: bool = F
     """:func:`rollout_setting` of each policy of :data:`MATCHED_SETTINGS` (JSON-ready), on one
     CPU thread; the half-way policy is trained first if the run cache lacks it."""
     from tailtheory.engine.threads import torch_threads
-    from tailtheory.lopti.learn_probes import probed_policy
+    from tailtheory.experiments.policies import probed_policy
 
     settings, seconds = {}, {}
     with torch_threads(1):
@@ -44,16 +44,13 @@ def p4_matched_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """What ``results/p4_matched.json`` is keyed by: the sampler, the sweep and the prompts of
     ``cfg``, this module's constants and the probed policies (the warm start's hash, the GRPO
     run and step of the half-way policy)."""
-    from tailtheory.engine.runs import run_key
-    from tailtheory.lopti import learn_probes as lp
+    from tailtheory.experiments import policies as lp
 
-    probes = lp.probe_config("matched")
     return {"version": P4_TRAINED_VERSION, "path": cfg.path, "rule": cfg.rule,
             "rhos": list(cfg.rhos), "taus": list(cfg.taus), "policy_prompts": cfg.policy_prompts,
             "prompt_seed": cfg.prompt_seed, "sample_seed": cfg.sample_seed,
             "edges": list(P_BIN_EDGES), "quantiles": list(SEQ_QUANTILES),
-            "task": probes["task"], "warm_start": probes["warm_start"],
-            "mid_run": run_key(lp.grpo_config("matched")), "mid_step": lp.MID_STEP}
+            **lp.policies_identity("matched")}
 
 
 P4_MATCHED_COMMAND = "tailtheory verify --only P4 --profile thorough"

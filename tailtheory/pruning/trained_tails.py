@@ -6,7 +6,7 @@ bf16 rollout copy as the mismatch source, M7 / V2).
 P4's first measurement (:func:`tailtheory.pruning.sweep.p4_measurement`) rests on a random model
 whose lm_head was multiplied by 40. Here the tail is made by training:
 
-- ``corpus_text``: the corpus LM (:mod:`tailtheory.engine.corpus_lm`, byte-level BPE, V = 4096,
+- ``corpus_text``: the corpus LM (:mod:`tailtheory.engine.start.corpus_lm`, byte-level BPE, V = 4096,
   pretrained on the Python stdlib) on held-out corpus windows (teacher-forced contexts);
 - ``corpus_rollout``: the same model continuing held-out prefixes with its own samples;
 - ``policy_rollout``: the warm-started Knights-and-Knaves policy (``warm_model("full")``, V = 512,
@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tailtheory.core.stats import token_stats
-from tailtheory.engine.corpus_lm import CorpusLMConfig
+from tailtheory.engine.start.corpus_lm import CorpusLMConfig
 from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatch
 
 OUTLIER_TAUS = (0.01, 0.03, 0.1)
@@ -74,9 +74,9 @@ class TrainedP4Config:
     """What P4's trained-model measurement runs (the stored measurement is keyed by it)."""
 
     corpus: CorpusLMConfig = CorpusLMConfig()
-    """The corpus LM (trained once, cached: :func:`tailtheory.engine.corpus_lm.corpus_lm`)."""
+    """The corpus LM (trained once, cached: :func:`tailtheory.engine.start.corpus_lm.corpus_lm`)."""
     policy_preset: str = "full"
-    """Warm start of the task policy (``tailtheory.engine.presets.warm_model``); never retrained."""
+    """Warm start of the task policy (``tailtheory.experiments.presets.warm_model``); never retrained."""
     path: str = "bf16"
     """Rollout path of the sampler (the real bf16 copy, as in M7 / V2)."""
     rule: str = "min_p"
@@ -99,7 +99,7 @@ class TrainedP4Config:
 
     def __post_init__(self):
         from tailtheory.core.checks import check_positive_int
-        from tailtheory.engine.rollout import PATHS
+        from tailtheory.engine.rollout.engine import PATHS
         from tailtheory.pruning.vocab import RULES
 
         if self.path not in PATHS:   # "exact" is the zero-mismatch control (V1)
@@ -196,7 +196,7 @@ def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho
              max_new: int):
     """One engine rollout on ``cfg.path`` pruned at ``rho`` (none at 0): ``(rb, z_train)``."""
     from tailtheory.engine.policy_forward import response_logits
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
                        prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6,
@@ -254,7 +254,7 @@ def rollout_setting(model, prompts, eos_id: int, pad_id: int, max_new: int,
 
 def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
     """``corpus_text`` and ``corpus_rollout`` of the corpus LM (trained first if not cached)."""
-    from tailtheory.engine.corpus_lm import (EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm,
+    from tailtheory.engine.start.corpus_lm import (EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm,
                                              read_corpus_record)
     from tailtheory.mismatch.real import paired_logits
 
@@ -275,8 +275,8 @@ def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
 
 def measure_policy(cfg: TrainedP4Config) -> dict:
     """``policy_rollout`` of the cached warm-started task policy."""
-    from tailtheory.engine.presets import warm_model
-    from tailtheory.engine.warm_cache import load_warm_start, read_record
+    from tailtheory.experiments.presets import warm_model
+    from tailtheory.engine.start.warm_cache import load_warm_start, read_record
 
     path = warm_model(cfg.policy_preset, progress=False)
     model, task = load_warm_start(path, device="cpu")
@@ -308,8 +308,8 @@ def p4_trained_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """What the stored measurement is keyed by: ``cfg``, the warm start's hash and the constants
     of this module (the corpus LM enters through its config, not the stdlib bytes, so a machine
     with another Python reads the stored numbers instead of refusing them)."""
-    from tailtheory.engine.presets import warm_sft_config
-    from tailtheory.engine.sft import config_hash
+    from tailtheory.experiments.presets import warm_sft_config
+    from tailtheory.engine.start.sft import config_hash
 
     return {"version": P4_TRAINED_VERSION, **asdict(cfg), "rhos": list(cfg.rhos),
             "taus": list(cfg.taus),

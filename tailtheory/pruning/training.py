@@ -13,7 +13,7 @@ bound the step's pruning implies (:func:`bias_bound`).
 
 Verdict (fixed before measuring): for every ``rho <= RHO_CLAIMED``, ``TOY-SCALE`` when the bound
 stays below :data:`BIAS_OK` at every step of every seed and the final reward is not below
-GRPO's by more than 2 standard errors (the rule of :mod:`tailtheory.engine.study`);
+GRPO's by more than 2 standard errors (the rule of :mod:`tailtheory.experiments.study`);
 ``REFUTED`` when some such ``rho`` trains significantly worse; ``NOT-REPRODUCED`` when the bound
 is not small.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.experiments.study import Arm, Study, register_study
 
 P5_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """min-p thresholds of the sweep (THEORY: 1e-8 ... 1e-2)."""
@@ -45,7 +45,7 @@ CPU-minutes, four times a ``learn`` run)."""
 def p5_arms(preset: str) -> list[Arm]:
     """GRPO (bf16 rollouts, no pruning) and DVP at each rho of the sweep (``matched``:
     :data:`MATCHED_RHOS`), over the preset's seeds."""
-    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.experiments.presets import SEEDS, train_config
 
     base, seeds = train_config(preset, rollout="bf16"), SEEDS[preset]
     rhos = MATCHED_RHOS if preset == "matched" else P5_RHOS
@@ -140,7 +140,7 @@ def p5_table(data: dict):
 def plot_p5(data: dict):
     """Per step: the P2 bias bound, the sampled-token mismatch and the reward, per rho (mean
     over seeds, band min-max; seaborn on the long table). Returns ``(figure, table)``."""
-    from tailtheory.engine.plot import curve_panels
+    from tailtheory.experiments.plot import curve_panels
 
     df = p5_table(data)
     keys = ("bias_bound", "mismatch_abs_mean", "reward")

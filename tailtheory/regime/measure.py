@@ -5,8 +5,8 @@ Source: LOPTI (arXiv 2505.12929, Fig. 1(a)), DVP (arXiv 2512.23087, P2), TRM (ar
 T12), TIM (arXiv 2605.14220, V2): the quantities; the batches are the trainer's own.
 
 Policies (:data:`POLICIES`): the recipe's warm start (``warm``) and GRPO seed
-:data:`~tailtheory.lopti.learn_probes.MID_SEED` half-way through the recipe's steps (``mid``,
-trained once by :func:`tailtheory.lopti.learn_probes.mid_policy` and kept in the run cache).
+:data:`~tailtheory.experiments.policies.MID_SEED` half-way through the recipe's steps (``mid``,
+trained once by :func:`tailtheory.experiments.policies.mid_policy` and kept in the run cache).
 Batch ``i`` of seed ``s`` is what the trainer samples at step ``i`` of a run of seed ``s``
 (:func:`~tailtheory.engine.trainer.rollout_step`), on the ``exact`` path: on the ``learn``
 recipe these are the batches of the stored LOPTI probes (``results/lopti_probes_learn.json``),
@@ -133,7 +133,7 @@ def measure_policy(model, task, cfg, seeds=SEEDS, batches: int = BATCHES,
     seconds."""
     from tqdm.auto import tqdm
 
-    from tailtheory.engine.rollout import RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutEngine
     from tailtheory.engine.trainer import rollout_config
 
     model = model.float().eval()
@@ -155,8 +155,8 @@ def measure_policy(model, task, cfg, seeds=SEEDS, batches: int = BATCHES,
 
 
 def _recipe_cfg(recipe: str):
-    from tailtheory.engine.recipes import recipe_config
-    from tailtheory.lopti.learn_probes import MID_SEED
+    from tailtheory.experiments.recipes import recipe_config
+    from tailtheory.experiments.policies import MID_SEED
 
     return recipe_config(recipe, seed=MID_SEED)
 
@@ -164,9 +164,9 @@ def _recipe_cfg(recipe: str):
 def regime_config(recipe: str) -> dict:
     """What ``results/regime_<recipe>.json`` is keyed by: the recipe's fields and warm start,
     the sizes, thresholds, paths and the half-way step."""
-    from tailtheory.engine.recipes import check_recipe
-    from tailtheory.engine.start import start_key
-    from tailtheory.lopti.learn_probes import MID_SEED
+    from tailtheory.experiments.recipes import check_recipe
+    from tailtheory.engine.start.load import start_key
+    from tailtheory.experiments.policies import MID_SEED
     from tailtheory.lopti.probes import BIN_EDGES
 
     fields, cfg = check_recipe(recipe), _recipe_cfg(recipe)
@@ -179,9 +179,9 @@ def regime_config(recipe: str) -> dict:
 def measure_regime(recipe: str, progress: bool = True) -> dict:
     """Policy -> rows (:func:`measure_policy`) of the recipe's warm start and half-way policy."""
     from tailtheory.core.provenance import provenance, weights_fingerprint
-    from tailtheory.engine.start import load_start, start_key
+    from tailtheory.engine.start.load import load_start, start_key
     from tailtheory.engine.threads import model_threads
-    from tailtheory.lopti.learn_probes import mid_policy
+    from tailtheory.experiments.policies import mid_policy
 
     cfg = _recipe_cfg(recipe)
     warm, task = load_start(cfg)

@@ -102,11 +102,12 @@ def learn_stored() -> tuple[dict, dict]:
     measurements: the LOPTI probes (both policies), DVP's study (P5; its runs at step 0 and 60,
     5 seeds per rho) and the mismatch study (V3; the bf16 and fp8 recompute runs at step 0 and
     60, 5 seeds)."""
-    from tailtheory.engine.study import get_study
+    from tailtheory.experiments.study import get_study
+    from tailtheory.experiments.policies import MID_STEP
     from tailtheory.lopti import learn_probes
 
     probes, cfg = learn_probes.learn_probe_data("quick"), learn_probes.probe_config()
-    steps = {"warm": 0, "mid": learn_probes.MID_STEP}
+    steps = {"warm": 0, "mid": MID_STEP}
     dvp = get_study("dvp_learn").data("quick")
     mism = get_study("mismatch_learn").data("quick")
     values, source = {}, {}
@@ -139,7 +140,7 @@ def regime_values(recipe: str) -> dict[str, dict[str, tuple[float, str]]]:
     """``{policy: {key: (value, source)}}`` of ``recipe`` (module docstring). An unknown recipe
     is a ``ValueError`` listing the valid ones; a recipe not probed yet is a
     :class:`~tailtheory.core.measurements.StaleMeasurement` naming the command that probes it."""
-    from tailtheory.engine.recipes import check_recipe, recipe_config
+    from tailtheory.experiments.recipes import check_recipe, recipe_config
     from tailtheory.regime.measure import POLICIES, regime_data
 
     check_recipe(recipe)

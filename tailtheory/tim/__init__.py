@@ -33,12 +33,12 @@ Where each claim lives (modules of `tailtheory/tim/`, tests in `tests/tim/`):
 
 | id | exact quantity | bound | check | figure | tests |
 |---|---|---|---|---|---|
-| V1 | `tailtheory.engine.rollout.sampled_logprobs` | - | `claims._v1` | - | `tests/engine/test_rollout.py` |
-| V2 | `tailtheory.engine.rollout.sampled_logprobs`, `tailtheory.engine.copies.inference_copy` | - | `claims._v2` | - | `tests/engine/test_rollout.py`, `tests/engine/test_copies.py` |
+| V1 | `tailtheory.engine.rollout.engine.sampled_logprobs` | - | `claims._v1` | - | `tests/engine/rollout/test_engine.py` |
+| V2 | `tailtheory.engine.rollout.engine.sampled_logprobs`, `tailtheory.engine.rollout.copies.inference_copy` | - | `claims._v2` | - | `tests/engine/rollout/test_engine.py`, `tests/engine/rollout/test_copies.py` |
 | V3 | `training.learn_arms`, `training.v3_evidence` | - | `claims._v3` | `figures.plot_contribution` | `test_training.py` |
 | V4 | `dose.dose_arms`, `dose.real_path_evidence`, `corrections.tis_weight` | - | `claims._v4` | `dose_figures.plot_dose` | `test_dose.py`, `test_corrections.py` |
 | V5 | `dose.real_path_evidence` | - | `claims._v5` | `dose_figures.plot_dose` | `test_dose.py` |
-| V6 | `dose.dose_arms`, `dose.dose_table`, `dose.threshold`, `dose.v6_evidence`, `tailtheory.engine.noise` | - | `claims._v6` | `dose_figures.plot_dose` | `test_dose.py`, `test_dose_figures.py`, `tests/engine/test_noise.py` |
+| V6 | `dose.dose_arms`, `dose.dose_table`, `dose.threshold`, `dose.v6_evidence`, `tailtheory.engine.rollout.noise` | - | `claims._v6` | `dose_figures.plot_dose` | `test_dose.py`, `test_dose_figures.py`, `tests/engine/rollout/test_noise.py` |
 
 TIM's corrections are weights on `rho` (`corrections.tis_weight`, `corrections.seq_tis_weight`,
 `corrections.mis_weight`, `corrections.icepop_weight`, and the rejections with weight 1

@@ -5,7 +5,7 @@ mismatch KL is exactly 0. V2: the ``bf16`` / ``fp16`` copies and KV-cache decodi
 mismatch on the tokens the engine samples: small on average, with a heavy maximum.
 
 Both run the engine on M7's model (random-init tiny LM, lm_head sharpened so it has a tail) with
-random prompts; V2 also on the corpus LM of ``tailtheory.engine.corpus_lm`` (a tail made by
+random prompts; V2 also on the corpus LM of ``tailtheory.engine.start.corpus_lm`` (a tail made by
 pretraining, held-out prompts; stored measurement). The training-run claims (V3-V5) need the
 GRPO notebooks.
 """
@@ -32,8 +32,8 @@ use too (``tailtheory.mismatch.real``). The learning testbed's runs (V3-V6) roll
 
 def _engine_batches(path: str, profile: str, **cfg) -> list[tuple]:
     """``(rollout logp, trainer logp, mask)`` of sampled responses on ``path``, per seed: the
-    engine's measurement (:func:`tailtheory.engine.rollout.sampled_logprobs`) on M7's model."""
-    from tailtheory.engine.rollout import RolloutConfig, sampled_logprobs
+    engine's measurement (:func:`tailtheory.engine.rollout.engine.sampled_logprobs`) on M7's model."""
+    from tailtheory.engine.rollout.engine import RolloutConfig, sampled_logprobs
     from tailtheory.mismatch.real import M7_VOCAB, m7_model
 
     rc = RolloutConfig(path=path, max_new_tokens=pick(profile, 16, 48), backend=DECODER, **cfg)
@@ -60,7 +60,7 @@ def _v1(profile: str) -> Evidence:
 
 
 V2_CORPUS_SIZE = {"seeds": 6, "prompts": 64, "prompt_len": 32, "new_tokens": 48}
-"""V2 on the corpus LM (``tailtheory.engine.corpus_lm``): per seed, ``prompts`` held-out prefixes
+"""V2 on the corpus LM (``tailtheory.engine.start.corpus_lm``): per seed, ``prompts`` held-out prefixes
 of ``prompt_len`` tokens continued for ``new_tokens``; seeds, prompts and length are the random
 model's thorough ones. A stored measurement (``results/v2_corpus_lm.json``: pretraining takes
 minutes), so both profiles read the same numbers; ``thorough`` re-measures it."""
@@ -106,7 +106,7 @@ def _v2_corpus(profile: str) -> dict:
     from dataclasses import asdict
 
     from tailtheory.core.measurements import measured
-    from tailtheory.engine.corpus_lm import CorpusLMConfig
+    from tailtheory.engine.start.corpus_lm import CorpusLMConfig
 
     cfg = CorpusLMConfig()
     return measured("v2_corpus_lm", {"corpus": asdict(cfg), **V2_CORPUS_SIZE},
@@ -116,9 +116,9 @@ def _v2_corpus(profile: str) -> dict:
 
 def _corpus_batches(cfg):
     """``path -> [(roll, train, mask)]`` per seed on the corpus LM, prompts from held-out text."""
-    from tailtheory.engine.corpus_lm import EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm
+    from tailtheory.engine.start.corpus_lm import EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm
     from tailtheory.engine.policy_forward import response_logprobs
-    from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     folder = corpus_lm(cfg)
     model, tok = load_corpus_lm(folder, device="cpu")

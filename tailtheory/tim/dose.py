@@ -3,7 +3,7 @@ testbed, where the remedies move that threshold, and where the real rollout path
 
 Beyond the papers: TIM (Zhong et al., arXiv 2605.14220) compares one mismatched engine with none;
 DVP (Li et al., arXiv 2512.23087) models the mismatch as i.i.d. noise on the logits. Here the
-mismatch is set by hand (:mod:`tailtheory.engine.noise`, the trainer untouched, held-out accuracy
+mismatch is set by hand (:mod:`tailtheory.engine.rollout.noise`, the trainer untouched, held-out accuracy
 always sampled noise-free from the trainer's weights) and swept on the ``learn`` recipe:
 
 - ``exact``: GRPO with zero mismatch, the recipe's five seeds (the very runs of the LOPTI study's
@@ -42,8 +42,8 @@ import math
 from dataclasses import replace
 
 from tailtheory.core.registry import LEARN_DECODER, Evidence, Verdict
-from tailtheory.engine.comparison import mean_se
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.experiments.comparison import mean_se
+from tailtheory.experiments.study import Arm, Study, register_study
 
 LOGIT_SIGMAS = (0.3, 1.0, 1.5, 2.0, 4.0)
 """Standard deviations of the logit noise: k3 of about 2e-3 (0.3) to collapse (a 40-step pilot
@@ -112,7 +112,7 @@ def dose_arms(preset: str) -> list[Arm]:
     """The arms of the module docstring (preset ``learn`` only: the sweep is defined on the
     learning testbed). Tags: ``method``, ``kind`` (exact, logit, weight, real), ``sigma``,
     ``path``, ``pi_old``, ``role`` (baseline, dose, real, remedy)."""
-    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.experiments.presets import SEEDS, train_config
 
     if preset != "learn":
         raise ValueError(f"the dose-response study runs on the learn preset, not {preset!r}")
@@ -301,7 +301,7 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence]:
     the last 10 steps within x2 of the first 10, over V4's harmed paths); a path with fewer than
     :data:`MIN_SEEDS` seeds is pending. The harmed logit-noise points' k3 ratios are reported
     beside V5, not counted."""
-    from tailtheory.engine.run_numbers import FINAL_WINDOW, window_means
+    from tailtheory.experiments.run_numbers import FINAL_WINDOW, window_means
 
     m = STUDY.measurement(data)
     ref = m.label(role="baseline")

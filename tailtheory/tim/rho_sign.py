@@ -14,7 +14,7 @@ one response are not independent, so its p-value is not used).
 
 from __future__ import annotations
 
-from tailtheory.engine.comparison import Z_CRIT, mean_se
+from tailtheory.experiments.comparison import Z_CRIT, mean_se
 
 
 def rho_sign_numbers(df) -> dict:

@@ -16,7 +16,7 @@ the step's update, which runs at ``pi_old``'s weights, so ``r = pi_train / pi_ol
 under recompute, ``rho`` under bypass.
 
 Verdict (fixed before measuring; ``compare`` is the 2-standard-error rule over seeds of
-:mod:`tailtheory.engine.study`):
+:mod:`tailtheory.experiments.study`):
 
 - **V3** ``TOY-SCALE`` when (a) at zero mismatch both modes coincide: ``exact bypass``'s reward
   lines equal ``exact recompute``'s bitwise and ``max |C| = 0`` in both; (b) under recompute
@@ -32,8 +32,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.comparison import Z_CRIT, mean_se
-from tailtheory.engine.study import Arm, Study, register_study
+from tailtheory.experiments.comparison import Z_CRIT, mean_se
+from tailtheory.experiments.study import Arm, Study, register_study
 from tailtheory.tim.rho_sign import rho_sign_numbers
 from tailtheory.tim.length_acceptance import t14_token_numbers
 
@@ -151,7 +151,7 @@ def learn_arms(preset: str) -> list[Arm]:
     ``pi_old``. On ``learn``: the recipe's 120 steps, seeds 1-5
     (:data:`tailtheory.tim.dose.PATH_SEEDS`); ``bf16 recompute``, ``fp8 recompute`` and ``fp8
     bypass`` are then the dose study's real-path runs (the same configs)."""
-    from tailtheory.engine.presets import SEEDS, train_config
+    from tailtheory.experiments.presets import SEEDS, train_config
     from tailtheory.tim.dose import PATH_SEEDS
 
     base = replace(train_config(preset), dump_tokens=True)

@@ -28,7 +28,7 @@ base is not harmed: there is no instability for masking to remove).
 from __future__ import annotations
 
 from tailtheory.core.registry import Evidence, Verdict
-from tailtheory.engine.comparison import Measurement
+from tailtheory.experiments.comparison import Measurement
 from tailtheory.tim.length_acceptance import LEN_EDGES, T14_DELTAS
 
 MIN_SEQS = 30

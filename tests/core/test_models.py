@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tailtheory.engine.tokenizer import build_tokenizer
+from tailtheory.engine.tasks.tokenizer import build_tokenizer
 from tailtheory.core.models import TinyLMConfig, hf_config, load_lm, num_params, tiny_lm
 
 SMALL = dict(vocab_size=64, hidden=32, layers=1, heads=2, kv_heads=1)

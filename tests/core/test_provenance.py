@@ -14,13 +14,13 @@ from tailtheory.core.measurements import load_measurement, save_measurement
 from tailtheory.core.models import tiny_lm
 from tailtheory.core.provenance import (MixedStarts, check_one_start, cpu_model, provenance,
                                         weights_fingerprint)
-from tailtheory.engine import incremental as inc
+from tailtheory.experiments import incremental as inc
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.runs import run_key, runs_root
-from tailtheory.engine.study import Arm, Study
-from tailtheory.engine.start import PROVENANCE, read_provenance
+from tailtheory.experiments.runs import run_key, runs_root
+from tailtheory.experiments.study import Arm, Study
+from tailtheory.engine.start.load import PROVENANCE, read_provenance
 from tailtheory.engine.trainer import train
-from tests.engine.test_incremental import places  # noqa: F401 (the fixture: cache and results)
+from tests.experiments.test_incremental import places  # noqa: F401 (the fixture: cache and results)
 
 
 def _row(seed, weights, start="3fe2ba9c7ca5", cpu="CPU A (AVX512)"):

@@ -11,8 +11,8 @@ from dataclasses import fields, replace
 import pytest
 
 from tailtheory.engine.config import IDENTITY, RESUME_FREE, TrainConfig, identity_fields
-from tailtheory.engine.plot import NOT_A_DIFFERENCE
-from tailtheory.engine.runs import NOT_IN_KEY
+from tailtheory.experiments.plot import NOT_A_DIFFERENCE
+from tailtheory.experiments.runs import NOT_IN_KEY
 
 
 def test_resume_free_fields_are_the_pinned_ones():

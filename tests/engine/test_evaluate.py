@@ -4,7 +4,7 @@ import torch
 
 from tailtheory.core.models import tiny_lm
 from tailtheory.engine.evaluate import EVAL_SEED, _held_out, held_out_accuracy
-from tailtheory.engine.tasks import get_task
+from tailtheory.engine.tasks.task import get_task
 
 
 def test_held_out_accuracy_is_deterministic_and_in_range():

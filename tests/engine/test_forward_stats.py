@@ -18,7 +18,7 @@ from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro
                                              batch_rows, check_finite, forward_stats, pad_t,
                                              slice_bt, wants_exact_kl)
 from tailtheory.engine.policy_forward import response_logits
-from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
 V, EOS, PAD = 256, 1, 0
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14], [15], [16, 17], [18, 19, 20, 21]]

@@ -8,7 +8,7 @@ from tailtheory.core.models import tiny_lm
 from tailtheory.engine import policy_forward
 from tailtheory.engine.policy_forward import (FUSED_MIN_VOCAB, response_logprobs,
                                               use_fused_head)
-from tailtheory.engine.rollout import RolloutConfig, RolloutEngine
+from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
 V, EOS, PAD = 256, 1, 0
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]

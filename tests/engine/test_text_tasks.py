@@ -1,4 +1,4 @@
-"""Tasks speak text (``tailtheory/engine/tasks.py``, ``tokenizer.py``; ``core/models.py``'s
+"""Tasks speak text (``tailtheory/engine/tasks/task.py``, ``tokenizer.py``; ``core/models.py``'s
 ``load_tokenizer``; ``trainer.load_start``): a user's checkpoint trains with its own tokenizer
 and chat template, rewards read decoded text, bad folders are one line before ``--out`` is
 touched, and the toolkit's word-level tokenizer gives the ids it gave before tasks spoke text.
@@ -17,10 +17,10 @@ import pytest
 
 from tailtheory.cli import main
 from tailtheory.core.models import checkpoint_fingerprint, load_tokenizer, tiny_lm
-from tailtheory.engine.sft import pack_sft_batch, packed_lengths
-from tailtheory.engine.tasks import CORRECT_REWARD, FORMAT_REWARD, TASKS, get_task
-from tailtheory.engine.tokenizer import build_tokenizer, check_tokenizer
-from tailtheory.engine.start import read_provenance
+from tailtheory.engine.start.sft import pack_sft_batch, packed_lengths
+from tailtheory.engine.tasks.task import CORRECT_REWARD, FORMAT_REWARD, TASKS, get_task
+from tailtheory.engine.tasks.tokenizer import build_tokenizer, check_tokenizer
+from tailtheory.engine.start.load import read_provenance
 from tailtheory.engine.checkpoint import read_metrics
 from tests.checkpoints import QWEN_VOCAB, user_checkpoint
 

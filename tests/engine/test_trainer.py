@@ -21,7 +21,7 @@ from tailtheory.engine import trainer
 from tailtheory.engine.checkpoint import CHECKPOINT, read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.registry import parse_methods
-from tailtheory.engine.tasks import Reward, get_task
+from tailtheory.engine.tasks.task import Reward, get_task
 from tailtheory.engine.step_metrics import METRIC_KEYS
 from tailtheory.engine.trainer import TrainingDiverged, train
 
@@ -269,7 +269,7 @@ def test_micro_batch_update_memory_matches_the_kept_graph(method, tmp_path):
     one micro-batch at a time) gives the loss and metrics of the kept graph and, after two steps
     (one or two passes each), the same weights up to float32 rounding; the run key of the
     default is the key of a config that never had the field."""
-    from tailtheory.engine.runs import run_key
+    from tailtheory.experiments.runs import run_key
 
     runs = {}
     for memory in ("batch", "micro-batch"):
@@ -300,8 +300,8 @@ def test_inverse_cdf_sampler_trains_and_keeps_the_default_key(tmp_path, monkeypa
     ``sample_inverse_cdf`` (the rollout never calls ``torch.multinomial``; the held-out
     evaluation, off here, would); the default's run key is the key of a config that never had
     the field; a micro-batch update without micro-batches is refused."""
-    from tailtheory.engine import rollout
-    from tailtheory.engine.runs import run_key
+    from tailtheory.engine.rollout import engine as rollout
+    from tailtheory.experiments.runs import run_key
 
     calls, real = [], rollout.sample_inverse_cdf
     monkeypatch.setattr(rollout, "sample_inverse_cdf", lambda *a: calls.append(1) or real(*a))

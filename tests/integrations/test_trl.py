@@ -18,7 +18,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from tailtheory.core.models import tiny_lm  # noqa: E402
 from tailtheory.engine.registry import parse_methods  # noqa: E402
-from tailtheory.engine.tokenizer import build_tokenizer  # noqa: E402
+from tailtheory.engine.tasks.tokenizer import build_tokenizer  # noqa: E402
 from tailtheory.engine.types import MethodParams  # noqa: E402
 from tailtheory.integrations.trl import (TRL_OWNED, TailGRPOConfig,  # noqa: E402
                                          TailGRPOTrainer)

@@ -26,7 +26,7 @@ from tailtheory.integrations.trl_dump import (DumpingGRPOTrainer,  # noqa: E402
                                               TokenDumpMixin, trainer_logps)
 from tests.integrations.test_trl import (_batch, _common, _data, _model, _reward,  # noqa: E402
                                           ROLLOUT_TOKENS, _rollout)
-from tailtheory.engine.tokenizer import build_tokenizer  # noqa: E402
+from tailtheory.engine.tasks.tokenizer import build_tokenizer  # noqa: E402
 
 V = 64
 C = ROLLOUT_TOKENS

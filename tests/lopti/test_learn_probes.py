@@ -40,12 +40,3 @@ def test_both_policies_take_the_worst(warm, mid, expected):
     assert ev.verdict == expected
     assert ev.numbers["warm:x"] == 1.0 and ev.numbers["mid:verdict"] == str(mid)
     assert "step 60" in ev.note
-
-
-def test_probed_policy_names_its_policies_and_recipes():
-    """An unknown policy or recipe is one clear error, before any model loads."""
-    with pytest.raises(ValueError, match="unknown policy 'late'; valid: warm, mid"):
-        lp.probed_policy("late", "matched")
-    with pytest.raises(ValueError, match="unknown recipe"):
-        lp.probed_policy("warm", "tiny")
-    assert lp.grpo_config("matched").method == "grpo" and lp.grpo_config("matched").seed == 1

@@ -31,7 +31,7 @@ def test_l2_l3_l6_follow_the_orderings():
 
 
 def test_lopti_study_has_every_method_and_seed(monkeypatch, tmp_path):
-    from tailtheory.engine import presets
+    from tailtheory.experiments import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
     plan = lt.STUDY.configs("quick")
@@ -46,8 +46,8 @@ def test_lopti_study_has_every_method_and_seed(monkeypatch, tmp_path):
 
 def test_evidence_selects_arms_by_method_tag_not_by_label():
     """Relabelled arms (same tags) give the same verdicts: no label is parsed."""
-    from tailtheory.engine.comparison import Measurement
-    from tailtheory.engine.study import Arm
+    from tailtheory.experiments.comparison import Measurement
+    from tailtheory.experiments.study import Arm
 
     data = _data(GRPO=0.2, AR=0.4, Lopti=0.4, **{"Lopti reversed": 0.2, "AR+Lopti": 0.5})
     arms = [Arm(f"arm {i}", (None,), {"method": m}) for i, m in enumerate(lt.LOPTI_METHODS.values())]

@@ -141,7 +141,7 @@ def test_policy_windows_are_prompt_then_own_response():
     """M7's input on a task policy: each row is a held-out prompt followed by the policy's own
     sampled tokens, cut to T; too few long texts is an error naming the fix."""
     from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.tasks import get_task
+    from tailtheory.engine.tasks.task import get_task
 
     task = get_task("kk", seed=0)
     model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1)

@@ -39,7 +39,7 @@ def test_o6_training_rule_both_ways():
 
 
 def test_o6_arms(monkeypatch, tmp_path):
-    from tailtheory.engine import presets
+    from tailtheory.experiments import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
     plan = ot.STUDY.configs("quick")

@@ -86,8 +86,8 @@ def test_bias_bound_is_mass_times_length():
 def test_learn_study_shares_the_dose_studys_bf16_runs():
     """P5 on the learn preset: its GRPO arm is the dose study's bf16 recompute arm (same run
     keys, seeds 1-5), so the two studies train those runs once."""
-    from tailtheory.engine.runs import run_key
-    from tailtheory.engine.study import get_study
+    from tailtheory.experiments.runs import run_key
+    from tailtheory.experiments.study import get_study
     from tailtheory.pruning.training import STUDY
 
     grpo = STUDY.configs("learn", ["GRPO"])["GRPO"]
@@ -118,7 +118,7 @@ def test_restore_numbers_compare_dvp_with_grpo_at_its_dose_and_with_exact():
 def test_p5_claim_reads_the_matched_study_with_the_learn_recipes_beside(monkeypatch):
     """P5's verdict is the matched recipe's; the learn recipe's verdict and key numbers are
     printed beside it under their own name."""
-    from tailtheory.engine.study import Study
+    from tailtheory.experiments.study import Study
     from tailtheory.pruning import claims
 
     matched = {k: v for k, v in _p5(0.01, 0.0).items() if k in ("GRPO", "DVP rho=0.0001")}

@@ -6,7 +6,7 @@ import torch
 
 from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start import load_model
+from tailtheory.engine.start.load import load_model
 from tailtheory.regime import measure as rm
 from tailtheory.regime.quantities import PATHS, RHOS
 
@@ -49,7 +49,7 @@ def test_pruned_sums_equal_the_obvious_code():
     from tailtheory.core.safeset import safe_vocab_mask
     from tailtheory.core.stats import token_stats
     from tailtheory.engine.policy_forward import response_logits
-    from tailtheory.engine.rollout import RolloutEngine
+    from tailtheory.engine.rollout.engine import RolloutEngine
     from tailtheory.engine.trainer import rollout_config, rollout_step
 
     model, task, cfg = tiny()

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tailtheory.core.registry import Verdict
-from tailtheory.engine.runs import run_key
+from tailtheory.experiments.runs import run_key
 from tailtheory.tim import dose
 
 

@@ -104,7 +104,7 @@ def test_token_pipeline_on_a_tiny_run(tmp_path):
     from tests.engine.test_trainer import SMALL, DenseKK
 
     from tailtheory.engine.config import TrainConfig
-    from tailtheory.engine.run_numbers import read_tokens
+    from tailtheory.experiments.run_numbers import read_tokens
     from tailtheory.engine.trainer import train
     from tailtheory.tim.length_acceptance import T14_DELTAS
 
@@ -127,8 +127,8 @@ def test_token_pipeline_on_a_tiny_run(tmp_path):
 def test_learn_study_shares_the_dose_studys_real_path_runs():
     """V3 on the learn preset: its bf16 / fp8 recompute and fp8 bypass arms are the dose
     study's real-path runs (same run keys); every run dumps its tokens."""
-    from tailtheory.engine.runs import run_key
-    from tailtheory.engine.study import get_study
+    from tailtheory.experiments.runs import run_key
+    from tailtheory.experiments.study import get_study
 
     mine = mt.STUDY.configs("learn")
     dose = get_study("mismatch_dose").configs("learn")
@@ -141,7 +141,7 @@ def test_learn_study_shares_the_dose_studys_real_path_runs():
 
 
 def test_quick_plan_is_a_pipeline_check_of_the_same_arms(monkeypatch, tmp_path):
-    from tailtheory.engine import presets
+    from tailtheory.experiments import presets
 
     monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
     plan = mt.STUDY.configs("quick")

@@ -1,0 +1,108 @@
+"""A study measured a few runs at a time: every finished run's numbers stored as it completes.
+
+A long sweep (tens of runs of several CPU minutes each) cannot wait for its last run before it
+keeps anything, and the run cache (``cache/runs``) stays on the machine that trained. A study
+marked ``incremental`` therefore stores ``results/<name>.json`` with one row per *finished* run:
+its numbers and its run's identity (the config less directory, threads and device, with the warm
+start's key). :func:`store_done` reads every run the cache holds at full length, without
+training anything, and rewrites the file (rows already stored for runs this cache lacks are
+kept, so a sweep split across machines extends one measurement). :func:`load_done` checks every
+stored row against the config the code asks for that arm and seed today: a row made by another
+config is refused (never silently reused), and what is not stored yet is reported as missing, so
+a verdict can say which seeds it rests on.
+
+The file is plain JSON (reading it cannot run code), as every stored measurement.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tailtheory.core.measurements import (StaleMeasurement, check_rows, fingerprint,
+                                          measurement_path, record_use, save_measurement)
+from tailtheory.experiments.comparison import Measurement
+
+
+def _identities(study, preset: str) -> dict[str, dict[int, dict]]:
+    """Label -> seed -> the identity of that run, as ``Study.identity`` keys it."""
+    ident = study.identity(preset)
+    return {a.label: {c.seed: i for c, i in zip(a.configs, ident[a.label])}
+            for a in study.plan(preset)}
+
+
+def _stored(name: str) -> dict:
+    """The stored record of ``name`` (``{}`` when there is none); a malformed one is refused."""
+    path = measurement_path(name)
+    if not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text())
+        rows, idents = record["data"], record["config"]
+        if not all(len(rows[lb]) == len(idents[lb]) for lb in rows):
+            raise ValueError("rows and identities differ in number")
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise StaleMeasurement(f"{path} is not a stored measurement ({exc})") from exc
+    return record
+
+
+def regime(preset: str) -> dict:
+    """What a stored measurement of ``preset`` records about where its runs ran: the preset, and
+    for ``learn`` the recipe it runs (the learning testbed)."""
+    from tailtheory.experiments.presets import check_preset
+
+    return {"preset": check_preset(preset), **({"recipe": "learn"} if preset == "learn" else {})}
+
+
+def store_done(study, preset: str | None = None) -> dict[str, int]:
+    """Measure every run of ``study`` that the run cache holds at full length (nothing is
+    trained) and store them with the rows already stored for runs this cache lacks. Returns
+    label -> the number of runs stored."""
+    from tailtheory.experiments.runs import _finished_steps, run_key, runs_root
+
+    preset = preset or study.measure_preset
+    want = _identities(study, preset)
+    old = _stored(study.name)
+    rows: dict[str, list] = {}
+    idents: dict[str, list] = {}
+    for arm in study.plan(preset):
+        kept = {r["seed"]: (r, i) for r, i in zip(old.get("data", {}).get(arm.label, []),
+                                                  old.get("config", {}).get(arm.label, []))
+                if want[arm.label].get(r["seed"]) == i}
+        for c in arm.configs:
+            run = runs_root() / run_key(c)
+            if _finished_steps(run) >= c.steps:
+                kept[c.seed] = ({"seed": c.seed, **study.run_numbers(run, c, arm)},
+                                want[arm.label][c.seed])
+        if kept:
+            order = sorted(kept)
+            rows[arm.label] = [kept[s][0] for s in order]
+            idents[arm.label] = [kept[s][1] for s in order]
+    save_measurement(study.name, idents, rows, study.command, regime=regime(preset))
+    return {label: len(r) for label, r in rows.items()}
+
+
+def load_done(study, preset: str | None = None) -> Measurement:
+    """The stored runs of ``study`` as a :class:`Measurement` whose ``missing`` maps each arm to
+    the seeds not stored yet. A stored row whose identity is not the one the code asks for its
+    arm and seed is :class:`StaleMeasurement` (naming the command that measures it again)."""
+    preset = preset or study.measure_preset
+    record = _stored(study.name)
+    if not record:
+        raise StaleMeasurement(f"no stored measurement {measurement_path(study.name)}; measure it with: "
+                               f"{study.command}")
+    if record.get("fingerprint") != fingerprint(record["config"]):
+        raise StaleMeasurement(f"{measurement_path(study.name)} does not match its own config")
+    check_rows(measurement_path(study.name), record["data"], study.command)
+    want = _identities(study, preset)
+    for label, idents in record["config"].items():
+        for row, ident in zip(record["data"][label], idents):
+            if want.get(label, {}).get(row["seed"]) != ident:
+                raise StaleMeasurement(
+                    f"{measurement_path(study.name)}: arm {label!r} seed {row['seed']} was measured under "
+                    f"another config; measure it again with: {study.command}")
+    record_use(study.name, study.command)
+    data = record["data"]
+    missing = {lb: sorted(set(seeds) - {r["seed"] for r in data.get(lb, [])})
+               for lb, seeds in want.items()}
+    return Measurement(data, study.plan(preset), study.name,
+                       missing={lb: s for lb, s in missing.items() if s})

@@ -1,0 +1,90 @@
+"""Named training recipes: every field of a run that a testbed fixes, under one name.
+
+``tailtheory train --recipe learn --seed S --out DIR`` fills the task, model, warm start, batch,
+learning rate, steps and evaluation of the project's learning testbed; any explicit flag then
+overrides one field, except the fields a recipe cannot give up (its task, whose warm start and
+held-out problems the recipe is), which are an error to change. ``--recipe list`` prints them.
+
+``learn``: GRPO on ``kk_trace`` with two people per puzzle (Knights and Knaves answered after a
+worked search; sampled responses of 22 to 83 tokens, median above 40; reward on the final
+answer only), from the task's supervised warm start (cached; sampled accuracy in
+``[0.35, 0.70]``), 32 prompts x 8 responses a step on the ``exact`` rollout path, held-out
+accuracy on 256 problems no run trains on. The numbers it reaches, per seed, are in the README
+("Does RL learn here?") and in ``benchmarks/learn_curve.json``.
+
+``matched``: the same GRPO on ``kk_prose`` (the same puzzles and search, written with
+Zipf-weighted synonyms and people checked in any order) from a warm start of the pretrained corpus
+LM (:mod:`tailtheory.engine.start.corpus_lm`: a byte-level BPE of 4,096 tokens trained on Python's
+standard library, so the vocabulary's tail is real text, not unused ids). Its sampled tokens sit
+in LOPTI's probability bins as the paper's Qwen2.5-7B does (the regime table in
+``docs/regime.md``); the README's "The papers' regime" gives its bins and learning curve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+RECIPES: dict[str, dict] = {
+    "learn": {
+        "task": "kk_trace", "n_people": 2, "model": "warm", "method": "grpo",
+        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
+        "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
+    },
+    "matched": {
+        "task": "kk_prose", "n_people": 2, "model": "warm", "method": "grpo",
+        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8,
+        "lr": 1e-4,
+        "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
+    },
+}
+"""Recipe name -> the :class:`~tailtheory.engine.config.TrainConfig` fields it sets."""
+
+FIXED = ("task", "n_people")
+"""Fields no flag may change under a recipe: its warm start and held-out set belong to them."""
+
+DESCRIPTIONS = {
+    "learn": "the learning testbed: GRPO raises held-out accuracy on kk_trace (2 people) from "
+             "its warm start",
+    "matched": "the papers' regime: the learn testbed in words from a pretrained BPE LM, whose "
+               "sampled tokens fill LOPTI's low-probability bins as a 7B model's do",
+}
+
+
+def check_recipe(name: str) -> dict:
+    """The fields of recipe ``name``; a ``ValueError`` listing the valid recipes otherwise."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid recipes: {', '.join(sorted(RECIPES))} "
+                         f"(tailtheory train --recipe list)")
+    return RECIPES[name]
+
+
+def recipe_config(name: str, **overrides):
+    """The :class:`~tailtheory.engine.config.TrainConfig` of recipe ``name`` with ``overrides``.
+
+    An override of a :data:`FIXED` field to another value is a ``ValueError``; an unknown field
+    is one too (``TrainConfig`` names its fields).
+    """
+    from tailtheory.engine.config import TrainConfig
+
+    base = check_recipe(name)
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"TrainConfig has no field(s) {unknown}")
+    clash = {k: (base[k], v) for k, v in overrides.items() if k in FIXED and v != base[k]}
+    if clash:
+        k, (fixed, given) = next(iter(clash.items()))
+        raise ValueError(f"recipe {name!r} fixes {k} = {fixed!r} (its warm start and held-out "
+                         f"problems are that task's); --{k.replace('_', '-')} {given!r} "
+                         f"contradicts it: drop the flag, or run without --recipe")
+    return TrainConfig(**{**base, **overrides})
+
+
+def describe() -> str:
+    """One block per recipe: its name, what it is for and the fields it sets."""
+    out = []
+    for name in sorted(RECIPES):
+        sets = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in RECIPES[name].items())
+        out.append(f"{name}: {DESCRIPTIONS.get(name, '')}\n  sets {sets}\n  fixed: "
+                   f"{', '.join(FIXED)}")
+    return "\n".join(out)

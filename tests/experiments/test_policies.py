@@ -1,0 +1,24 @@
+"""The recipes' shared policies (``tailtheory/experiments/policies.py``)."""
+
+import pytest
+
+from tailtheory.experiments import policies as lp
+from tailtheory.experiments.runs import run_key
+
+
+def test_probed_policy_names_its_policies_and_recipes():
+    """An unknown policy or recipe is one clear error, before any model loads."""
+    with pytest.raises(ValueError, match="unknown policy 'late'; valid: warm, mid"):
+        lp.probed_policy("late", "matched")
+    with pytest.raises(ValueError, match="unknown recipe"):
+        lp.probed_policy("warm", "tiny")
+    assert lp.grpo_config("matched").method == "grpo" and lp.grpo_config("matched").seed == 1
+
+
+def test_policies_identity_names_the_warm_start_and_the_half_way_run():
+    """The identity of a measurement on a recipe's policies: its task, its warm start's hash,
+    and the run key and step of the half-way policy (the run :func:`grpo_config` names)."""
+    ident = lp.policies_identity("matched")
+    assert ident["task"] == "kk_prose" and ident["mid_step"] == lp.MID_STEP
+    assert ident["mid_run"] == run_key(lp.grpo_config("matched"))
+    assert ident["warm_start"] != lp.policies_identity("learn")["warm_start"]

@@ -1,0 +1,157 @@
+"""The run cache, multi-seed plots, presets and devices (``tailtheory/experiments/runs.py``,
+``plot.py``, ``presets.py``, ``devices.py``, ``evaluate.py``).
+
+Runs use a random tiny LM on ``kk`` (1-2 steps): what is tested is which runs are trained,
+reused, continued or recomputed, not what they learn.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tailtheory.cli import main
+from tailtheory.engine import config as config_mod
+from tailtheory.experiments import runs
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.checkpoint import read_metrics
+
+SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3, eval_every=1,
+             eval_n=4, device="cpu")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _lines(path):
+    return [{k: v for k, v in m.items() if not k.startswith("time/")} for m in read_metrics(path)]
+
+
+def test_finished_run_is_reused_not_retrained(cache):
+    cfg = TrainConfig(**SMALL, steps=1)
+    path = runs.cached_run(cfg, progress=False)
+    assert path.parent == cache / "runs" and len(read_metrics(path)) == 1
+    stamp = (path / "metrics.jsonl").stat().st_mtime_ns
+    assert runs.cached_run(cfg, progress=False) == path
+    assert (path / "metrics.jsonl").stat().st_mtime_ns == stamp
+    # a shorter request is served by the longer run; the key ignores length, out and threads
+    assert runs.run_key(replace(cfg, steps=5, out="elsewhere", threads=2)) == path.name
+
+
+def test_longer_request_continues_and_equals_a_straight_run(cache, tmp_path, monkeypatch):
+    cfg = TrainConfig(**SMALL, steps=1)
+    path = runs.cached_run(cfg, progress=False)
+    runs.cached_run(replace(cfg, steps=2), progress=False)
+    continued = _lines(path)
+    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "other"))
+    straight = _lines(runs.cached_run(replace(cfg, steps=2), progress=False))
+    assert len(continued) == 2 and continued == straight
+
+
+def test_cached_run_of_another_config_is_recomputed(capsys):
+    cfg = TrainConfig(**SMALL, steps=1)
+    path = runs.cached_run(cfg, progress=False)
+    stored = json.loads((path / "config.json").read_text())
+    stored["lr"] = 0.5  # as if the directory had been produced by another config
+    (path / "config.json").write_text(json.dumps(stored))
+    assert runs.cached_run(cfg, progress=False) == path
+    assert "recomputing" in capsys.readouterr().err
+    assert json.loads((path / "config.json").read_text())["lr"] == cfg.lr
+
+
+def test_key_separates_configs_and_devices():
+    cfg = TrainConfig(**SMALL, steps=1)
+    assert runs.run_key(cfg) != runs.run_key(replace(cfg, seed=1))
+    assert runs.run_key(cfg) != runs.run_key(replace(cfg, method="ar"))
+    assert runs.run_key(cfg) == runs.run_key(replace(cfg, device="auto")) or \
+        torch.cuda.is_available()   # auto resolves to cpu here
+
+
+def test_fields_added_at_their_default_keep_old_keys(monkeypatch):
+    cfg = TrainConfig(**SMALL, steps=1)
+    before = runs.run_key(cfg)
+    added = config_mod.ADDED_DEFAULTS
+    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {**added, "eta": cfg.eta})
+    assert runs.run_key(cfg) != before   # the field left the key ...
+    monkeypatch.setattr(config_mod, "ADDED_DEFAULTS", {**added, "eta": 0.123})
+    assert runs.run_key(cfg) == before   # ... only while it holds the recorded default
+    assert config_mod.without_added_defaults({"eta": 0.123, "lr": 1}) == {"lr": 1}
+    assert config_mod.without_added_defaults({"eta": 0.5, "lr": 1}) == {"eta": 0.5, "lr": 1}
+
+
+def test_run_seeds_order_and_bad_workers():
+    paths = runs.run_seeds(TrainConfig(**SMALL, steps=1), seeds=(1, 0), progress=False)
+    assert [json.loads((p / "config.json").read_text())["seed"] for p in paths] == [1, 0]
+    with pytest.raises(ValueError, match="workers"):
+        runs.run_many([TrainConfig(**SMALL, steps=1)], workers=0)
+
+
+@pytest.mark.slow
+def test_workers_give_the_same_runs_as_one_process(tmp_path, monkeypatch):
+    cfgs = [TrainConfig(**SMALL, steps=1, seed=s) for s in (0, 1)]
+    two = [_lines(p) for p in runs.run_many(cfgs, workers=2, progress=False)]
+    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "one"))
+    one = [_lines(p) for p in runs.run_many(cfgs, workers=1, progress=False)]
+    assert two == one
+
+
+def test_plot_runs_bands_over_seeds_and_labels_by_difference():
+    from tailtheory.experiments.plot import group_labels, plot_runs
+
+    base = TrainConfig(**SMALL, steps=2)
+    paths = runs.run_many([replace(base, seed=s, method=m) for m in ("grpo", "ar")
+                           for s in (0, 1)], progress=False)
+    assert group_labels(paths) == ["method=grpo"] * 2 + ["method=ar"] * 2
+    fig, table = plot_runs(paths)
+    reward = table[(table.metric == "reward/mean") & (table.label == "method=ar")]
+    assert list(reward.step) == [0, 1] and (reward.seeds == 2).all()
+    assert (reward.lo <= reward["mean"]).all() and (reward["mean"] <= reward.hi).all()
+    df = runs.load_runs(paths[:2])
+    for step in (0, 1):
+        vals = df[df.step == step]["reward/mean"]
+        row = table[(table.metric == "reward/mean") & (table.label == "method=grpo")
+                    & (table.step == step)].iloc[0]
+        assert row["mean"] == pytest.approx(vals.mean()) and row.hi == vals.max()
+    evals = table[table.metric == "eval/accuracy"]
+    assert set(evals.step) == {0, 1}   # eval_every=1: an evaluation at each step
+    with pytest.raises(ValueError, match="labels"):
+        runs.load_runs(paths, labels=["a"])
+
+
+def test_plot_cli_writes_png_and_csv_and_rejects_bad_input(tmp_path, capsys):
+    path = runs.cached_run(TrainConfig(**SMALL, steps=1), progress=False)
+    out = tmp_path / "fig.png"
+    assert main(["plot", str(path), "--out", str(out)]) == 0
+    assert out.exists() and out.with_suffix(".csv").exists()
+    assert main(["plot", str(path), "--out", str(tmp_path / "fig.txt")]) == 2
+    assert main(["plot", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert main(["plot", str(path), "--steps", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert ".png" in err and "no config.json" in err
+
+
+def test_cuda_without_gpu_is_an_error_before_any_run_dir(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "run"
+    assert main(["train", "--model", "tiny", "--steps", "1", "--device", "cuda",
+                 "--out", str(out)]) == 2
+    assert not out.exists() and "CUDA" in capsys.readouterr().err
+
+
+def test_a_failing_worker_is_reported_and_the_others_finish(tmp_path):
+    empty = tmp_path / "no_model"
+    empty.mkdir()
+    good = TrainConfig(**SMALL, steps=1)
+    bad = replace(good, model=str(empty), seed=1)
+    with pytest.raises(RuntimeError, match=r"1 of 2 runs failed"):
+        runs.run_many([bad, good], workers=2, progress=False)
+    assert len(read_metrics(runs.runs_root() / runs.run_key(good))) == 1
