@@ -137,7 +137,8 @@ def build_index(out: Path, markdown, nav) -> int:
             "token-tail papers, each with its verdict, the numbers behind it, the figures that "
             "show it and the command that regenerates it (<code>paper_repro.md</code>, "
             "<code>figures/claims.json</code>). The guide pages are listed beside; the "
-            f"notebooks, as executed on their quick preset:</p><ul>{notebooks}</ul><h2>Verdicts</h2><table id=\"verdicts\"><tr><th>id"
+            f"notebooks, as executed on their quick preset:</p><ul>{notebooks}</ul>"
+            "<h2>Verdicts</h2><table id=\"verdicts\"><tr><th>id"
             "</th><th>paper</th><th>claim</th><th>verdict</th></tr>" + "".join(toc)
             + "</table><h2>Claims</h2>" + "".join(sections))
     (out / "index.html").write_text(
@@ -298,7 +299,7 @@ OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block html_head_js_mathjax -%}{{ resources.offline_mathjax }}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mathjax -%}{{ resources.offline_mathjax }}{%- endblock -%}
 """
 """nbconvert's ``lab`` template without what it would load from a CDN (require.js, the widget
 manager, mermaid), and with the site's own MathJax."""
@@ -311,8 +312,9 @@ def build_notebooks(out: Path, nav) -> list[Path]:
     import nbformat
     from nbconvert import HTMLExporter
 
+    offline = jinja2.DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})
     exporter = HTMLExporter(template_name="lab", template_file="offline.html.j2",
-                            extra_loaders=[jinja2.DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})])
+                            extra_loaders=[offline])
     pages = []
     (out / "notebooks").mkdir(parents=True, exist_ok=True)
     for src in sorted((ROOT / "docs" / "notebooks").glob("[0-9]*.ipynb")):
