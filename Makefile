@@ -110,8 +110,9 @@ docs: $(STAMP)
 	$(PY) -m tailtheory.core.docs
 	$(PY) -m tailtheory.regime.table
 
-## site: a static report site in build/site/ from the committed ledger, claims.json, figures and
-## renders (docs/site/build.py; nothing executed): open build/site/index.html in a browser
+## site: a static report site in build/site/ from the committed ledger, claims.json, figures,
+## renders and guide pages docs/*.md, with a navigation beside each page (docs/site/build.py;
+## nothing executed; MathJax copied in, no network needed): open build/site/index.html
 site: $(STAMP)
 	$(PY) docs/site/build.py --out build/site
 
