@@ -107,7 +107,7 @@ render: $(STAMP)
 ## (the claims registry and paper cards) and docs/regime.md (the regime table, results/); the
 ## tests fail when either is stale
 docs: $(STAMP)
-	$(PY) -m tailtheory.core.docs
+	$(PY) -m tailtheory.docs
 	$(PY) -m tailtheory.regime.table
 
 ## site: a static report site in build/site/ from the committed ledger, claims.json, figures,

@@ -1,8 +1,9 @@
 """The ``tailtheory`` command line: check the claims, warm-start a tiny model, train it with GRPO.
 
 ``tailtheory verify [--only ID,ID] [--profile quick|thorough]`` runs the claim checks, prints a
-table (with timings) and writes ``figures/claims.json`` (without them: the same code gives the
-same file on one CPU kind); it exits 1 when a check raises or a HOLDS claim fails. Bad input
+table (with timings) and writes ``claims.json`` (without them: the same code gives the same file
+on one CPU kind) where ``make repro`` writes, the ignored ``build/repro/`` (or ``--out``); the
+committed ``figures/claims.json`` changes only through ``make figures``; it exits 1 when a check raises or a HOLDS claim fails. Bad input
 anywhere is one line on stderr and exit status 2; Ctrl-C is exit status 130, with the command
 that continues a run.
 """
@@ -13,14 +14,13 @@ import argparse
 import shlex
 import sys
 
-from tailtheory.core.io import figures_dir
 from tailtheory.probe.cli import PROBE_EPILOG
 
 
 def _verify(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from tailtheory.core.io import check_out_file
+    from tailtheory.core.io import check_out_file, repro_dir
     from tailtheory.core.registry import PROFILES, run_claim, select
     from tailtheory.core.report import is_claims_json, table, write_claims_json
     from tailtheory.engine.threads import torch_threads
@@ -29,7 +29,7 @@ def _verify(args: argparse.Namespace) -> int:
     if args.profile not in PROFILES:
         raise SystemExit(f"--profile must be one of {PROFILES}")
     claims = select(only)
-    out = check_out_file(args.out or figures_dir() / "claims.json", is_claims_json)  # before work
+    out = check_out_file(args.out or repro_dir() / "claims.json", is_claims_json)  # before work
     results = []
     bar = tqdm(claims, desc="verify", unit="claim", disable=args.quiet, file=sys.stderr)
     # One thread: reductions run in one order whatever the core count, so the same code writes
@@ -182,7 +182,8 @@ def _verify_arguments(v) -> None:
     v.add_argument("--profile", default="quick", help="quick or thorough")
     v.add_argument("--out", help="where to write claims.json: a new file or a claims.json written "
                                  "before (merged); any other file is refused (default: "
-                                 "figures/claims.json)")
+                                 "build/repro/claims.json, or $TAILTHEORY_FIGURES/claims.json; "
+                                 "`make figures` rewrites the committed figures/claims.json)")
     v.add_argument("--quiet", action="store_true", help="no progress bar")
     v.add_argument("--verbose", action="store_true", help="print tracebacks of failing checks")
 
@@ -221,9 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"tailtheory {version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    _command(sub, "verify", _verify, "run the claim checks and write figures/claims.json",
-             "Run the claim checks, print a table with timings and write figures/claims.json "
-             "(deterministic: no timings in it).", _verify_arguments)
+    _command(sub, "verify", _verify, "run the claim checks and write build/repro/claims.json",
+             "Run the claim checks, print a table with timings and write build/repro/claims.json "
+             "(deterministic: no timings in it; --out elsewhere).", _verify_arguments)
     _command(sub, "train", _train, "GRPO training with a method spec on a rollout path",
              "GRPO training with a method spec on a rollout path.", _train_arguments,
              epilog=TRAIN_EPILOG)

@@ -270,3 +270,23 @@ def test_diagnose_bad_options_are_one_line(flags, message, tmp_path, capsys):
     assert main(["diagnose", str(tmp_path / "no-dump.parquet"), *out, *flags, "--quiet"]) == 2
     assert message in _one_line_error(capsys)
     assert f.read_text() == "mine" and not (tmp_path / "report").exists()
+
+
+def test_verify_writes_to_the_build_folder_not_the_committed_reference(tmp_path, monkeypatch):
+    """Without ``--out`` or ``$TAILTHEORY_FIGURES``, ``verify`` writes ``build/repro/claims.json``
+    of the checkout; the committed ``figures/claims.json`` is left as it was."""
+    from tailtheory.core import io
+
+    (tmp_path / "pyproject.toml").write_text("")
+    committed = tmp_path / "figures" / "claims.json"
+    committed.parent.mkdir()
+    committed.write_text('{"claims": []}')
+    monkeypatch.setattr(io, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv(io.FIGURES_ENV, raising=False)
+    assert main(["verify", "--only", "S2", "--quiet"]) == 0
+    written = json.loads((tmp_path / "build" / "repro" / "claims.json").read_text())
+    assert [c["id"] for c in written["claims"]] == ["S2"]
+    assert committed.read_text() == '{"claims": []}'
+    monkeypatch.setenv(io.FIGURES_ENV, str(tmp_path / "figures"))  # what `make figures` sets
+    assert main(["verify", "--only", "S2", "--quiet"]) == 0
+    assert [c["id"] for c in json.loads(committed.read_text())["claims"]] == ["S2"]

@@ -67,6 +67,23 @@ def figures_dir() -> Path:
     return d
 
 
+REPRO = Path("build") / "repro"
+"""Where ``tailtheory verify`` and ``make repro`` write, under the checkout (ignored by git)."""
+
+
+def repro_dir() -> Path:
+    """Where ``tailtheory verify`` writes ``claims.json`` by default: ``$TAILTHEORY_FIGURES``
+    when set (``make repro`` sets it to ``build/repro/``, ``make figures`` to the committed
+    ``figures/``), else ``build/repro/`` of the checkout (or of the working directory when the
+    package is installed outside one). The committed reference changes only when asked."""
+    if FIGURES_ENV in os.environ:
+        d = Path(os.environ[FIGURES_ENV])
+    else:
+        d = (REPO_ROOT if (REPO_ROOT / "pyproject.toml").exists() else Path.cwd()) / REPRO
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def preset(default: str, allowed: tuple[str, ...] = ("quick", "full")) -> str:
     """A notebook's preset: ``$TAILTHEORY_PRESET`` if set, else ``default`` (the value of the
     notebook's parameters cell). When the environment variable decides, a line says so, so an

@@ -10,7 +10,9 @@ cannot drift from the code; ``tailtheory verify`` exits non-zero when a check ra
 expected to HOLD (or HOLD-UNDER its assumption) no longer does.
 
 Claim checks live in ``tailtheory/<section>/claims.py`` (one per section of the claims) and
-register themselves on import; :func:`all_claims` imports them all.
+register themselves on import. This module names no section: :func:`all_claims` first loads the
+package's catalog (:func:`load_catalog`, through the entry point group :data:`CATALOG_GROUP`),
+which imports every section's registrations.
 
 Example::
 
@@ -23,8 +25,7 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import importlib.metadata
 import re
 import time
 import traceback
@@ -198,15 +199,38 @@ def register(claim_id: str, *, paper: str, statement: str, expected: Verdict):
     return wrap
 
 
-SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
-"""The sections of the claims, one subpackage each; a section's checks live in its ``claims.py``."""
+CATALOG_GROUP = "tailtheory.catalog"
+"""The entry point group whose modules register claims, methods and studies on import (the
+package's own is :mod:`tailtheory.catalog`; another package may add its own)."""
+
+_catalog = "unloaded"
+"""``"unloaded"``, ``"loading"`` (a registration module is being imported) or ``"loaded"``."""
 
 
-def _load_all() -> None:
-    for section in SECTIONS:
-        name = f"tailtheory.{section}.claims"
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
+def load_catalog() -> None:
+    """Import every module of the entry point group :data:`CATALOG_GROUP`, once.
+
+    Each registers its claims, methods and studies on import. A lookup made while they are
+    being imported (a registration module asking a registry) sees what is registered so far.
+    No module in the group means the package is not installed, a ``RuntimeError`` that says how
+    to install it (the registries would otherwise be silently empty).
+    """
+    global _catalog
+    if _catalog != "unloaded":
+        return
+    found = importlib.metadata.entry_points(group=CATALOG_GROUP)
+    if not found:
+        raise RuntimeError(f"no module of the entry point group {CATALOG_GROUP!r} is installed, "
+                           "so no claim, method or study is registered: install the package "
+                           "(`pip install -e .` in the checkout, or `make test`)")
+    _catalog = "loading"
+    try:
+        for entry in sorted(found, key=lambda e: e.name):
+            entry.load()
+    except BaseException:
+        _catalog = "unloaded"
+        raise
+    _catalog = "loaded"
 
 
 def _sort_key(claim_id: str) -> tuple[int, int]:
@@ -217,7 +241,7 @@ def _sort_key(claim_id: str) -> tuple[int, int]:
 
 def all_claims() -> dict[str, Claim]:
     """Every registered claim, in the order of the sections (S, M, P, L, T, O, V)."""
-    _load_all()
+    load_catalog()
     return {k: _REGISTRY[k] for k in sorted(_REGISTRY, key=_sort_key)}
 
 

@@ -8,10 +8,10 @@ The engine room holds the training step and one run's plumbing; three wings hold
   trainer's forward, its per-token statistics, the step's metrics);
 - one run's plumbing: ``checkpoint``, ``rundir`` (a run's folder, locked), ``threads``,
   ``devices``, ``evaluate``;
-- :mod:`tailtheory.engine.rollout`: the rollout engine and its decoders (``fast``, ``hf``),
+- :mod:`tailtheory.engine.rollout.engine`: the rollout engine and its decoders (``fast``, ``hf``),
   the inference copies and the noise paths;
-- :mod:`tailtheory.engine.tasks`: tasks as text, their words and lengths;
-- :mod:`tailtheory.engine.start`: the model a run starts from (load, sft, warm starts, the
+- :mod:`tailtheory.engine.tasks.task`: tasks as text, their words and lengths;
+- :mod:`tailtheory.engine.start.load`: the model a run starts from (load, sft, warm starts, the
   corpus LM).
 
 The engine imports no paper section and nothing from :mod:`tailtheory.experiments`: each

@@ -21,10 +21,10 @@ A method spec such as ``"ar+lopti"`` or ``["tis", "mis"]`` is parsed once by
 Where the methods live: the engine's own (the ``grpo`` and ``dr_grpo`` losses) in
 ``engine/methods.py``; each paper's in its section, ``tailtheory/<section>/methods.py``
 (``lopti``: ar, lopti, lopti_reversed; ``pruning``: dvp; ``trm``: trm; ``otb``: otb; ``tim``:
-the mismatch corrections). This module never imports them by name: on first use, the lookups
-below import ``engine/methods.py``, then the ``methods`` module of every section of
-``tailtheory.core.registry.SECTIONS`` that has one (as that registry finds the sections'
-``claims.py``).
+the mismatch corrections). This module never imports them, by name or otherwise: on first
+use, the lookups below load the package's catalog
+(:func:`tailtheory.core.registry.load_catalog`), which imports every module that registers
+methods.
 
 A method may declare at registration how its hyperparameters are checked (``validate``, a
 function of :class:`~tailtheory.engine.types.MethodParams` that raises ``ValueError``);
@@ -36,22 +36,17 @@ Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
 import torch
 
-from tailtheory.core.registry import SECTIONS
+from tailtheory.core.registry import load_catalog
 from tailtheory.engine.types import MethodFn, MethodParams, Metrics, PolicyBatch
 
 STAGES = ("vocab", "advantage", "reweight", "correction", "schedule", "loss")
 """The order in which the trainer applies the stages of a method spec."""
-
-_METHODS_MODULE = "tailtheory.engine.methods"
-"""The module whose import registers the engine's own methods (the losses)."""
 
 Validator = Callable[[MethodParams], None]
 """``fn(hp)``: raises ``ValueError`` when a hyperparameter the method reads is out of range."""
@@ -101,27 +96,9 @@ def register(name: str, stage: str, source: str, metrics: tuple[str, ...] = (),
     return deco
 
 
-_loaded = False
-"""Whether :func:`_load_all` has imported every methods module."""
-
-
-def _load_all() -> None:
-    """Import the engine's methods, then the ``methods`` module of every section that has one
-    (each registers its own methods on import); once."""
-    global _loaded
-    if _loaded:
-        return
-    importlib.import_module(_METHODS_MODULE)
-    for section in SECTIONS:
-        name = f"tailtheory.{section}.methods"
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
-    _loaded = True
-
-
 def registered() -> Mapping[str, Method]:
     """Every registered method by name (read-only), every methods module imported first."""
-    _load_all()
+    load_catalog()
     return MappingProxyType(_METHODS)
 
 

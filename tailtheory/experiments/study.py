@@ -40,12 +40,11 @@ Example (a complete study: two arms, a measurement, a verdict)::
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from tailtheory.core.registry import load_catalog
 from tailtheory.experiments.comparison import Measurement
 from tailtheory.experiments.run_numbers import read_lines, read_tokens, run_curves, run_summary
 
@@ -253,15 +252,10 @@ def register_study(study: Study) -> Study:
 
 
 def studies() -> Mapping[str, Study]:
-    """Every registered study by name, the engine's learning curve and each section's
-    ``training`` module imported first."""
-    from tailtheory.core.registry import SECTIONS
-
-    importlib.import_module("tailtheory.experiments.learning")
-    for section in SECTIONS:
-        name = f"tailtheory.{section}.training"
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
+    """Every registered study by name, the package's catalog loaded first
+    (:func:`tailtheory.core.registry.load_catalog`: the learning curve and each section's
+    studies)."""
+    load_catalog()
     return MappingProxyType(_STUDIES)
 
 

@@ -173,6 +173,3 @@ STUDY = register_study(Study(
 """V3 on the learning testbed, stored run by run in ``results/mismatch_learn.json``
 (``tailtheory study mismatch_learn``): per run its summary, curves, mismatch and length series
 and its token numbers (V3's, T14's and the sign-free row of :mod:`tailtheory.tim.rho_sign`)."""
-
-
-from tailtheory.tim import dose as _dose  # noqa: E402,F401  (registers the V6 study, mismatch_dose)

@@ -49,11 +49,12 @@ def test_unknown_method_lists_the_valid_names():
 
 def test_registry_never_imports_the_methods():
     """No import cycle: the registry module imports neither ``engine/methods.py`` nor any
-    section at import time (its lookups import them lazily, by name)."""
+    section, at import time or later (its lookups load the package's catalog through its entry
+    point group)."""
     import ast
     import inspect
 
-    from tailtheory.core.registry import SECTIONS
+    from tailtheory.catalog import SECTIONS
 
     tree = ast.parse(inspect.getsource(registry))
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -63,10 +64,10 @@ def test_registry_never_imports_the_methods():
     assert not any(m and m.split(".")[:2] == ["tailtheory", s] for m in imported for s in SECTIONS)
 
 
-def test_registry_finds_each_sections_methods_by_name():
-    """A fresh interpreter: importing the registry loads no section; the first lookup imports
-    the engine's methods, then ``tailtheory.<section>.methods`` of each section that has one,
-    and every method is registered by the module of its own section."""
+def test_registry_finds_each_sections_methods_through_the_catalog():
+    """A fresh interpreter: importing the registry loads no section; the first lookup loads the
+    catalog, which imports the engine's methods and ``tailtheory.<section>.methods`` of each
+    section that has one, and every method is registered by the module of its own section."""
     code = ("import sys; from tailtheory.engine import registry as r; "
             "sec = lambda: sorted(m for m in sys.modules if m.startswith('tailtheory.') and "
             "m.split('.')[1] not in ('core', 'engine')); before = sec(); ms = r.registered(); "

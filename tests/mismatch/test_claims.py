@@ -4,7 +4,7 @@ measures the verdict the ledger ``paper_repro.md`` records."""
 import pytest
 
 from ledger_checks import assert_ledger_verdict
-from tailtheory.core.docs import section_claims
+from tailtheory.docs import section_claims
 
 
 @pytest.mark.parametrize("claim", section_claims("mismatch"), ids=lambda c: c.id)

@@ -1,4 +1,4 @@
-"""``docs/claims.md`` and the paper cards (tailtheory.core.docs): current, complete, resolvable."""
+"""``docs/claims.md`` and the paper cards (tailtheory.docs): current, complete, resolvable."""
 
 import importlib
 import re
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tailtheory.core import docs
+from tailtheory import docs
 from tailtheory.core.registry import all_claims
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_docs_claims_md_is_current():
     """docs/claims.md equals what the registry and the cards give; regenerate with
-    ``python -m tailtheory.core.docs``."""
+    ``python -m tailtheory.docs``."""
     assert docs.DOCS.read_text(encoding="utf-8") == docs.render(), (
-        "docs/claims.md is out of date: run `python -m tailtheory.core.docs`")
+        "docs/claims.md is out of date: run `python -m tailtheory.docs`")
 
 
 def test_every_registered_claim_has_a_card_entry():

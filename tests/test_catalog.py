@@ -1,0 +1,76 @@
+"""The catalog (``tailtheory/catalog.py``): every registration module of every section, found
+through the package's entry point group, and nothing below the sections naming one."""
+
+import ast
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+from tailtheory import catalog
+from tailtheory.core.registry import CATALOG_GROUP
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tailtheory"
+
+
+def _registering_modules() -> set[str]:
+    """Modules of the sections whose code registers a claim, a method or a study."""
+    out = set()
+    for section in catalog.SECTIONS:
+        for path in sorted((PACKAGE / section).glob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            calls = {getattr(n.func, "id", getattr(n.func, "attr", None))
+                     for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            if calls & {"register", "register_study"}:
+                out.add(f"tailtheory.{section}.{path.stem}")
+    return out
+
+
+def test_every_section_is_a_package_with_a_paper_card():
+    for section in catalog.SECTIONS:
+        assert (PACKAGE / section / "__init__.py").exists(), section
+        assert (importlib.import_module(f"tailtheory.{section}").__doc__ or "").strip(), section
+
+
+def test_the_catalog_imports_every_registering_module():
+    """A section module that registers something and is missing from the catalog would leave
+    its claims, methods or studies unfound."""
+    found = _registering_modules()
+    assert {"tailtheory.lopti.claims", "tailtheory.tim.dose", "tailtheory.otb.methods"} <= found
+    missing = sorted(m for m in found if m not in sys.modules)
+    assert not missing, f"registering modules the catalog does not import: {missing}"
+
+
+def test_the_entry_point_group_names_the_catalog():
+    names = {e.value for e in importlib.metadata.entry_points(group=CATALOG_GROUP)}
+    assert "tailtheory.catalog" in names
+
+
+def test_a_fresh_interpreter_finds_every_claim_method_and_study_without_naming_a_section():
+    """From Python, with nothing imported but the three registries: the first lookups load the
+    catalog, and every claim, method and study is there."""
+    code = ("from tailtheory.core.registry import all_claims; "
+            "from tailtheory.engine.registry import registered; "
+            "from tailtheory.experiments.study import studies; "
+            "print(len(all_claims()), 'V6' in all_claims(), 'lopti' in registered(), "
+            "'mismatch_dose' in studies(), 'learn_curve' in studies())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent).stdout.split()
+    assert int(out[0]) > 40 and out[1:] == ["True"] * 4
+
+
+def test_no_module_below_the_sections_names_one():
+    """No string constant in code (docstrings aside) of ``core``, ``engine`` or ``experiments``
+    is, or starts with, ``tailtheory.<section>``."""
+    bad = []
+    for floor in ("core", "engine", "experiments"):
+        for path in sorted((PACKAGE / floor).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = {id(n.body[0].value) for n in ast.walk(tree)
+                    if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                    and isinstance(n.body[0], ast.Expr)}
+            for n in ast.walk(tree):
+                if (isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                        and any(n.value.startswith(f"tailtheory.{s}") for s in catalog.SECTIONS)):
+                    bad.append(f"{path.relative_to(PACKAGE)}: {n.value!r}")
+    assert not bad, bad
