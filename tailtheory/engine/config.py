@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
-from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, PATHS, SAMPLERS
+from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, HF, PATHS, SAMPLERS
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
@@ -40,7 +40,7 @@ identity names the kinds it leaves out: :data:`RESUME_FREE`, ``runs.NOT_IN_KEY``
 cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
-                                      "rollout_backend": "hf", "rollout_noise": 0.0,
+                                      "rollout_backend": HF, "rollout_noise": 0.0,
                                       "update_memory": "batch", "sampler": "multinomial"}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out

@@ -23,14 +23,14 @@ from tailtheory.core.measurements import (StaleMeasurement, check_rows, fingerpr
 from tailtheory.experiments.comparison import Measurement
 
 
-def _identities(study, preset: str) -> dict[str, dict[int, dict]]:
+def study_identities(study, preset: str) -> dict[str, dict[int, dict]]:
     """Label -> seed -> the identity of that run, as ``Study.identity`` keys it."""
     ident = study.identity(preset)
     return {a.label: {c.seed: i for c, i in zip(a.configs, ident[a.label])}
             for a in study.plan(preset)}
 
 
-def _stored(name: str) -> dict:
+def stored_record(name: str) -> dict:
     """The stored record of ``name`` (``{}`` when there is none); a malformed one is refused."""
     path = measurement_path(name)
     if not path.exists():
@@ -57,11 +57,11 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
     """Measure every run of ``study`` that the run cache holds at full length (nothing is
     trained) and store them with the rows already stored for runs this cache lacks. Returns
     label -> the number of runs stored."""
-    from tailtheory.experiments.runs import _finished_steps, run_key, runs_root
+    from tailtheory.experiments.runs import finished_steps, run_key, runs_root
 
     preset = preset or study.measure_preset
-    want = _identities(study, preset)
-    old = _stored(study.name)
+    want = study_identities(study, preset)
+    old = stored_record(study.name)
     rows: dict[str, list] = {}
     idents: dict[str, list] = {}
     for arm in study.plan(preset):
@@ -70,7 +70,7 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
                 if want[arm.label].get(r["seed"]) == i}
         for c in arm.configs:
             run = runs_root() / run_key(c)
-            if _finished_steps(run) >= c.steps:
+            if finished_steps(run) >= c.steps:
                 kept[c.seed] = ({"seed": c.seed, **study.run_numbers(run, c, arm)},
                                 want[arm.label][c.seed])
         if kept:
@@ -86,14 +86,14 @@ def load_done(study, preset: str | None = None) -> Measurement:
     the seeds not stored yet. A stored row whose identity is not the one the code asks for its
     arm and seed is :class:`StaleMeasurement` (naming the command that measures it again)."""
     preset = preset or study.measure_preset
-    record = _stored(study.name)
+    record = stored_record(study.name)
     if not record:
         raise StaleMeasurement(f"no stored measurement {measurement_path(study.name)}; measure it with: "
                                f"{study.command}")
     if record.get("fingerprint") != fingerprint(record["config"]):
         raise StaleMeasurement(f"{measurement_path(study.name)} does not match its own config")
     check_rows(measurement_path(study.name), record["data"], study.command)
-    want = _identities(study, preset)
+    want = study_identities(study, preset)
     for label, idents in record["config"].items():
         for row, ident in zip(record["data"][label], idents):
             if want.get(label, {}).get(row["seed"]) != ident:

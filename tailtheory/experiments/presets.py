@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tailtheory.engine.start.sft import SFTConfig
 from tailtheory.engine.start.warm_cache import warm_start
+from tailtheory.engine.rollout.engine import HF
 
 PRESETS = ("quick", "full", "learn", "matched")
 """The notebooks' presets."""
@@ -74,7 +75,7 @@ TRAIN_LR = 2e-4
 """RL learning rate of the training notebooks: 2x the engine default, so that 40 steps move a
 warm start that a 1e-4 run moved visibly only after ~150 steps (kk, measured)."""
 
-EVIDENCE_BACKEND = "hf"
+EVIDENCE_BACKEND = HF
 """Rollout decoder of the notebooks' runs: the stored evidence (no-learning regime) was sampled
 with the Hugging Face forward; it stays so until the claims are re-measured on the ``learn``
 recipe (which samples with the ``fast`` engine)."""

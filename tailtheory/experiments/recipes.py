@@ -24,15 +24,17 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tailtheory.engine.rollout.engine import FAST
+
 RECIPES: dict[str, dict] = {
     "learn": {
         "task": "kk_trace", "n_people": 2, "model": "warm", "method": "grpo",
-        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
+        "rollout": "exact", "rollout_backend": FAST, "prompts_per_step": 32, "group_size": 8, "lr": 1e-4,
         "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
     },
     "matched": {
         "task": "kk_prose", "n_people": 2, "model": "warm", "method": "grpo",
-        "rollout": "exact", "rollout_backend": "fast", "prompts_per_step": 32, "group_size": 8,
+        "rollout": "exact", "rollout_backend": FAST, "prompts_per_step": 32, "group_size": 8,
         "lr": 1e-4,
         "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
     },

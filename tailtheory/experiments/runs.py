@@ -42,7 +42,7 @@ def runs_root() -> Path:
     return cache_root().parent / "runs"
 
 
-def _identity(cfg: TrainConfig) -> dict:
+def run_identity(cfg: TrainConfig) -> dict:
     """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start
     (or the saved model's fingerprint)."""
     from tailtheory.engine.devices import resolve_device
@@ -62,12 +62,13 @@ def _identity(cfg: TrainConfig) -> dict:
 
 
 def run_key(cfg: TrainConfig) -> str:
-    """16 hex digits of SHA-256 over :func:`_identity`."""
-    blob = json.dumps(_identity(cfg), sort_keys=True, default=str)
+    """16 hex digits of SHA-256 over :func:`run_identity`."""
+    blob = json.dumps(run_identity(cfg), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _finished_steps(run: Path) -> int:
+def finished_steps(run: Path) -> int:
+    """How many steps the run in folder ``run`` has finished (its metric lines; 0 for none)."""
     from tailtheory.engine.checkpoint import read_metrics
 
     return len(read_metrics(run)) if (run / "metrics.jsonl").exists() else 0
@@ -108,7 +109,7 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     cfg = replace(cfg, out=str(out))
     if out.exists():
         wait_for_writer(out)  # another process (a worker, a notebook) may be training this run
-    done = _finished_steps(out) if out.exists() else 0
+    done = finished_steps(out) if out.exists() else 0
     if out.exists() and not (done and _same_config(out, cfg) and _same_start(out, cfg)):
         if done:
             print(f"tailtheory: cached run {out} holds another config or starts from another "
@@ -197,7 +198,7 @@ def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     configs = list(configs)
-    todo = [c for c in configs if _finished_steps(runs_root() / run_key(c)) < c.steps]
+    todo = [c for c in configs if finished_steps(runs_root() / run_key(c)) < c.steps]
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run",
                disable=not progress, file=sys.stderr)
     try:

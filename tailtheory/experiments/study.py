@@ -122,14 +122,14 @@ class Study:
     def identity(self, preset: str) -> dict:
         """What the stored measurement is keyed by: every run's config and warm start, less its
         directory, thread count and device (the same runs elsewhere are the same experiment)."""
-        from tailtheory.experiments.runs import _identity
+        from tailtheory.experiments.runs import run_identity
 
         from tailtheory.engine.config import identity_fields
 
         machine = identity_fields("machine")        # the resolved device, named by the run key
 
         def ident(c):
-            d = {k: v for k, v in _identity(c).items() if k not in machine}
+            d = {k: v for k, v in run_identity(c).items() if k not in machine}
             return {**d, "steps": c.steps}
 
         return {a.label: [ident(c) for c in a.configs] for a in self.plan(preset)}
@@ -150,14 +150,14 @@ class Study:
         ``results/<name>.json`` under today's config; only on :attr:`measure_preset`),
         ``cached`` (else: the run cache holds it at full length) or ``train`` (neither: ``tailtheory
         study`` trains it)."""
-        from tailtheory.experiments.runs import _finished_steps, run_key, runs_root
+        from tailtheory.experiments.runs import finished_steps, run_key, runs_root
 
         stored = self.stored_seeds(preset)
         out = {}
         for a in self.plan(preset):
             where = {"stored": [], "cached": [], "train": []}
             for c in a.configs:
-                done = _finished_steps(runs_root() / run_key(c)) >= c.steps
+                done = finished_steps(runs_root() / run_key(c)) >= c.steps
                 where["stored" if c.seed in stored.get(a.label, ()) else
                       "cached" if done else "train"].append(c)
             out[a.label] = where
@@ -166,11 +166,11 @@ class Study:
     def stored_seeds(self, preset: str) -> dict[str, set]:
         """Label -> the seeds whose rows ``results/<name>.json`` holds under today's configs;
         none on another preset than :attr:`measure_preset`."""
-        from tailtheory.experiments.incremental import _identities, _stored
+        from tailtheory.experiments.incremental import study_identities, stored_record
 
         if preset != self.measure_preset:
             return {}
-        record, want = _stored(self.name), _identities(self, preset)
+        record, want = stored_record(self.name), study_identities(self, preset)
         return {label: {r["seed"] for r, i in zip(rows, record["config"].get(label, []))
                         if want.get(label, {}).get(r["seed"]) == i}
                 for label, rows in record.get("data", {}).items()}

@@ -10,6 +10,7 @@ from tailtheory.mismatch import accumulation as acc
 from tailtheory.mismatch import logprob as mm
 from tailtheory.mismatch import selection as sel
 from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.engine.rollout.engine import HF
 
 TOL_IDENTITY = 1e-9
 """Float64 agreement required of exact identities (logits up to |z| ~ 200)."""
@@ -242,7 +243,7 @@ def _m7_evidence(parts: dict, models: str) -> Evidence:
     failed = {name: _m7_failures(n) for name, n in parts.items()}
     numbers = {f"{name}/shape": "no" if failed[name] else "yes" for name in parts}
     numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()})
-    numbers["decoder"] = "hf"        # each copy's own Hugging Face forward (kv: its KV cache)
+    numbers["decoder"] = HF        # each copy's own Hugging Face forward (kv: its KV cache)
     ok = not any(failed.values())
     why = "; ".join(f"{name} fails {', '.join(f)}" for name, f in failed.items() if f)
     return Evidence(Verdict.TOY_SCALE if ok else Verdict.NOT_REPRODUCED, numbers,

@@ -28,6 +28,7 @@ from tailtheory.core.checks import check_finite, check_positive_int
 from tailtheory.core.forward import full_forward
 from tailtheory.mismatch import logprob as mm
 from tailtheory.engine.rollout.copies import FP8_SCALING, check_trainer, inference_copy
+from tailtheory.engine.rollout.engine import HF
 
 PATHS = ("bf16", "fp16", "kv", "fp8")
 """The inference paths :func:`paired_logits` knows."""
@@ -148,7 +149,7 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
     B, T = check_positive_int(B, "B"), check_positive_int(T, "T")
     n = max_prompts or 4 * B
     problems = task.problems(n, seed=seed)
-    rc = RolloutConfig(path="kv", max_new_tokens=task.max_response_len, backend="hf")
+    rc = RolloutConfig(path="kv", max_new_tokens=task.max_response_len, backend=HF)
     g = torch.Generator().manual_seed(sample_seed)
     rb = RolloutEngine(model, rc).generate([p.prompt_ids for p in problems], eos_id=task.eos_id,
                                            pad_id=task.pad_id, generator=g)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 from tailtheory.pruning.sweep import P4_VOCAB, p4_measurement  # noqa: F401  (P4's measurement)
@@ -38,7 +39,7 @@ def _logit_batches(profile: str):
 @register("P1", paper="DVP", statement="TV(pruned, full) = m and KL(pruned || full) = -log(1-m)",
           expected=Verdict.HOLDS)
 def _p1(profile: str) -> Evidence:
-    from tailtheory.pruning.vocab import kept_log_mass, pruned_kl, pruned_mass, pruned_tv, safe_vocab_mask
+    from tailtheory.pruning.vocab import kept_log_mass, pruned_kl, pruned_mass, pruned_tv
 
     err_tv = err_kl = err_kl_log1p = 0.0
     m_min, m_max, n = 1.0, 0.0, 0
@@ -78,7 +79,6 @@ def _p2_policies(profile: str):
 def _p2(profile: str) -> Evidence:
     from tailtheory.pruning.trajectory import (prune_policy, return_gap, trajectory_bias_bound,
                                                trajectory_tv)
-    from tailtheory.pruning.vocab import safe_vocab_mask
     from tailtheory.core.tabular import random_rewards
 
     slack = {"tv": 1.0, "gap": 1.0, "uniform": 1.0, "min_p": 1.0}   # over cases that prune
@@ -111,7 +111,7 @@ def _p2(profile: str) -> Evidence:
 @register("P3", paper="DVP", statement="one-sided truncation biases every log-ratio by exactly "
           "log pi(S|s)", expected=Verdict.HOLDS)
 def _p3(profile: str) -> Evidence:
-    from tailtheory.pruning.vocab import pruned_log_softmax, safe_vocab_mask, truncation_bias, truncation_log_ratio
+    from tailtheory.pruning.vocab import pruned_log_softmax, truncation_bias, truncation_log_ratio
 
     g = torch.Generator().manual_seed(1)
     err = 0.0

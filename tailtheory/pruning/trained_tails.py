@@ -39,9 +39,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from tailtheory.core.safeset import RULES
 from tailtheory.core.stats import token_stats
 from tailtheory.engine.start.corpus_lm import CorpusLMConfig
 from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatch
+from tailtheory.engine.rollout.engine import HF
 
 OUTLIER_TAUS = (0.01, 0.03, 0.1)
 """``tau`` of the outlier rates ``P(|Delta| > tau)`` of sampled tokens: 0.1 is V2's "heavy"
@@ -100,7 +102,6 @@ class TrainedP4Config:
     def __post_init__(self):
         from tailtheory.core.checks import check_positive_int
         from tailtheory.engine.rollout.engine import PATHS
-        from tailtheory.pruning.vocab import RULES
 
         if self.path not in PATHS:   # "exact" is the zero-mismatch control (V1)
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
@@ -200,7 +201,7 @@ def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho
 
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
                        prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6,
-                       backend="hf")
+                       backend=HF)
     g = torch.Generator().manual_seed(cfg.sample_seed)
     rb = RolloutEngine(model, rc).generate(prompts, eos_id=eos_id, pad_id=pad_id, generator=g)
     with torch.no_grad():

@@ -41,7 +41,7 @@ from tailtheory.core.safeset import RHO_DEFAULT, RULES, check_threshold, safe_vo
 from tailtheory.core.stats import map_row_blocks
 
 # RULES, RHO_DEFAULT and safe_vocab_mask (the safe set S) come from tailtheory.core.safeset, which
-# the sampler, the trainer and the fused LM head share; they stay importable from here.
+# the sampler, the trainer and the fused LM head share; import them from there.
 
 
 # --- the pruned policy's pieces ----------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch
 
 from tailtheory.core.estimators import k3
 from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.engine.rollout.engine import HF
 
 V2_MEAN_SMALL = 0.05
 """V2: mean |delta| over sampled tokens below this counts as small (fixed before measuring)."""
@@ -23,7 +24,7 @@ V2_MAX_HEAVY = 0.1
 """V2: a max |delta| above this counts as a heavy maximum (a tenth of O(1))."""
 
 
-DECODER = "hf"
+DECODER = HF
 """The decoder V1 and V2 measure each rollout path with: the ``hf`` rollout backend (each path's
 copy of the model run by its own Hugging Face forward with the KV cache), the decoder M7's copies
 use too (``tailtheory.mismatch.real``). The learning testbed's runs (V3-V6) roll out on the

@@ -17,7 +17,7 @@ from tailtheory.mismatch.chunked import paired_logit_chunks
 from tailtheory.pruning import chunked as pc
 from tailtheory.pruning.sweep import _remaining_rows, pruning_sweep
 from tailtheory.pruning.trained_tails import mass_shares
-from tailtheory.pruning.vocab import safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
 
 V, B, T = 512, 3, 10
 

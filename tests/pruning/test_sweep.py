@@ -7,7 +7,7 @@ import torch
 
 from tailtheory.mismatch.logprob import logprob_mismatch, sampled_mismatch_bias
 from tailtheory.pruning.sweep import pruning_knee, pruning_sweep, remaining_mismatch
-from tailtheory.pruning.vocab import safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
 
 
 # --- P4: the sweep ---------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from strategies import tabular_policies
 from tailtheory.core.tabular import TabularPolicy, random_rewards
 from tailtheory.pruning.trajectory import (prune_policy, return_gap, trajectory_bias_bound,
                                            trajectory_tv)
-from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
+from tailtheory.pruning.vocab import pruned_mass
 
 
 # --- P2: trajectories, by exact enumeration --------------------------------------------------

@@ -16,9 +16,10 @@ from strategies import safe_threshold as _threshold
 from tailtheory.core import stats
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.pruning.sweep import remaining_mismatch
-from tailtheory.pruning.vocab import (RULES, kept_log_mass, min_p_mass_bound, pruned_kl,
+from tailtheory.core.safeset import RULES, safe_vocab_mask
+from tailtheory.pruning.vocab import (kept_log_mass, min_p_mass_bound, pruned_kl,
                                       pruned_log_softmax, pruned_mass, pruned_tv,
-                                      safe_vocab_mask, truncation_bias, truncation_log_ratio)
+                                      truncation_bias, truncation_log_ratio)
 
 
 def _check_p1(z, rule, x):

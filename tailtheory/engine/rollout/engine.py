@@ -60,10 +60,17 @@ from tailtheory.engine.policy_forward import response_logits, response_logprobs
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 """Rollout paths :class:`RolloutEngine` knows."""
 
-BACKENDS = ("hf", "fast")
+HF = "hf"
+"""The decoder that runs the Hugging Face model's own forward with its KV cache
+(:mod:`tailtheory.engine.rollout.hf`)."""
+
+FAST = "fast"
+"""The engine's own KV-cache decoder over the model's weights (:mod:`tailtheory.engine.rollout.fast`)."""
+
+BACKENDS = (HF, FAST)
 """Decoders: the Hugging Face model's forward, or ``tailtheory.engine.rollout.fast``."""
 
-DEFAULT_BACKEND = "fast"
+DEFAULT_BACKEND = FAST
 """The decoder of a run (``TrainConfig.rollout_backend``) unless it names another; a bare
 :class:`RolloutConfig` decodes with ``hf``, the decoder the stored measurements (V1, V2, the warm
 starts' evaluations) were sampled with."""
@@ -187,7 +194,7 @@ def check_backend(model, backend: str, what: str = "this model") -> None:
     """A ``ValueError`` naming the ``hf`` backend when ``backend`` is ``fast`` and the inference
     engine cannot run ``model`` (:func:`tailtheory.engine.rollout.fast.unsupported`): no silent
     fallback. ``what`` names the model in the message."""
-    if backend != "fast":
+    if backend != FAST:
         return
     from tailtheory.engine.rollout.fast import unsupported
 
@@ -213,9 +220,9 @@ class RolloutEngine:
         self.model = model
         path, scaling = self.config.path, self.config.fp8_scaling
         self.fast, self.noise = None, RolloutNoise.of(self.config)  # noise: step 0 till a sync
-        if self.config.backend == "fast":
+        if self.config.backend == FAST:
             from tailtheory.engine.rollout.fast import InferenceEngine
-            check_backend(model, "fast")
+            check_backend(model, FAST)
             weights = noisy_weights_of(self.noise, model)
             self.fast = InferenceEngine(model, FAST_DTYPES[path], scaling, weights)
         copy = path in COPY_DTYPES and self.fast is None

@@ -24,6 +24,7 @@ from pathlib import Path
 from tailtheory.core.io import atomic_write_json
 from tailtheory.engine.checkpoint import CHECKPOINT
 from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.rollout.engine import FAST
 
 
 def load_task(cfg: TrainConfig, tokenizer=None, vocab_size: int | None = None):
@@ -74,10 +75,10 @@ def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> t
     config = lm_config(folder)                          # every check before the weights load
     tokenizer = load_tokenizer(folder)
     check_tokenizer(tokenizer, config.vocab_size, str(folder))
-    if cfg.rollout_backend == "fast":
+    if cfg.rollout_backend == FAST:
         from tailtheory.engine.rollout.engine import check_backend
 
-        check_backend(skeleton_lm(config), "fast", f"the model in {folder}")
+        check_backend(skeleton_lm(config), FAST, f"the model in {folder}")
     model = load_lm(folder, device="cpu").float().eval()
     return model, task or load_task(cfg, tokenizer, model.config.vocab_size)
 

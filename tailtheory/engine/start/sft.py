@@ -28,7 +28,7 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.models import TinyLMConfig, num_params, tiny_lm
 from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_lm, load_corpus_lm
-from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
+from tailtheory.engine.rollout.engine import HF, RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks.task import TASKS, Problem, Task, get_task
 from tailtheory.engine.threads import resolve_threads, torch_threads
 
@@ -281,7 +281,7 @@ def packed_lengths(Y: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: float = 1.0,
-                     seed: int = 0, backend: str = "hf") -> float:
+                     seed: int = 0, backend: str = HF) -> float:
     """Fraction of ``problems`` whose sampled response (at ``temperature``) is correct.
 
     Samples with the rollout engine's float32 ``kv`` path, ``task.max_response_len`` tokens, on

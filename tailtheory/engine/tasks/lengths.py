@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tailtheory.core.checks import check_positive_int
-from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
+from tailtheory.engine.rollout.engine import HF, RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks.task import Problem, Task
 
 
@@ -60,7 +60,7 @@ def sampled_lengths(model, task: Task, problems: list[Problem], temperature: flo
     T = check_positive_int(max_new_tokens, "max_new_tokens", minimum=0) or task.max_response_len
     device = next(model.parameters()).device
     eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature, max_new_tokens=T,
-                                             backend="hf"))
+                                             backend=HF))
     rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
                       generator=torch.Generator(device).manual_seed(seed))
     ended = ((rb.response == task.eos_id) & rb.mask).any(1)                 # (B,)

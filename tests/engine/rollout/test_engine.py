@@ -15,7 +15,7 @@ from tailtheory.engine.rollout.engine import (PATHS, RolloutConfig, RolloutEngin
 from tailtheory.engine.rollout.copies import fp8_dequantize, fp8_quantize, fp8_weight_names
 from tailtheory.core.stats import token_stats
 from tailtheory.core.models import tiny_lm
-from tailtheory.pruning.vocab import safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
 
 V, EOS, PAD = 256, 1, 0
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
