@@ -26,7 +26,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from tailtheory.core.models import checkpoint_fingerprint
 from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
+from tailtheory.engine.devices import resolve_device
+from tailtheory.engine.start.load import start_key
 
 RUNS_CACHE_VERSION = 1
 """Part of every key: bump it when a change to the engine changes what a run computes."""
@@ -42,23 +45,34 @@ def runs_root() -> Path:
     return cache_root().parent / "runs"
 
 
-def run_identity(cfg: TrainConfig) -> dict:
-    """What a run's key hashes: the config less :data:`NOT_IN_KEY`, the device, the warm start
-    (or the saved model's fingerprint)."""
-    from tailtheory.engine.devices import resolve_device
+VIEWS = ("cache", "store")
+"""The named views of a run's identity (:func:`run_identity`)."""
 
+
+def run_identity(cfg: TrainConfig, view: str = "cache") -> dict:
+    """A run's identity, the one function every key of a run is computed by.
+
+    ``view="cache"``: what the run cache's key hashes (:func:`run_key`): the config less
+    :data:`NOT_IN_KEY`, the resolved device, and what the run starts from: the warm start's
+    config hash (:func:`tailtheory.engine.start.load.start_key`) or, for a model saved in a
+    folder, the folder's :func:`~tailtheory.core.models.checkpoint_fingerprint` (its weights
+    and tokenizer, not only its name). ``view="store"``: what a study's stored row is keyed by
+    (:meth:`tailtheory.experiments.study.Study.identity`): the same less the machine (the device,
+    named by the run key), plus the run's length (a stored row is a run of that many steps).
+    """
+    if view not in VIEWS:
+        raise ValueError(f"unknown identity view {view!r}; views: {', '.join(VIEWS)}")
     ident = {k: v for k, v in without_added_defaults(asdict(cfg)).items() if k not in NOT_IN_KEY}
     ident["device"] = resolve_device(cfg.device)
     if cfg.model == "warm":
-        from tailtheory.engine.start.sft import config_hash
-        from tailtheory.engine.start.load import warm_config
-
-        ident["warm_start"] = config_hash(warm_config(cfg))
+        ident["warm_start"] = start_key(cfg)
     elif cfg.model != "tiny":  # a folder: what it holds, not only its name
-        from tailtheory.core.models import checkpoint_fingerprint
-
         ident["checkpoint"] = checkpoint_fingerprint(cfg.model)
-    return {"version": RUNS_CACHE_VERSION, **ident}
+    ident = {"version": RUNS_CACHE_VERSION, **ident}
+    if view == "store":
+        machine = identity_fields("machine")
+        ident = {**{k: v for k, v in ident.items() if k not in machine}, "steps": cfg.steps}
+    return ident
 
 
 def run_key(cfg: TrainConfig) -> str:

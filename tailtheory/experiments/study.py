@@ -124,15 +124,7 @@ class Study:
         directory, thread count and device (the same runs elsewhere are the same experiment)."""
         from tailtheory.experiments.runs import run_identity
 
-        from tailtheory.engine.config import identity_fields
-
-        machine = identity_fields("machine")        # the resolved device, named by the run key
-
-        def ident(c):
-            d = {k: v for k, v in run_identity(c).items() if k not in machine}
-            return {**d, "steps": c.steps}
-
-        return {a.label: [ident(c) for c in a.configs] for a in self.plan(preset)}
+        return {a.label: [run_identity(c, "store") for c in a.configs] for a in self.plan(preset)}
 
     def run(self, preset: str, workers: int = 1, progress: bool = True,
             labels=None) -> dict[str, list]:

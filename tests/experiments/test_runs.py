@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -155,3 +156,69 @@ def test_a_failing_worker_is_reported_and_the_others_finish(tmp_path):
     with pytest.raises(RuntimeError, match=r"1 of 2 runs failed"):
         runs.run_many([bad, good], workers=2, progress=False)
     assert len(read_metrics(runs.runs_root() / runs.run_key(good))) == 1
+
+
+# ---- every stored study's run identities, pinned -----------------------------------------------
+
+PINNED = Path(__file__).parent / "data" / "run_identities.json"
+"""Per stored study and its preset: each arm's run keys, start keys, warm-start hashes and store
+identities, and the study's fingerprint, as the code computed them before the run identity became
+one function (``run_identity`` and its views). Machine-free: the stored presets start from warm
+starts named by their config hash, not from a folder of trained weights."""
+
+
+def _identities_now(study, preset: str) -> dict:
+    from tailtheory.core.measurements import fingerprint
+    from tailtheory.engine.start.load import start_key, warm_config
+    from tailtheory.engine.start.sft import config_hash
+
+    ident = study.identity(preset)
+    return {"fingerprint": fingerprint(ident), "arms": {
+        a.label: [{"seed": c.seed, "run_key": runs.run_key(c), "start_key": start_key(c),
+                   "warm_start": config_hash(warm_config(c)) if c.model == "warm" else None,
+                   "store_identity": fingerprint(i)}
+                  for c, i in zip(a.configs, ident[a.label])]
+        for a in study.plan(preset)}}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a run key names the device: pinned on a CPU")
+def test_every_stored_studys_run_identities_are_pinned():
+    """Run keys, warm-start hashes and fingerprints of every stored study's arms are what they
+    were: no stored row or cached run is orphaned by a change to how identities are computed."""
+    from tailtheory.experiments.study import studies
+
+    pinned = json.loads(PINNED.read_text())
+    found = studies()
+    assert {k.split("/")[0] for k in pinned} == set(found)
+    for key, want in sorted(pinned.items()):
+        name, preset = key.split("/")
+        assert found[name].measure_preset == preset, key
+        assert _identities_now(found[name], preset) == want, key
+
+
+def test_stored_measurements_carry_the_pinned_fingerprints():
+    """Each study's ``results/<name>.json`` is keyed by the pinned identities (a stored row of
+    another config would be refused at read time)."""
+    from tailtheory.core.measurements import fingerprint, measurement_path
+
+    for key, want in json.loads(PINNED.read_text()).items():
+        path = measurement_path(key.split("/")[0])
+        if path.exists():
+            record = json.loads(path.read_text())
+            assert record["fingerprint"] == fingerprint(record["config"]), key
+            for label, rows in record["config"].items():
+                pinned = {r["seed"]: r["store_identity"] for r in want["arms"][label]}
+                for row in rows:
+                    assert fingerprint(row) == pinned[row["seed"]], (key, label, row["seed"])
+
+
+def test_run_identity_views():
+    """The store view is the cache view less the device, plus the run's length; an unknown view
+    is one clear error."""
+    cfg = replace(TrainConfig(task="kk", method="grpo", model="tiny", steps=3), seed=0)
+    cache, store = runs.run_identity(cfg), runs.run_identity(cfg, "store")
+    assert "device" in cache and "device" not in store and store["steps"] == 3
+    assert {k: v for k, v in cache.items() if k != "device"} == {
+        k: v for k, v in store.items() if k != "steps"}
+    with pytest.raises(ValueError, match="unknown identity view 'disk'; views: cache, store"):
+        runs.run_identity(cfg, "disk")
