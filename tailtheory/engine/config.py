@@ -17,8 +17,12 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.devices import DEVICES
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
 from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, HF, PATHS, SAMPLERS
+from tailtheory.engine.rollout.noise import check_noise
+from tailtheory.engine.tasks.task import TASKS
+from tailtheory.engine.threads import check_threads
 from tailtheory.engine.types import MethodParams
 
 PI_OLD = ("recompute", "bypass")
@@ -190,8 +194,6 @@ def _positive(c: TrainConfig, *names: str) -> None:
 
 def _validate(c: TrainConfig) -> MethodSpec:
     """Every check of ``c``, run once when it is built; returns the parsed method spec."""
-    from tailtheory.engine.tasks.task import TASKS
-
     if c.task not in TASKS:
         raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
     spec = parse_methods(c.method)
@@ -200,7 +202,6 @@ def _validate(c: TrainConfig) -> MethodSpec:
     if c.rollout_backend not in BACKENDS:
         raise ValueError(f"unknown rollout_backend {c.rollout_backend!r}; valid: "
                          f"{', '.join(BACKENDS)}")
-    from tailtheory.engine.rollout.noise import check_noise
     check_noise(c.rollout, c.rollout_noise, "rollout_noise", allow_zero=False)
     if c.pi_old not in PI_OLD:
         raise ValueError(f"pi_old must be one of {PI_OLD}, got {c.pi_old!r}")
@@ -218,9 +219,7 @@ def _validate(c: TrainConfig) -> MethodSpec:
     if c.update_memory == "micro-batch" and not c.micro_batch:
         raise ValueError("update_memory 'micro-batch' needs micro_batch > 0 (rows a micro-batch); "
                          "micro_batch 0 runs the whole batch at once")
-    from tailtheory.engine.threads import check_threads
     check_threads(c.threads)  # resolved once the model's size is known (trainer.train)
-    from tailtheory.engine.devices import DEVICES
     if c.device not in DEVICES:
         raise ValueError(f"unknown device {c.device!r}; valid devices: {', '.join(DEVICES)}")
     if c.group_size < 2 and spec.advantage is None:

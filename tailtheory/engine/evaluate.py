@@ -9,6 +9,7 @@ its own generator, so evaluating never moves the training's random stream.
 from __future__ import annotations
 
 from functools import lru_cache
+from tailtheory.engine.start.sft import sampled_accuracy
 
 EVAL_SEED = 101
 """Generator seed of the held-out problems (``SFTConfig.eval_seed``)."""
@@ -22,8 +23,6 @@ def _held_out(task, n: int) -> tuple:
 def held_out_accuracy(model, task, n: int, temperature: float, seed: int, backend: str) -> float:
     """Fraction of ``n`` held-out problems the sampled response (at ``temperature``) gets right,
     sampled on the float32 path of rollout ``backend`` (the run's)."""
-    from tailtheory.engine.start.sft import sampled_accuracy
-
     was_training = model.training
     try:
         return sampled_accuracy(model.eval(), task, list(_held_out(task, n)), temperature,

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from tailtheory.core.forward import full_forward
+from tailtheory.core.forward import hidden_forward, lm_head, logit_transforms
+from tailtheory.core.fused import fused_token_stats
 from tailtheory.core.stats import token_stats
 
 
@@ -57,16 +59,12 @@ full-logits path keeps its bitwise regression records."""
 def use_fused_head(model) -> bool:
     """Whether the trainer's forward (and the ``exact`` path's, V1) uses the fused LM head: a
     vocabulary of at least :data:`FUSED_MIN_VOCAB` and logits that are ``h W^T + b``."""
-    from tailtheory.core.forward import logit_transforms
-
     V = model.get_output_embeddings().weight.shape[0]
     return V >= FUSED_MIN_VOCAB and not logit_transforms(model)
 
 
 def response_hidden(model, rb) -> torch.Tensor:
     """The trainer's last hidden states at every response position. (B, P+T) -> (B, T, H)."""
-    from tailtheory.core.forward import hidden_forward
-
     P, T = rb.prompt_len, rb.response.shape[1]
     return hidden_forward(model, rb.input_ids, rb.attention_mask)[:, P - 1:P + T - 1]
 
@@ -75,8 +73,6 @@ def fused_response_stats(model, rb, temperature: float = 1.0,
                          keep: Any = None) -> dict:
     """:func:`tailtheory.core.fused.fused_token_stats` of the response: the statistics of
     ``token_stats(response_logits(...))`` without the logits (no ``kl``: it needs them)."""
-    from tailtheory.core.forward import lm_head
-    from tailtheory.core.fused import fused_token_stats
 
     W, bias = lm_head(model)
     return fused_token_stats(response_hidden(model, rb), W, rb.response, bias, mask=rb.mask,

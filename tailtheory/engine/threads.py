@@ -15,6 +15,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from tailtheory.core.models import num_params
 
 SMALL_MODEL_PARAMS = 10_000_000
 """Models up to this many parameters run on one CPU thread by default (measured at 0.72M)."""
@@ -63,8 +64,6 @@ def model_threads(model, threads: int = 0):
     What the measurements that run a small model outside a command use (LOPTI's probes in a
     notebook, for one): measured on this 2-core CPU beside two busy processes, the quick probe
     took 198 s on torch's two threads and 16 s on one (7.7 s on an idle machine)."""
-    from tailtheory.core.models import num_params
-
     device = next(model.parameters()).device
     with torch_threads(resolve_threads(threads, num_params(model), device)) as n:
         yield n

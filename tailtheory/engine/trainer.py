@@ -30,17 +30,22 @@ from pathlib import Path
 import torch
 
 from tailtheory.core.io import atomic_write_bytes, atomic_write_json
+from tailtheory.core.models import num_params
 from tailtheory.engine import checkpoint as ckpt_io
 from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.devices import resolve_device
+from tailtheory.engine.evaluate import held_out_accuracy
 from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro_batch,
                                              check_finite, forward_stats, wants_exact_kl)
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.registry import advantages, correction_weight, passes
 from tailtheory.engine.rollout.engine import RolloutBatch, RolloutConfig, RolloutEngine
+from tailtheory.engine.rundir import open_run
 from tailtheory.engine.start.load import (check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
 from tailtheory.engine.step_metrics import (monitor_metrics, pass_mean, rel_change,
                                             zero_variance_groups)
+from tailtheory.engine.threads import resolve_threads, torch_threads
 from tailtheory.engine.types import PolicyBatch
 
 PROBLEM_SEED = 1000
@@ -251,10 +256,6 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     (tests pass one with a denser reward). ``share_forward`` and ``exact_from_trainer`` choose
     how a step computes, never what (:func:`train_step`); they are not config fields.
     """
-    from tailtheory.core.models import num_params
-    from tailtheory.engine.devices import resolve_device
-    from tailtheory.engine.rundir import open_run
-    from tailtheory.engine.threads import resolve_threads, torch_threads
 
     device = resolve_device(cfg.device)  # cuda without a GPU fails before any work
     if resume and from_folder(cfg):
@@ -307,8 +308,6 @@ def _train(cfg: TrainConfig, resume: bool, progress: bool, task, model, device: 
 def _evaluate(step: int, cfg: TrainConfig, task, model) -> float | None:
     """Held-out accuracy before step ``step``, every ``eval_every`` steps (from step 0). Never
     depends on ``cfg.steps``, so a run's lines are a prefix of a longer run's."""
-    from tailtheory.engine.evaluate import held_out_accuracy
-
     if not cfg.eval_every or step % cfg.eval_every:
         return None
     return held_out_accuracy(model, task, cfg.eval_n, cfg.temperature,

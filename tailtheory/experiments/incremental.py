@@ -21,6 +21,8 @@ import json
 from tailtheory.core.measurements import (StaleMeasurement, check_rows, fingerprint,
                                           measurement_path, record_use, save_measurement)
 from tailtheory.experiments.comparison import Measurement
+from tailtheory.experiments.presets import check_preset
+from tailtheory.experiments.runs import finished_steps, run_key, runs_root
 
 
 def study_identities(study, preset: str) -> dict[str, dict[int, dict]]:
@@ -48,8 +50,6 @@ def stored_record(name: str) -> dict:
 def regime(preset: str) -> dict:
     """What a stored measurement of ``preset`` records about where its runs ran: the preset, and
     for ``learn`` the recipe it runs (the learning testbed)."""
-    from tailtheory.experiments.presets import check_preset
-
     return {"preset": check_preset(preset), **({"recipe": "learn"} if preset == "learn" else {})}
 
 
@@ -57,8 +57,6 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
     """Measure every run of ``study`` that the run cache holds at full length (nothing is
     trained) and store them with the rows already stored for runs this cache lacks. Returns
     label -> the number of runs stored."""
-    from tailtheory.experiments.runs import finished_steps, run_key, runs_root
-
     preset = preset or study.measure_preset
     want = study_identities(study, preset)
     old = stored_record(study.name)

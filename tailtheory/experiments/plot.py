@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tailtheory.core.io import check_out_file, png_software, save_figure
 from tailtheory.engine.config import identity_fields
+from tailtheory.experiments.comparison import Measurement
+from tailtheory.experiments.runs import load_runs
 
 CORE_PANELS = ("reward/mean", "reward/accuracy", "eval/accuracy", "policy/entropy",
                "mismatch/abs_mean", "mismatch/k3", "rollout/len_mean", "grad/norm")
@@ -101,8 +104,6 @@ def plot_curves(data, labels=None, smooth: int = 5):
     ``labels`` (default: all) of a study's measurement (label -> rows with ``reward``,
     ``eval_steps``, ``eval``): mean over seeds, band from the lowest to the highest seed.
     Returns ``(figure, long table)``."""
-    from tailtheory.experiments.comparison import Measurement
-
     df = Measurement(data).curves(labels=labels)
     fig = curve_panels(df, ("reward", "held-out accuracy"), smooth=smooth, lw=1.3,
                        titles={"reward": f"reward (running mean of {smooth})"})
@@ -139,7 +140,6 @@ def plot_runs(runs, steps: int | None = None):
 
     import matplotlib.pyplot as plt
 
-    from tailtheory.experiments.runs import load_runs
 
     runs = [Path(r) for r in runs]
     if not runs:
@@ -179,8 +179,6 @@ CSV_HEADER = "label,metric,step,mean,lo,hi,seeds"
 
 def is_plot_png(path: Path) -> bool:
     """Whether ``path`` is a PNG ``tailtheory plot`` wrote (its ``Software`` text chunk)."""
-    from tailtheory.core.io import png_software
-
     return png_software(path) == SOFTWARE
 
 
@@ -203,8 +201,6 @@ def add_plot_arguments(p) -> None:
 def plot_main(args) -> int:
     """``tailtheory plot``: write the PNG and CSV and say where. Either file existing and not
     written by ``tailtheory plot`` is refused before anything is read or drawn."""
-    from tailtheory.core.io import check_out_file, save_figure
-
     if not str(args.out).endswith(".png"):
         raise ValueError(f"--out must name a .png file, got {args.out!r}")
     if args.steps is not None and args.steps < 1:

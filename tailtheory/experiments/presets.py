@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.start.sft import SFTConfig
 from tailtheory.engine.start.warm_cache import warm_start
-from tailtheory.engine.rollout.engine import HF
 
 PRESETS = ("quick", "full", "learn", "matched")
 """The notebooks' presets."""
@@ -89,8 +90,6 @@ def train_config(preset: str, **overrides):
     """The :class:`~tailtheory.engine.config.TrainConfig` of a training notebook's runs on
     :data:`TRACE_TASK` from the preset's warm start (``overrides``: method, rollout, ...);
     ``learn`` and ``matched``: the recipe's config (its task and people fixed)."""
-    from tailtheory.engine.config import TrainConfig
-
     if check_preset(preset) in RECIPE_PRESETS:
         from tailtheory.experiments.recipes import recipe_config
 

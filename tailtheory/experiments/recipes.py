@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
 
 RECIPES: dict[str, dict] = {
@@ -66,8 +67,6 @@ def recipe_config(name: str, **overrides):
     An override of a :data:`FIXED` field to another value is a ``ValueError``; an unknown field
     is one too (``TrainConfig`` names its fields).
     """
-    from tailtheory.engine.config import TrainConfig
-
     base = check_recipe(name)
     known = {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(overrides) - known)

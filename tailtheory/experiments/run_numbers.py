@@ -6,6 +6,7 @@ last :data:`FINAL_EVALS` evaluations.
 """
 
 from __future__ import annotations
+from tailtheory.engine.checkpoint import read_metrics
 
 FINAL_WINDOW = 10
 """Steps averaged into a run's first and final reward (and any first / final window)."""
@@ -18,8 +19,6 @@ FINAL_EVALS = 2
 
 def read_lines(run, steps: int) -> list[dict]:
     """The first ``steps`` metric lines of a run; fewer is a ``ValueError``."""
-    from tailtheory.engine.checkpoint import read_metrics
-
     lines = read_metrics(run)[:steps]
     if len(lines) < steps:
         raise ValueError(f"{run} has {len(lines)} of {steps} steps")

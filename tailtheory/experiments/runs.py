@@ -26,10 +26,16 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from tailtheory.core.io import atomic_write_json
 from tailtheory.core.models import checkpoint_fingerprint
+from tailtheory.engine.checkpoint import read_metrics
 from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
 from tailtheory.engine.devices import resolve_device
+from tailtheory.engine.rundir import clear_run, wait_for_writer
 from tailtheory.engine.start.load import start_key
+from tailtheory.engine.start.load import read_provenance, warm_config
+from tailtheory.engine.start.warm_cache import cache_root, warm_weights
+from tailtheory.engine.trainer import train
 
 RUNS_CACHE_VERSION = 1
 """Part of every key: bump it when a change to the engine changes what a run computes."""
@@ -40,8 +46,6 @@ NOT_IN_KEY = identity_fields("length", "place", "speed")
 
 def runs_root() -> Path:
     """``cache/runs`` beside the warm starts' ``cache/sft`` (``$TAILTHEORY_CACHE`` moves both)."""
-    from tailtheory.engine.start.warm_cache import cache_root
-
     return cache_root().parent / "runs"
 
 
@@ -83,8 +87,6 @@ def run_key(cfg: TrainConfig) -> str:
 
 def finished_steps(run: Path) -> int:
     """How many steps the run in folder ``run`` has finished (its metric lines; 0 for none)."""
-    from tailtheory.engine.checkpoint import read_metrics
-
     return len(read_metrics(run)) if (run / "metrics.jsonl").exists() else 0
 
 
@@ -101,8 +103,6 @@ def _same_config(run: Path, cfg: TrainConfig) -> bool:
 def _same_start(run: Path, cfg: TrainConfig) -> bool:
     """Whether a cached run started from the warm start cached here today (a cache shared between
     machines can hold runs from another CPU's warm start under the same key)."""
-    from tailtheory.engine.start.load import read_provenance, warm_config
-    from tailtheory.engine.start.warm_cache import warm_weights
 
     prov = read_provenance(run)
     if prov is None or cfg.model != "warm":
@@ -116,8 +116,6 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
 
     ``cfg.out`` is ignored: the run lives in ``runs_root() / run_key(cfg)``.
     """
-    from tailtheory.engine.rundir import clear_run, wait_for_writer
-    from tailtheory.engine.trainer import train
 
     out = runs_root() / run_key(cfg)
     cfg = replace(cfg, out=str(out))
@@ -144,8 +142,6 @@ CPU_FILE = "cpu_seconds.json"
 
 def _add_cpu_seconds(run: Path, seconds: float) -> None:
     """Add ``seconds`` (this process's CPU time, every thread) to the run's record."""
-    from tailtheory.core.io import atomic_write_json
-
     path = run / CPU_FILE
     before = json.loads(path.read_text())["cpu_seconds"] if path.exists() else 0.0
     atomic_write_json(path, {"cpu_seconds": before + seconds})
@@ -233,7 +229,6 @@ def load_runs(paths, labels=None, steps: int | None = None):
     first that many steps of each run (a cached run may be longer than asked for)."""
     import pandas as pd
 
-    from tailtheory.engine.checkpoint import read_metrics
 
     paths = [Path(p) for p in paths]
     if labels is not None and len(labels) != len(paths):

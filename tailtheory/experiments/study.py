@@ -44,9 +44,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from tailtheory.core.measurements import PROFILES, StaleMeasurement, measurement_path
 from tailtheory.core.registry import load_catalog
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.start.load import read_provenance
 from tailtheory.experiments.comparison import Measurement
+from tailtheory.experiments.incremental import (load_done, store_done, stored_record,
+                                                study_identities)
 from tailtheory.experiments.run_numbers import read_lines, read_tokens, run_curves, run_summary
+from tailtheory.experiments.runs import (cpu_seconds, finished_steps, run_identity, run_key,
+                                         run_many, runs_root)
 
 # ---- arms and studies -------------------------------------------------------------------------
 
@@ -98,8 +105,6 @@ class Study:
 
     def plan(self, preset: str) -> list[Arm]:
         """The arms of ``preset``, checked (unique labels, every config a ``TrainConfig``)."""
-        from tailtheory.engine.config import TrainConfig
-
         arms = list(self.arms(preset))
         labels = [a.label for a in arms]
         if len(set(labels)) != len(labels):
@@ -122,16 +127,12 @@ class Study:
     def identity(self, preset: str) -> dict:
         """What the stored measurement is keyed by: every run's config and warm start, less its
         directory, thread count and device (the same runs elsewhere are the same experiment)."""
-        from tailtheory.experiments.runs import run_identity
-
         return {a.label: [run_identity(c, "store") for c in a.configs] for a in self.plan(preset)}
 
     def run(self, preset: str, workers: int = 1, progress: bool = True,
             labels=None) -> dict[str, list]:
         """Train (or find in the run cache) every run of the arms ``labels`` (default: all);
         label -> run directories."""
-        from tailtheory.experiments.runs import run_many
-
         plan = self.configs(preset, labels)
         paths = iter(run_many([c for cs in plan.values() for c in cs], workers=workers,
                               progress=progress))
@@ -142,8 +143,6 @@ class Study:
         ``results/<name>.json`` under today's config; only on :attr:`measure_preset`),
         ``cached`` (else: the run cache holds it at full length) or ``train`` (neither: ``tailtheory
         study`` trains it)."""
-        from tailtheory.experiments.runs import finished_steps, run_key, runs_root
-
         stored = self.stored_seeds(preset)
         out = {}
         for a in self.plan(preset):
@@ -158,8 +157,6 @@ class Study:
     def stored_seeds(self, preset: str) -> dict[str, set]:
         """Label -> the seeds whose rows ``results/<name>.json`` holds under today's configs;
         none on another preset than :attr:`measure_preset`."""
-        from tailtheory.experiments.incremental import study_identities, stored_record
-
         if preset != self.measure_preset:
             return {}
         record, want = stored_record(self.name), study_identities(self, preset)
@@ -170,8 +167,6 @@ class Study:
     def run_numbers(self, run, cfg, arm: Arm | None = None) -> dict:
         """One run's numbers: summary, curves, CPU seconds (when the runner recorded them), the
         study's series and (if it dumped its tokens and the arm takes them) its token numbers."""
-        from tailtheory.experiments.runs import cpu_seconds
-        from tailtheory.engine.start.load import read_provenance
 
         lines = read_lines(run, cfg.steps)
         out = {**run_summary(run, cfg.steps), **run_curves(run, cfg.steps)}
@@ -214,8 +209,6 @@ class Study:
         row checked against today's config); ``thorough``: first trains what the run cache lacks,
         arm by arm (``workers`` runs at a time), storing after each arm. A seed not stored is an
         error naming it and :attr:`command` (a verdict never rests on part of its seeds)."""
-        from tailtheory.core.measurements import PROFILES, StaleMeasurement, measurement_path
-        from tailtheory.experiments.incremental import load_done, store_done
 
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")

@@ -64,7 +64,7 @@ def test_study_measures_runs_into_numbers(monkeypatch, tmp_path):
             out.append(p)
         return out
 
-    monkeypatch.setattr(runs, "run_many", fake_run_many)
+    monkeypatch.setattr(st, "run_many", fake_run_many)
     study = st.Study("demo", arms, series={"k3": "mismatch/k3",
                                            "double": lambda m: 2 * m["reward/mean"]},
                      tokens={"n_tokens": lambda df: len(df)})

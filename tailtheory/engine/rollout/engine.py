@@ -49,13 +49,15 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.forward import left_pad
+from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.core.stats import token_stats
+from tailtheory.engine.policy_forward import response_logits, response_logprobs
 from tailtheory.engine.rollout.copies import (COPY_DTYPES, FP8_SCALING, FP8_SCALINGS, check_trainer,
                                         fp8_dtype, inference_copy, sync_copy)
+from tailtheory.engine.rollout.fast import unsupported
 from tailtheory.engine.rollout.hf import HFDecode
 from tailtheory.engine.rollout.noise import (NOISE_PATHS, RolloutNoise, check_noise, load_noisy,
                                      noisy_copy, noisy_weights_of, stack_noise)
-from tailtheory.engine.policy_forward import response_logits, response_logprobs
 
 PATHS = ("exact", "bf16", "fp16", "kv", "fp8", *NOISE_PATHS)
 """Rollout paths :class:`RolloutEngine` knows."""
@@ -196,7 +198,6 @@ def check_backend(model, backend: str, what: str = "this model") -> None:
     fallback. ``what`` names the model in the message."""
     if backend != FAST:
         return
-    from tailtheory.engine.rollout.fast import unsupported
 
     if reason := unsupported(model):
         kind = getattr(getattr(model, "config", None), "model_type", None)
@@ -252,7 +253,6 @@ class RolloutEngine:
     def _keep(self, zt: torch.Tensor) -> torch.Tensor | None:
         if self.config.prune_rule is None:
             return None
-        from tailtheory.core.safeset import safe_vocab_mask
         return safe_vocab_mask(zt, rule=self.config.prune_rule, threshold=self.config.rho)
 
     def _step(self, z: torch.Tensor, generator) -> tuple[torch.Tensor, ...]:

@@ -22,17 +22,22 @@ import json
 from pathlib import Path
 
 from tailtheory.core.io import atomic_write_json
+from tailtheory.core.models import (checkpoint_fingerprint, lm_config, load_lm, load_tokenizer,
+                                    skeleton_lm, tiny_lm)
+from tailtheory.core.provenance import cpu_model, provenance, weights_fingerprint
 from tailtheory.engine.checkpoint import CHECKPOINT
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
+from tailtheory.engine.start.sft import SFTConfig
+from tailtheory.engine.start.warm_cache import warm_start
+from tailtheory.engine.tasks.task import get_task
+from tailtheory.engine.tasks.tokenizer import check_tokenizer
 
 
 def load_task(cfg: TrainConfig, tokenizer=None, vocab_size: int | None = None):
     """The task named by ``cfg``, speaking ``tokenizer`` to a model of ``vocab_size`` rows
     (``None``: the toolkit's word-level tokenizer, the one a warm start saves beside its
     weights)."""
-    from tailtheory.engine.tasks.task import get_task
-
     return get_task(cfg.task, seed=cfg.seed, tokenizer=tokenizer, vocab_size=vocab_size,
                     **_task_kwargs(cfg))
 
@@ -44,8 +49,6 @@ def _task_kwargs(cfg: TrainConfig) -> dict:
 
 def warm_config(cfg: TrainConfig):
     """The :class:`~tailtheory.engine.start.sft.SFTConfig` of the warm start ``model="warm"`` uses."""
-    from tailtheory.engine.start.sft import SFTConfig
-
     return SFTConfig.for_task(cfg.task, task_kwargs=_task_kwargs(cfg))
 
 
@@ -65,8 +68,6 @@ def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> t
     model has rows (:func:`~tailtheory.engine.tasks.tokenizer.check_tokenizer`), and, with the ``fast``
     rollout backend, an architecture the inference engine runs (no silent fallback to ``hf``).
     Each failure is one ``ValueError`` line naming the fix."""
-    from tailtheory.core.models import lm_config, load_lm, load_tokenizer, skeleton_lm
-    from tailtheory.engine.tasks.tokenizer import check_tokenizer
 
     if cfg.model == "tiny":
         task = task or load_task(cfg)
@@ -84,8 +85,6 @@ def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> t
 
 
 def _warm_folder(cfg: TrainConfig) -> Path:
-    from tailtheory.engine.start.warm_cache import warm_start
-
     return warm_start(warm_config(cfg))
 
 
@@ -93,8 +92,6 @@ def load_model(cfg: TrainConfig, task, warm: str | Path | None = None):
     """The float32 trainer model named by ``cfg.model`` (see :class:`TrainConfig`); ``warm``: the
     warm start's directory when the caller found it already (:func:`train`), else it is found (or
     trained) here."""
-    from tailtheory.core.models import load_lm, tiny_lm
-
     if cfg.model == "tiny":
         model = tiny_lm(vocab_size=task.vocab_size, hidden=32, layers=1, heads=2, kv_heads=1,
                         seed=cfg.seed)
@@ -128,8 +125,6 @@ def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
     is another one (:func:`check_same_folder` refused it first if its folder now holds another
     model). A run resumed before its first checkpoint starts again from step 0, so its record is
     written anew."""
-    from tailtheory.core.models import checkpoint_fingerprint
-    from tailtheory.core.provenance import cpu_model, provenance, weights_fingerprint
 
     path = run / PROVENANCE
     if resume and path.exists() and (run / CHECKPOINT).exists():
@@ -150,8 +145,6 @@ def check_same_folder(run: Path, cfg: TrainConfig) -> None:
     whose model folder now holds another model than the one it started from: other weights or
     another tokenizer (:func:`~tailtheory.core.models.checkpoint_fingerprint`, recorded in its
     :data:`PROVENANCE`). A run without a checkpoint starts again from step 0: nothing to refuse."""
-    from tailtheory.core.models import checkpoint_fingerprint
-
     prov = read_provenance(run) if (run / CHECKPOINT).exists() else None
     if not prov or prov.get("checkpoint") is None:
         return

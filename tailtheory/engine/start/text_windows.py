@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_files
 
 STREAM_WINDOWS = 4
 """The stream is read until it holds this many times ``B`` windows (or the files run out), so
@@ -25,8 +26,6 @@ the ``B`` windows chosen by ``seed`` come from a choice of at least ``4 B``."""
 
 def _stream(tokenizer, n_tokens: int) -> torch.Tensor:
     """The held-out corpus files encoded by ``tokenizer`` until ``n_tokens``. -> (N,) long."""
-    from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_files
-
     _, files = corpus_files(CorpusLMConfig())
     eos = getattr(tokenizer, "eos_token_id", None)
     ids: list[int] = []

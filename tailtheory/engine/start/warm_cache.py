@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
 from tailtheory.core.models import load_lm
+from tailtheory.core.models import load_tokenizer
+from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.start.sft import TASK_DEFAULTS, SFTConfig, config_hash, train_sft
 from tailtheory.engine.tasks.task import TASKS, Task, get_task
 from tailtheory.engine.threads import resolve_threads
@@ -61,8 +63,6 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
 
 def _save(final: Path, model, task: Task, record: dict) -> None:
     """Write the checkpoint to a temporary folder and rename it onto ``final``."""
-    from tailtheory.core.provenance import cpu_model, weights_fingerprint
-
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     record = {**record, "weights": weights_fingerprint(model.float()), "cpu": cpu_model()}
@@ -145,8 +145,6 @@ def read_record(path: str | Path) -> dict:
 def load_warm_start(path: str | Path, device=None):
     """``(model, task)`` of a warm-start folder: the model via ``load_lm``, the task rebuilt,
     speaking the tokenizer saved beside the weights (``load_tokenizer``)."""
-    from tailtheory.core.models import load_tokenizer
-
     rec = read_record(path)
     model = load_lm(path, device=device)
     task = get_task(rec["config"]["task"], vocab_size=model.config.vocab_size,
