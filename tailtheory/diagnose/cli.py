@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tailtheory.diagnose.read import BATCH_ROWS, FORMATS
+from tailtheory.diagnose.read import BATCH_ROWS, format_names
 
 DEFAULT_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """DVP's min-p ratios swept: DVP's 1e-8 .. 1e-4 range (arXiv 2512.23087) and P4's 1e-2."""
@@ -55,12 +55,12 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None):
-    """Every section of the report from ``dumps`` (in format ``fmt``, detected per file when
-    ``auto``: :data:`tailtheory.diagnose.read.FORMATS`), read ``batch_rows`` rows at a time; writes
-    nothing. ``delta_max`` / ``delta_avg`` default to the engine's TRM thresholds
-    (``MethodParams``); ``register`` (rows of ``tailtheory.tim.dose.register_table``) defaults
-    to the stored dose-response register (V6). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM
-    (k1/k3).
+    """Every section of the report from ``dumps`` (in format ``fmt``, one of
+    :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
+    ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
+    engine's TRM thresholds (``MethodParams``); ``register`` (rows of
+    ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6).
+    Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
 
@@ -117,7 +117,7 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dumps", nargs="+", metavar="DUMP",
                    help="dump files (.parquet / .jsonl / slime's .pt), a run directory or a "
                         "folder of dumps")
-    p.add_argument("--format", default="auto", choices=FORMATS, dest="fmt",
+    p.add_argument("--format", default="auto", choices=format_names(), dest="fmt",
                    help="the dumps' format (default: detected per file from its name and keys)")
     p.add_argument("--out", required=True,
                    help="output folder: new, empty, or an earlier diagnose output (replaced)")
