@@ -67,6 +67,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     from tailtheory.diagnose.aggregate import Accumulator
     from tailtheory.diagnose.build import diagnosis
     from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
+    from tailtheory.diagnose.sections import SECTIONS
 
     dm, da = _trm_defaults()
     delta_max, delta_avg = (dm if delta_max is None else delta_max,
@@ -75,7 +76,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
-                      kinds=[d.kind for d in opened])
+                      kinds=[d.kind for d in opened], sections=SECTIONS)
     rows = [d.rows for d in opened]
     bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
                disable=not progress, file=sys.stderr)
