@@ -141,3 +141,12 @@ def test_unknown_format_named(capsys, tmp_path):
     f.write_text(json.dumps({"a": 1, "b": [1, 2]}) + "\n")
     err = _fails(capsys, tmp_path, f, match="missing column(s)")
     assert "generic, engine, nemo-rl, prime-rl, slime" in err
+
+
+def test_docs_list_the_table():
+    """docs/diagnose.md shows the table as :func:`format_lines` gives it, and the choices."""
+    from tailtheory.core.io import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "diagnose.md").read_text()
+    assert "\n".join(format_lines()) in doc
+    assert "{" + ",".join(format_names()) + "}" in doc
