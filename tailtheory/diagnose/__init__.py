@@ -20,16 +20,20 @@ Sections of the report and the claims they rest on (``docs/claims.md``):
 | section | claims | quantity (toolkit function) | module |
 |---|---|---|---|
 | ``|Delta|`` against p with M3's envelope | M3, M7 | ``k1`` (Delta), ``mismatch_bound``, ``implied_eps`` | ``sections.envelope`` |
-| mean signed Delta by p: the tail bias | M4, M5 | ``k1`` | ``sections.bias`` |
+| mean signed Delta by p: the tail bias | M4, M5 | ``k1`` | ``sections.tail_bias`` |
 | sequence log-ratio against tail tokens | M6 | ``sequence_log_ratio``, ``accumulation_regression`` | ``sections.accumulation`` |
-| TRM acceptance against threshold, length | T12 | ``k2``, ``k3``, ``trm_mask``, ``acceptance_prob`` | ``build.trm`` |
-| what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``build.dvp`` |
-| k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``build.steps`` |
+| TRM acceptance against threshold, length | T12 | ``k2``, ``k3``, ``trm_mask``, ``acceptance_prob`` | ``sections.trm`` |
+| what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``sections.dvp`` |
+| k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``sections.steps`` |
 | the run's mean k3 on the dose-response register | V6 | ``tailtheory.tim.dose.register_table`` | ``register.place_on_register`` |
 
-Modules: ``read`` (formats, checks, batches), ``aggregate`` (streaming sums), ``sections`` and
-``build`` (tables, ``summary.json`` keys in ``sections.SUMMARY_KEYS``, verdict lines with named
-thresholds), ``register`` (the run's mean k3 placed on V6's measured thresholds, with their
-toy-scale caveat), ``report`` (figures, HTML, the all-or-nothing output folder), ``cli`` (the
-command and ``run_diagnose``). Tests: ``tests/diagnose/``.
+Modules: ``formats`` (one reader per input format, one file each, listed once in its table:
+``formats/__init__.py``), ``read`` (format detection, folders, checks, batches: it iterates that
+table), ``aggregate`` (the streaming sums every section shares), ``sections`` (one record per
+report section, one file each, listed once in ``sections.SECTIONS``: its fold, table, verdict
+lines with named thresholds and figure; ``summary.json``'s keys in
+``sections.base.SUMMARY_KEYS``), ``build`` (the diagnosis, section by section), ``register``
+(the run's mean k3 placed on V6's measured thresholds, with their toy-scale caveat), ``report``
+(figures, HTML, the all-or-nothing output folder), ``cli`` (the command and ``run_diagnose``).
+Tests: ``tests/diagnose/``.
 """

@@ -18,17 +18,16 @@ Shapes: a batch of ``n`` token rows, ``(n,)``; per-response arrays ``(S,)``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from tailtheory.core.estimators import k1, k2, k3
-from tailtheory.diagnose.columns import TOPK_MASS_TOL
-from tailtheory.diagnose.faults import FaultScan
-from tailtheory.diagnose.read import Batch
-from tailtheory.mismatch.accumulation import sequence_log_ratio
-from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
+from tailtheory.diagnose.formats.base import Batch
+from tailtheory.engine.types import MethodParams
 
 P_EDGES = np.linspace(-8.0, 0.0, 33)
 """log10 p bin edges (4 per decade); p below 1e-8 falls in the first bin."""
@@ -75,8 +74,6 @@ def ratio_caps() -> dict[str, float]:
     """The caps of the engine's corrections (``tailtheory.engine.types.MethodParams``, TIM V4):
     TIS's ``tis_cap`` and ``seq_tis_cap``, IcePop's token band ``[icepop_low, icepop_high]``,
     MIS's sequence band ``[mis_low, mis_high]``."""
-    from tailtheory.engine.types import MethodParams
-
     hp = MethodParams()
     return dict(tis_cap=hp.tis_cap, seq_tis_cap=hp.seq_tis_cap, band_low=hp.icepop_low,
                 band_high=hp.icepop_high, mis_low=hp.mis_low, mis_high=hp.mis_high)
@@ -89,43 +86,55 @@ def clamped_k3(log_rho: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.expm1(lr) - lr
 
 
+@dataclass
+class Tokens:
+    """One batch's included rows, with the per-token quantities every fold reads: ``batch``,
+    ``rows`` (each row's response index, all rows), ``idx`` (the included rows'), and over the
+    included rows ``log_rho``, ``Delta`` (``k1``), ``a = |Delta|``, ``p``, ``eps``
+    (:func:`implied_eps`), ``kk2`` / ``kk3`` (``k2`` / ``k3``), ``bin_`` (the log10-p bin) and
+    ``tail`` (``p < tail_p``). Shapes: ``(n,)``."""
+
+    batch: Batch
+    rows: np.ndarray
+    idx: np.ndarray
+    log_rho: np.ndarray
+    Delta: np.ndarray
+    a: np.ndarray
+    p: np.ndarray
+    eps: np.ndarray
+    kk2: np.ndarray
+    kk3: np.ndarray
+    bin_: np.ndarray
+    tail: np.ndarray
+
+
 class Accumulator:
-    """Streaming sums over batches of :class:`~tailtheory.diagnose.read.Batch`.
+    """Streaming sums over batches of :class:`~tailtheory.diagnose.formats.base.Batch`.
 
     ``tail_p`` / ``head_p``: trainer-probability cut-offs of tail / head tokens; ``rhos``: DVP's
     min-p ratios; ``delta_max``: TRM's k2 threshold for the per-token violation rate ``q``;
-    ``kinds``: each file's kind (``engine`` / ``generic``), to name its columns in errors. The
-    fault checks' sums are :attr:`faults` (:class:`~tailtheory.diagnose.faults.FaultScan`).
+    ``kinds``: each file's format, to name its columns in errors. The sums every section reads
+    are kept here (per log10-p bin, per group of tokens, per response); ``sections`` (records of
+    :mod:`tailtheory.diagnose.sections`) bring their own folds, whose running sums are
+    :attr:`folds` (section name -> the object whose ``add(tokens)`` folds a batch in).
     """
 
     def __init__(self, files: list[Path], tail_p: float, head_p: float, rhos: tuple[float, ...],
-                 delta_max: float, kinds: list[str] | None = None):
-        self.files, self.tail_p, self.head_p = files, tail_p, head_p
-        self.faults = FaultScan(files, kinds)
-        self.caps = ratio_caps()
-        self.ratios = dict.fromkeys(RATIO_FIELDS, 0.0)
-        self.ratios.update(max_log_rho=-math.inf, min_log_rho=math.inf)
-        self.rho_above, self.rho_below = np.zeros(len(RHO_GRID)), np.zeros(len(RHO_GRID))
-        self.topk_len = [math.inf, 0]                    # shortest and longest top-k list
+                 delta_max: float, kinds: list[str] | None = None, sections=()):
+        self.files, self.kinds, self.tail_p, self.head_p = files, kinds, tail_p, head_p
         self.rhos, self.delta_max = tuple(rhos), delta_max
         nb = len(P_EDGES) - 1
         self.bins = {f: np.zeros(nb) for f in BIN_FIELDS}
         self.groups = {g: dict.fromkeys(BIN_FIELDS, 0.0) for g in ("head", "tail", "adv_pos",
                                                                    "adv_neg", "all")}
-        self.hist = np.zeros((nb, len(ABS_EDGES) - 1))
-        self.eps_hist, self.eps_max, self.eps_undefined = np.zeros(len(EPS_EDGES) - 1), 0.0, 0
         self.sum_k1 = self.sum_k3 = 0.0
-        self.violations, self.r_max = 0, None
+        self.r_max = None
         self.excluded_rows, self.excluded_by_column = 0, {}
-        self.steps: dict[int, np.ndarray] = {}
         self.keys: dict[tuple, int] = {}
         self.sample_ids: list = []
         self.seq = {f: np.zeros(0) for f in SEQ_FIELDS}
         self.seq_mass = np.zeros((0, len(self.rhos)))
-        self.dvp = {f: np.zeros(len(self.rhos)) for f in ("n", "pruned", "abs_pruned", "abs_all",
-                                                          "mass", "mass_max", "mass_train",
-                                                          "exact")}
-        self.dvp_side: str | None = None
+        self.folds = {s.name: s.fold(self) for s in sections if s.fold is not None}
 
     @property
     def n_seq(self) -> int:
@@ -151,22 +160,23 @@ class Accumulator:
             self.excluded_rows += int((~b.ok).sum())
             for c, k in b.bad.items():
                 self.excluded_by_column[c] = self.excluded_by_column.get(c, 0) + k
-        self.faults.add(b, idx)
         if b.ok.any():
-            self._tokens(b, idx)
+            t = self._tokens(b, idx)
+            for fold in self.folds.values():
+                fold.add(t)
 
-    def _tokens(self, b: Batch, idx: np.ndarray) -> None:
+    def _tokens(self, b: Batch, idx: np.ndarray) -> Tokens:
+        """The per-token quantities of the included rows, folded into the shared sums."""
         ok = b.ok
-        idx, log_rho = idx[ok], torch.from_numpy(b.log_rho[ok])
+        rows, idx, log_rho = idx, idx[ok], torch.from_numpy(b.log_rho[ok])
         Delta = k1(log_rho).numpy()                          # log pi_roll - log pi_train
         lp = np.minimum(b.logp_train[ok], 0.0)
-        p, q = np.exp(lp), -np.expm1(lp)                     # p and 1 - p, both accurate
+        p = np.exp(lp)
         a = np.abs(Delta)
         eps = implied_eps(p, a)
         kk2, kk3 = k2(log_rho).numpy(), k3(log_rho).numpy()
         self.sum_k1 += float(Delta.sum())
         self.sum_k3 += float(kk3.sum())
-        self.violations += int((kk2 > self.delta_max).sum())
         bin_ = np.clip(np.digitize(np.log10(np.maximum(p, 1e-300)), P_EDGES) - 1, 0,
                        len(P_EDGES) - 2)
         self._fold_bins(bin_, Delta, a, p, eps)
@@ -177,43 +187,9 @@ class Accumulator:
             groups.update(adv_pos=adv > 0, adv_neg=adv < 0)
         for g, sel in groups.items():
             self._fold_group(self.groups[g], Delta[sel], a[sel], p[sel], eps[sel])
-        la = np.clip(np.log10(np.maximum(a, 1e-300)), ABS_EDGES[0], ABS_EDGES[-1] - 1e-9)
-        self.hist += np.histogram2d(bin_, la, bins=(np.arange(len(P_EDGES)), ABS_EDGES))[0]
-        fin = np.isfinite(eps)
-        self.eps_undefined += int((~fin).sum())
-        le = np.clip(np.log10(np.maximum(eps[fin], 1e-300)), EPS_EDGES[0], EPS_EDGES[-1] - 1e-9)
-        self.eps_hist += np.histogram(le, bins=EPS_EDGES)[0]
-        if fin.any():
-            self.eps_max = max(self.eps_max, float(eps[fin].max()))
-        s, n = self.seq, self.n_seq
-        s["n_tok"][:n] += np.bincount(idx, minlength=n)
-        s["n_tail"][:n] += np.bincount(idx, weights=tail, minlength=n)
-        contrib = sequence_log_ratio(torch.from_numpy(Delta)[:, None]).numpy()  # -Delta_t
-        s["log_ratio"][:n] += np.bincount(idx, weights=contrib, minlength=n)
-        s["sum_k3"][:n] += np.bincount(idx, weights=kk3, minlength=n)
-        np.maximum.at(s["max_k2"], idx, kk2)
-        self._fold_steps(b.step[ok], Delta, a, kk3)
-        self._fold_ratios(b.log_rho[ok], kk3)
-        side = b.topk_roll if b.topk_roll is not None else b.topk_train
-        if side is not None:
-            self._fold_dvp(b, idx, Delta)
-
-    def _fold_ratios(self, log_rho: np.ndarray, kk3: np.ndarray) -> None:
-        """The importance ratios ``rho = exp(log_rho)`` against the corrections' caps."""
-        c, r = self.caps, self.ratios
-        out = (log_rho < math.log(c["band_low"])) | (log_rho > math.log(c["band_high"]))
-        r["n"] += len(log_rho)
-        r["sum_rho"] += float(np.exp(log_rho).sum())
-        r["tis_truncated"] += int((log_rho > math.log(c["tis_cap"])).sum())
-        r["band_masked"] += int(out.sum())
-        r["sum_k3_clamped"] += float(clamped_k3(log_rho, c["band_low"], c["band_high"]).sum())
-        r["sum_k3_outside"] += float(kk3[out].sum())
-        if len(log_rho):
-            r["max_log_rho"] = max(r["max_log_rho"], float(log_rho.max()))
-            r["min_log_rho"] = min(r["min_log_rho"], float(log_rho.min()))
-        lg, srt = np.log(RHO_GRID), np.sort(log_rho)
-        self.rho_above += len(srt) - np.searchsorted(srt, lg, side="right")
-        self.rho_below += np.searchsorted(srt, -lg, side="left")
+        n = self.n_seq
+        self.seq["n_tok"][:n] += np.bincount(idx, minlength=n)
+        return Tokens(b, rows, idx, b.log_rho[ok], Delta, a, p, eps, kk2, kk3, bin_, tail)
 
     def _fold_bins(self, bin_, Delta, a, p, eps) -> None:
         nb, fin = len(P_EDGES) - 1, np.isfinite(eps)
@@ -237,67 +213,10 @@ class Accumulator:
         if len(a):
             g["max_abs"] = max(g["max_abs"], float(a.max()))
 
-    def _fold_steps(self, step, Delta, a, kk3) -> None:
-        uniq, inv = np.unique(step, return_inverse=True)
-        sums = [np.bincount(inv), np.bincount(inv, weights=Delta), np.bincount(inv, weights=kk3),
-                np.bincount(inv, weights=a)]
-        mx = np.zeros(len(uniq))
-        np.maximum.at(mx, inv, a)
-        for j, st in enumerate(uniq.tolist()):
-            row = self.steps.setdefault(st, np.zeros(len(STEP_FIELDS)))
-            row[:4] += [x[j] for x in sums]
-            row[4] = max(row[4], mx[j])
-
-    def _fold_dvp(self, b: Batch, idx: np.ndarray, Delta: np.ndarray) -> None:
-        """DVP's min-p set ``S`` from the sampler's top-k list (else the trainer's), per rho:
-        whether the sampled token lies outside ``S`` and the pruned mass ``m = 1 - pi(S)``
-        (an upper bound when the list stops before the cut-off)."""
-        ok = b.ok
-        roll = b.topk_roll is not None
-        side = (b.topk_roll if roll else b.topk_train)[ok]
-        sampled = (b.logp_train - b.log_rho)[ok] if roll else b.logp_train[ok]
-        self.dvp_side = "rollout" if roll else "train"
-        a = np.abs(Delta)
-        row = torch.from_numpy(np.concatenate([side, sampled[:, None]], 1))      # (n, k+1)
-        over = sampled > side.max(1) + np.log1p(TOPK_MASS_TOL)
-        if over.any():
-            raise ValueError(f"{self.files[b.file]}: the sampled token's log-prob exceeds the "
-                             f"largest entry of the top-k list in {int(over.sum())} row(s): the "
-                             f"list must hold the k most likely tokens")
-        k, n = side.shape[1], len(side)
-        lens = (side > -np.inf).sum(1)
-        self.topk_len = [min(self.topk_len[0], int(lens.min())),
-                         max(self.topk_len[1], int(lens.max()))]
-        smallest = np.argmin(np.where(side > -np.inf, side, np.inf), 1)   # the list's last token
-        both = roll and b.topk_train is not None
-        rest, rest_train = _rest(side), (_rest(b.topk_train[ok]) if both else None)
-        for r, rho in enumerate(self.rhos):
-            keep = safe_vocab_mask(row, "min_p", rho)
-            out = ~keep[:, -1].numpy()                  # the sampled token lies outside S
-            keep_m = torch.cat([keep[:, :k], torch.zeros(n, 1, dtype=torch.bool)], 1)
-            m = pruned_mass(torch.from_numpy(np.concatenate([side, rest[:, None]], 1)),
-                            keep_m).numpy()
-            exact = ~keep[:, :k].numpy()[np.arange(n), smallest] | (rest == -np.inf)
-            d = self.dvp
-            d["n"][r] += len(side)
-            d["pruned"][r] += out.sum()
-            d["abs_pruned"][r] += a[out].sum()
-            d["abs_all"][r] += a.sum()
-            d["mass"][r] += m.sum()
-            d["mass_max"][r] = max(d["mass_max"][r], float(m.max()))
-            d["exact"][r] += exact.sum()
-            if rest_train is not None:
-                mt = pruned_mass(torch.from_numpy(np.concatenate(
-                    [b.topk_train[ok], rest_train[:, None]], 1)), keep_m).numpy()
-                d["mass_train"][r] += mt.sum()
-            self.seq_mass[:self.n_seq, r] += np.bincount(idx, weights=m, minlength=self.n_seq)
-
     # --- responses ---------------------------------------------------------------------------
 
     def _seq_index(self, b: Batch) -> np.ndarray:
         """Dense index of each row's response, keyed by (file, step, sample_id)."""
-        import pandas as pd
-
         codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([b.step, b.sample_id]))
         glob = np.empty(len(uniq), np.int64)
         for j, (st, sid) in enumerate(uniq):
@@ -348,10 +267,3 @@ class Accumulator:
             raise ValueError(f"{self._where(g)}: {int(s['n_all'][g])} rows but positions span "
                              f"only {span}: a position repeats")
 
-
-def _rest(side: np.ndarray) -> np.ndarray:
-    """``log(1 - sum of the list's probabilities)``; ``-inf`` when the list holds all but
-    :data:`REST_NEGLIGIBLE` of the mass (a full distribution, up to rounding)."""
-    rest = -np.expm1(np.logaddexp.reduce(side, axis=1))
-    with np.errstate(divide="ignore"):
-        return np.where(rest > REST_NEGLIGIBLE, np.log(np.maximum(rest, REST_NEGLIGIBLE)), -np.inf)

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tailtheory.diagnose.read import BATCH_ROWS, FORMATS
+from tailtheory.diagnose.read import BATCH_ROWS, format_names
 
 DEFAULT_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
 """DVP's min-p ratios swept: DVP's 1e-8 .. 1e-4 range (arXiv 2512.23087) and P4's 1e-2."""
@@ -55,18 +55,19 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None):
-    """Every section of the report from ``dumps`` (in format ``fmt``, detected per file when
-    ``auto``: :data:`tailtheory.diagnose.read.FORMATS`), read ``batch_rows`` rows at a time; writes
-    nothing. ``delta_max`` / ``delta_avg`` default to the engine's TRM thresholds
-    (``MethodParams``); ``register`` (rows of ``tailtheory.tim.dose.register_table``) defaults
-    to the stored dose-response register (V6). Source: DVP (M3-M6, P2/P4), TRM (T12), TIM
-    (k1/k3).
+    """Every section of the report from ``dumps`` (in format ``fmt``, one of
+    :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
+    ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
+    engine's TRM thresholds (``MethodParams``); ``register`` (rows of
+    ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6).
+    Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
 
     from tailtheory.diagnose.aggregate import Accumulator
     from tailtheory.diagnose.build import diagnosis
     from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
+    from tailtheory.diagnose.sections import SECTIONS
 
     dm, da = _trm_defaults()
     delta_max, delta_avg = (dm if delta_max is None else delta_max,
@@ -75,7 +76,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
-                      kinds=[d.kind for d in opened])
+                      kinds=[d.kind for d in opened], sections=SECTIONS)
     rows = [d.rows for d in opened]
     bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
                disable=not progress, file=sys.stderr)
@@ -117,7 +118,7 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dumps", nargs="+", metavar="DUMP",
                    help="dump files (.parquet / .jsonl / slime's .pt), a run directory or a "
                         "folder of dumps")
-    p.add_argument("--format", default="auto", choices=FORMATS, dest="fmt",
+    p.add_argument("--format", default="auto", choices=format_names(), dest="fmt",
                    help="the dumps' format (default: detected per file from its name and keys)")
     p.add_argument("--out", required=True,
                    help="output folder: new, empty, or an earlier diagnose output (replaced)")

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tailtheory.diagnose.formats import get_reader
+
 LOGP_TOL = 1e-4
 """Largest log-prob accepted above 0: float rounding of a log-prob near 0 (a bf16 / fp16
 ``log_softmax`` rounds toward 0, never this far above it)."""
@@ -65,8 +67,6 @@ of positions measures the mass outside the lists, not a bias."""
 
 COLUMNS = ("logp_train", "logp_rollout")
 """The two log-prob columns checked, in the generic names."""
-ENGINE_NAMES = {"logp_train": "logp_roll + log_rho (logp_train)", "logp_rollout": "logp_roll"}
-"""How an engine dump holds each generic column."""
 
 
 @dataclass
@@ -87,18 +87,18 @@ class Fault:
 class FaultScan:
     """Streaming sums of the fault checks over batches of one run.
 
-    ``files``: the dump paths (named in errors); ``kinds``: each file's kind (``engine`` /
-    ``generic``, to name its columns as the file does; default generic).
+    ``files``: the dump paths (named in errors); ``kinds``: each file's format, to name its
+    columns as the file does (its reader's ``shown``; default: the generic names).
     """
 
     def __init__(self, files: list[Path], kinds: list[str] | None = None):
-        self.files, self.kinds = files, kinds or ["generic"] * len(files)
+        self.files, self.kinds = files, kinds
         self.domain: dict[tuple[int, str], dict] = {}
         self.pairs = np.zeros((len(files), 5))     # n, |a_next|, |lag|, |a_prev|, |lead|
         self.reg = np.zeros(6)                      # n, sum x, y, xx, xy, yy (x train, y roll)
 
     def _col(self, file: int, c: str) -> str:
-        return ENGINE_NAMES[c] if self.kinds[file] == "engine" else c
+        return get_reader(self.kinds[file]).shown.get(c, c) if self.kinds else c
 
     def add(self, b, idx: np.ndarray) -> None:
         """Fold one :class:`~tailtheory.diagnose.read.Batch` in (``idx``: each row's response

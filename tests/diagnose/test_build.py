@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tailtheory.diagnose.build import accept
+from tailtheory.diagnose.sections.trm import accept
 from tailtheory.trm.mask import trm_mask
 
 

@@ -15,7 +15,7 @@ from tailtheory.diagnose import register as reg
 from tailtheory.diagnose.cli import run_diagnose
 from tailtheory.diagnose.register import (CAVEAT, PLACEMENTS, place_on_register,
                                           placement_lines, register_section)
-from tailtheory.diagnose.sections import Diagnosis
+from tailtheory.diagnose.sections.base import Diagnosis
 from tailtheory.tim import dose
 
 from .conftest import write_jsonl

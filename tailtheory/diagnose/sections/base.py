@@ -1,4 +1,7 @@
-"""The report's sections from the streaming sums: tables, ``summary.json`` and verdict lines.
+"""What the sections of ``tailtheory diagnose``'s report share: the record of a section
+(:class:`Section`), what its table reads (:class:`Context`), the report's content
+(:class:`Diagnosis`), the keys of ``summary.json`` and the thresholds and wording of the
+verdict lines.
 
 Source: DVP (arXiv 2512.23087; M3-M6, P2, P4), TRM (arXiv 2512.23075; T12), TIM
 (arXiv 2605.14220; k1, k3). Each verdict line is derived from the numbers with a named threshold
@@ -9,13 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from tailtheory.diagnose.aggregate import EPS_EDGES, P_EDGES, Accumulator
-from tailtheory.mismatch.accumulation import accumulation_regression
-from tailtheory.mismatch.logprob import mismatch_bound
+from tailtheory.diagnose.aggregate import EPS_EDGES
 
 TAIL_HEAD_RATIO = 3.0
 """Tail tokens' mean ``|Delta|`` at least this many times the head's: "concentrated in the tail"."""
@@ -117,7 +118,7 @@ class Diagnosis:
     points: dict = field(default_factory=dict)
 
 
-def _mean_t(g: dict) -> tuple[float, float]:
+def mean_t(g: dict) -> tuple[float, float]:
     """Mean of Delta and its t-statistic from the sums (NaN below MIN_GROUP tokens)."""
     n = g["n"]
     if n < MIN_GROUP:
@@ -127,7 +128,7 @@ def _mean_t(g: dict) -> tuple[float, float]:
     return mean, (mean / math.sqrt(var / n) if var > 0 else math.nan)
 
 
-def _hist_quantile(counts: np.ndarray, q: float) -> float:
+def hist_quantile(counts: np.ndarray, q: float) -> float:
     """The upper edge of the histogram bin holding quantile ``q`` (NaN when empty)."""
     if counts.sum() == 0:
         return math.nan
@@ -145,7 +146,8 @@ def group_bins(x: np.ndarray, k: int) -> np.ndarray:
     return np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(edges) - 2)
 
 
-def _f(x, fmt=".3g") -> str:
+def num(x, fmt=".3g") -> str:
+    """``x`` formatted with ``fmt``; ``n/a`` when it is None or not finite."""
     return "n/a" if x is None or not np.isfinite(x) else format(x, fmt)
 
 
@@ -168,95 +170,46 @@ def times(ratio: float, more: str = "larger", less: str = "smaller", as_: str = 
     return f"{r}x {more} than" if ratio > 1 else f"{less}, {r}x as {as_} as"
 
 
-def envelope(acc: Accumulator, d: Diagnosis) -> None:
-    """|Delta| against p with M3's envelope; the head/tail ratio (DVP M3, M7)."""
-    import pandas as pd
-
-    b, n = acc.bins, acc.bins["n"]
-    nz = n > 0
-    q50, q99 = (min(_hist_quantile(acc.eps_hist, q), acc.eps_max) for q in (0.5, 0.99))
-    p_mean = b["sum_p"][nz] / n[nz]
-    bound = lambda e: (mismatch_bound(torch.from_numpy(p_mean), e, "exact").numpy()  # noqa: E731
-                       if np.isfinite(e) else np.full(len(p_mean), np.nan))
-    mean_d = b["sum_d"][nz] / n[nz]
-    var = np.maximum(b["sum_d2"][nz] / n[nz] - mean_d ** 2, 0) * n[nz] / np.maximum(n[nz] - 1, 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        eps_mean = b["sum_eps"][nz] / b["n_eps"][nz]
-    d.tables["envelope"] = pd.DataFrame({
-        "p_lo": 10 ** P_EDGES[:-1][nz], "p_hi": 10 ** P_EDGES[1:][nz], "p_mean": p_mean,
-        "tokens": n[nz].astype(int), "mean_abs_delta": b["sum_abs"][nz] / n[nz],
-        "max_abs_delta": b["max_abs"][nz], "mean_delta": mean_d,
-        "se_delta": np.sqrt(var / n[nz]), "mean_implied_eps": eps_mean,
-        "m3_bound_eps_q50": bound(q50), "m3_bound_eps_q99": bound(q99)})
-    d.points["envelope_hist"] = acc.hist
-    g = acc.groups
-    mean_abs = {k: (g[k]["sum_abs"] / g[k]["n"] if g[k]["n"] >= MIN_GROUP else math.nan)
-                for k in ("head", "tail")}
-    ratio = mean_abs["tail"] / mean_abs["head"] if mean_abs["head"] > 0 else math.nan
-    a = g["all"]
-    d.summary.update(tokens=int(a["n"]), k1=acc.sum_k1 / a["n"], k3=acc.sum_k3 / a["n"],
-                     abs_delta_mean=a["sum_abs"] / a["n"], abs_delta_max=a["max_abs"],
-                     tail_tokens=int(g["tail"]["n"]), head_tokens=int(g["head"]["n"]),
-                     tail_abs_delta_mean=mean_abs["tail"], head_abs_delta_mean=mean_abs["head"],
-                     tail_head_ratio=ratio, eps_implied_q50=q50, eps_implied_q99=q99,
-                     eps_implied_max=acc.eps_max)
-    lines = [f"mean |Delta| {_f(a['sum_abs'] / a['n'])}, max {_f(a['max_abs'])} over "
-             f"{plural(int(a['n']), 'token')}."]
-    if np.isnan(ratio):
-        lines.append(f"too few head (p > {acc.head_p:g}: {int(g['head']['n'])}) or tail "
-                     f"(p < {acc.tail_p:g}: {int(g['tail']['n'])}) tokens to compare (need "
-                     f"{MIN_GROUP} each).")
-    else:
-        where = ("concentrated in the tail, as DVP's (1-p) law predicts" if ratio >= TAIL_HEAD_RATIO
-                 else f"not concentrated in the tail (< {TAIL_HEAD_RATIO:g}x)")
-        lines.append(f"tail tokens mismatch {times(ratio, 'more', 'less', 'much')} head tokens "
-                     f"(mean |Delta| {_f(mean_abs['tail'])} vs {_f(mean_abs['head'])}): {where}.")
-        e = {k: g[k]["sum_eps"] / g[k]["n_eps"] if g[k]["n_eps"] else math.nan
-             for k in ("head", "tail")}
-        er = e["tail"] / e["head"] if e["head"] > 0 else math.nan
-        if np.isfinite(er):
-            verdict = ("the (1-p) factor accounts for the gap" if 1 / EPS_FLAT <= er <= EPS_FLAT
-                       else "the logits themselves disagree more in the tail" if er > EPS_FLAT
-                       else "the head's logits disagree more")
-            lines.append(f"M3: the logit perturbation each token implies in the tail is "
-                         f"{times(er)} in the head (mean eps {_f(e['tail'])} vs "
-                         f"{_f(e['head'])}): {verdict}.")
-    lines.append(f"M3's envelope at the 99th percentile of the implied eps ({_f(q99)}) is drawn; "
-                 f"median implied eps {_f(q50)}.")
-    d.verdicts["envelope"] = lines
 
 
-def bias(acc: Accumulator, d: Diagnosis) -> None:
-    """Mean signed Delta by probability: the tail bias of M4/M5."""
-    g = acc.groups
-    (m_all, t_all), (m_t, t_t), (m_h, t_h) = (_mean_t(g[k]) for k in ("all", "tail", "head"))
-    d.summary.update(mean_delta=m_all, mean_delta_t=t_all, tail_bias=m_t, tail_bias_t=t_t,
-                     head_bias=m_h, head_bias_t=t_h)
-    d.tables["tail_bias"] = d.tables["envelope"][["p_lo", "p_hi", "p_mean", "tokens",
-                                                   "mean_delta", "se_delta"]]
+@dataclass(frozen=True)
+class Section:
+    """One section of the report, in one module of :mod:`tailtheory.diagnose.sections`.
 
-    def says(m, t):
-        if not np.isfinite(m):
-            return f"n/a, too few tokens (need {MIN_GROUP})"
-        if not np.isfinite(t) or abs(t) < T_SIGNIFICANT:
-            return f"{_f(m)}, not distinguishable from 0 (|t| < {T_SIGNIFICANT:g})"
-        side = "above" if m > 0 else "below"
-        return f"{_f(m)} (t = {_f(t, '.2g')}): the sampler's log-prob is {side} the trainer's"
+    - ``name``: the key of its table, verdict lines and figure (``NAME.png``, ``NAME.csv``);
+      ``title`` and ``claims``: its heading and the claim ids it rests on.
+    - ``table(ctx, d)``: fills :class:`Diagnosis` ``d`` from the sums (summary keys, tables,
+      verdict lines, figure extras).
+    - ``fold(acc)``: its running sums (``None``: it reads only the shared ones), an object whose
+      ``add(tokens)`` folds one batch's :class:`~tailtheory.diagnose.aggregate.Tokens` in.
+    - ``figure(d, plt)``: its figure and the data drawn, ``(fig, DataFrame)``; drawn when its
+      table has rows.
+    - ``files(d)``: further files of the output folder, name -> text.
+    """
 
-    lines = [f"all tokens: mean Delta {says(m_all, t_all)} (M4 predicts >= 0).",
-             f"tail tokens (p < {acc.tail_p:g}): mean Delta {says(m_t, t_t)}.",
-             f"head tokens (p > {acc.head_p:g}): mean Delta {says(m_h, t_h)} (M5: near 0)."]
-    if np.isfinite(m_t) and np.isfinite(m_h) and abs(t_t) >= T_SIGNIFICANT and m_t > 0:
-        lines.append("tail bias: positive on tail tokens, as M4/M5 predict"
-                     + (f", {times(m_t / m_h)} the head's." if m_h > 0 else "."))
-    (m_p, _), (m_n, _) = _mean_t(g["adv_pos"]), _mean_t(g["adv_neg"])
-    if np.isfinite(m_p) and np.isfinite(m_n):
-        lines.append(f"by advantage sign (TIM): mean Delta {_f(m_p)} where A > 0, {_f(m_n)} "
-                     f"where A < 0.")
-    d.verdicts["tail_bias"] = lines
+    name: str
+    title: str
+    claims: str
+    table: Callable[["Context", "Diagnosis"], None]
+    fold: Callable[[Any], Any] | None = None
+    figure: Callable[["Diagnosis", Any], tuple] | None = None
+    files: Callable[["Diagnosis"], dict[str, str]] | None = None
 
 
-def complete(acc: Accumulator) -> dict[str, np.ndarray]:
+@dataclass
+class Context:
+    """What a section's table reads: the finished sums ``acc``, the complete responses
+    ``complete`` (:func:`complete`), TRM's thresholds and the register (rows of
+    ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one)."""
+
+    acc: Any
+    complete: dict
+    delta_max: float
+    delta_avg: float
+    register: list[dict] | None = None
+
+
+def complete(acc) -> dict[str, np.ndarray]:
     """Per-response arrays of the responses with every row included (and at least one)."""
     n = acc.n_seq
     s = {k: v[:n] for k, v in acc.seq.items()}
@@ -266,40 +219,14 @@ def complete(acc: Accumulator) -> dict[str, np.ndarray]:
     return out
 
 
-def accumulation(acc: Accumulator, d: Diagnosis, s: dict) -> None:
-    """M6: the sequence log-ratio against the number of tail tokens and sqrt(T)."""
-    import pandas as pd
-
-    T, nt, y = s["n_tok"], s["n_tail"], s["log_ratio"]
-    d.summary["m6"] = None
-    X = np.stack([np.ones_like(T), nt, np.sqrt(T)], 1)
-    why = (f"only {len(T)} complete responses (need {MIN_SEQUENCES})" if len(T) < MIN_SEQUENCES
-           else "every response has the same length" if np.ptp(T) == 0
-           else "every response has the same number of tail tokens" if np.ptp(nt) == 0
-           else "tail counts and sqrt(length) are collinear" if np.linalg.matrix_rank(X) < 3
-           else "the log-ratio is the same for every response" if np.var(y) == 0 else None)
-    if why:
-        d.verdicts["accumulation"] = [f"M6's regression on tail tokens and sqrt(T) cannot be "
-                                      f"fitted: {why}."]
-    else:
-        reg = accumulation_regression(*(torch.from_numpy(v) for v in (y, nt, T)))
-        d.summary["m6"] = reg
-        tt, ts = reg["joint/t_tail"], reg["joint/t_sqrt_T"]
-        sig_t, sig_s = abs(tt) >= T_SIGNIFICANT, abs(ts) >= T_SIGNIFICANT
-        verdict = ("drifts with the number of tail tokens, not with sqrt(T), as M6 predicts"
-                   if sig_t and not sig_s else "drifts with both the tail tokens and sqrt(T)"
-                   if sig_t else "drifts with sqrt(T), not with the tail tokens (M6 fails here)"
-                   if sig_s else "shows no drift with either (|t| < 3)")
-        d.verdicts["accumulation"] = [
-            f"sum_t log rho {verdict}: {_f(reg['joint/slope_tail'])} per tail token "
-            f"(t = {_f(tt, '.2g')}), {_f(reg['joint/slope_sqrt_T'])} per sqrt(token) "
-            f"(t = {_f(ts, '.2g')}), over {len(T)} responses."]
-    which = group_bins(nt, 10)
-    rows = [dict(n_tail_lo=nt[which == j].min(), n_tail_hi=nt[which == j].max(),
-                 responses=int((which == j).sum()), mean_n_tail=nt[which == j].mean(),
-                 mean_log_ratio=y[which == j].mean(), sd_log_ratio=y[which == j].std())
-            for j in np.unique(which)]
-    d.tables["accumulation"] = pd.DataFrame(rows)
-    step = max(len(T) // 5000, 1)   # every step-th response: at most ~5000 points drawn
-    d.points["accumulation"] = pd.DataFrame({"T": T[::step], "n_tail": nt[::step],
-                                             "log_ratio": y[::step]})
+def json_safe(x):
+    """JSON-safe: NaN and +-inf become null, numpy scalars Python numbers."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x

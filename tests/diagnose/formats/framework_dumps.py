@@ -1,5 +1,6 @@
 """Dumps in the formats of NeMo-RL, prime-rl and slime / Miles, built as each framework writes
-them, and the reading helpers their tests share (``test_frameworks.py``, ``test_slime.py``)."""
+them, and the reading helpers their tests share (``test_nemo_rl.py``, ``test_prime_rl.py``,
+``test_slime.py``, ``test_registry.py``)."""
 
 import json
 

@@ -1,5 +1,5 @@
 """slime / Miles' ``--dump-details`` files, read as token rows of the generic format
-(:mod:`tailtheory.diagnose.frameworks` for the sign convention and the other frameworks).
+(:mod:`tailtheory.diagnose.formats.records` for the sign convention).
 
 Source: (``THUDM/slime``: ``slime/observability/train_data_utils.py``
 ``_build_dump_payload`` (``format_version`` 2), ``slime/utils/arguments.py`` for the paths,
@@ -28,23 +28,46 @@ memory), then emitted in batches.
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import torch
 
-from tailtheory.diagnose.frameworks import (SLIME_KEYS, float_array, int_array, to_generic)
+from tailtheory.diagnose.formats.base import Dump, first_found
+from tailtheory.diagnose.formats.records import (float_array, int_array, record_batches,
+                                                 to_generic)
+from tailtheory.diagnose.formats.registry import Reader
+
+NAME = "slime"
+TO_GENERIC = {"rollout_id": "step", "sample_index": "sample_id", "tokens": "token_id",
+              "log_probs": "logp_train", "rollout_log_probs": "logp_rollout",
+              "advantages": "advantage", "local_raw_reward": "reward"}
+"""slime key -> generic name; ``local_raw_reward`` falls back to ``rewards``; ``position`` is
+the index in the response."""
+SLIME_KEYS = ("tokens", "response_lengths", "loss_masks", "rollout_log_probs", "log_probs")
+"""Per-sample keys of a slime / Miles train dump this reader needs."""
+PATTERNS = ("train_data/*.pt", "*.pt")
+"""Its files in the ``--dump-details`` folder, or in its ``train_data`` folder."""
+
+
+def find(folder: Path) -> list[Path]:
+    """``folder/train_data/*.pt``, else ``folder/*.pt``, in rollout and rank order."""
+    return first_found(folder, PATTERNS)
+
+
+def check(path: Path) -> Dump:
+    """A slime / Miles train dump, loaded and checked whole (:func:`slime_samples`)."""
+    slime_samples(path)
+    return Dump(path, "pt", NAME, None, ())
 
 
 def load_pt(path: Path):
     """A ``.pt`` file loaded without running code: ``torch.load(weights_only=True,
     map_location="cpu")``, numpy arrays allowed. Raises ``ValueError`` for a file that needs
     any other pickled object, or that is not a torch file."""
-    import pickle
-
-    import torch
-
     try:
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
@@ -114,6 +137,8 @@ def _scalar_of(v):
 
 
 def slime_rows(path: Path, seen: set | None = None) -> Iterator[dict]:
+    """One dict of generic arrays per sample of a slime / Miles train dump (its ``loss_masks``
+    tokens); a sample already in ``seen`` (another rank's copy) is skipped."""
     rid, samples = slime_samples(path)
     for i, s in enumerate(samples):
         where = f"sample {i}"
@@ -150,7 +175,7 @@ def slime_rows(path: Path, seen: set | None = None) -> Iterator[dict]:
         src.update(tokens=tokens[len(tokens) - resp:][keep], rollout_id=rid, sample_index=sid,
                    local_raw_reward=None if reward is None else float(_scalar_of(reward)),
                    position=keep)
-        yield to_generic("slime", src, len(keep))
+        yield to_generic(TO_GENERIC, src, len(keep))
 
 
 def _np(v) -> np.ndarray:
@@ -160,4 +185,11 @@ def _np(v) -> np.ndarray:
     return np.asarray(v)
 
 
-__all__ = ["FRAMEWORKS", "sniff", "check", "tables", "load_pt"]
+def rows(dump: Dump, file: int, batch_rows: int) -> Iterator:
+    """The file's token rows, about ``batch_rows`` at a time; the samples already read from the
+    run's other files (``dump.seen``) are skipped."""
+    return record_batches(slime_rows(dump.path, dump.seen), dump, file, batch_rows)
+
+
+READER = Reader(NAME, "slime / Miles train dumps (--dump-details)", (".pt",), PATTERNS,
+                find, lambda path: True, check, rows, required=SLIME_KEYS)

@@ -1,15 +1,15 @@
-"""slime / Miles' ``--dump-details`` files (``tailtheory.diagnose.slime``): values read back as
-written, tensor-parallel copies read once, pickled objects refused and never run, one-line
-errors."""
+"""slime / Miles' ``--dump-details`` files (``tailtheory.diagnose.formats.slime``): values read
+back as written, tensor-parallel copies read once, pickled objects refused and never run,
+one-line errors."""
 
 import argparse
 
 import torch
 
-from tailtheory.diagnose.slime import load_pt
+from tailtheory.diagnose.formats.slime import load_pt
 from tailtheory.diagnose.read import detect, expand_dumps
-from tests.diagnose.framework_dumps import (_RunsCode, _expected, _fails, _read, _responses, _same,
-                                           miles_dump, slime_dump)
+from tests.diagnose.formats.framework_dumps import (_RunsCode, _expected, _fails, _read,
+                                                   _responses, _same, miles_dump, slime_dump)
 
 
 def test_slime_values(tmp_path):

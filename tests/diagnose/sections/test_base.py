@@ -1,9 +1,9 @@
-"""The report's sections of ``tailtheory diagnose`` (``tailtheory.diagnose.sections``): their
-keys documented, and the grouping of a statistic into bins."""
+"""What the sections of ``tailtheory diagnose`` share (``tailtheory.diagnose.sections.base``):
+the summary keys documented, the grouping of a statistic into bins, the wording, the list."""
 
 import numpy as np
 
-from tailtheory.diagnose.sections import SUMMARY_KEYS, group_bins
+from tailtheory.diagnose.sections.base import SUMMARY_KEYS, group_bins
 
 
 def test_summary_keys_documented():
@@ -28,7 +28,7 @@ def test_group_bins_one_per_value_or_quantiles():
 def test_ratio_and_count_wording():
     """Ratios below 1 say "smaller"/"less" with "x as large as", never "0.64x larger"; ratios
     that round to 1 say "about as"; counts agree with their noun."""
-    from tailtheory.diagnose.sections import plural, times
+    from tailtheory.diagnose.sections.base import plural, times
 
     assert times(3.24) == "3.2x larger than"
     assert times(0.64) == "smaller, 0.64x as large as"
@@ -57,3 +57,29 @@ def test_verdicts_never_say_larger_below_one(tmp_path):
     assert "0.05x more" not in text
     one = diagnose_dumps([write_jsonl(tmp_path / "one.jsonl", recs[:1])])
     assert "over 1 token." in one.verdicts["envelope"][0]
+
+
+def test_every_section_is_listed_once_with_its_module_name():
+    """The list holds each section once, named as its module, with a title and claims; the
+    report draws and lists them in this order (faults first, bottom line last)."""
+    from tailtheory.diagnose.sections import SECTIONS
+
+    names = [s.name for s in SECTIONS]
+    assert len(set(names)) == len(names) and names[0] == "faults" and names[-1] == "bottom_line"
+    for s in SECTIONS:
+        module = s.table.__module__
+        assert module.startswith("tailtheory.diagnose.sections.") and s.title and s.claims
+        assert module.rsplit(".", 1)[1] == s.name
+
+
+def test_json_safe_and_complete(run):
+    import math
+
+    from tailtheory.diagnose.sections.base import complete, json_safe
+
+    assert json_safe({1: [np.int64(2), math.nan, np.float32(0.5), (math.inf,)]}) == \
+        {"1": [2, None, 0.5, [None]]}
+    acc, d, recs = run
+    s = complete(acc)
+    assert len(s["n_tok"]) == d.summary["sequences"] == 60 and s["mass"].shape == (60, 4)
+    assert s["n_tok"].sum() == len(recs) == d.summary["tokens"]
