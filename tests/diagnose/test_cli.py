@@ -17,7 +17,8 @@ from tailtheory.diagnose.sections.base import SUMMARY_KEYS
 from tailtheory.mismatch.accumulation import (TAIL_P, accumulation_regression,
                                               sequence_log_ratio, simulate_sequences)
 from tailtheory.core.estimators import k1, k3
-from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
+from tailtheory.pruning.vocab import pruned_mass
 from tailtheory.trm.mask import trm_mask
 
 from .conftest import engine_frame, logit_tokens, summaries_close, write_jsonl

@@ -16,7 +16,8 @@ from tailtheory.diagnose.aggregate import Accumulator
 from tailtheory.diagnose.columns import TOPK_MASS_TOL
 from tailtheory.diagnose.faults import truncation_note
 from tailtheory.diagnose.sections.base import PRUNE_CONCENTRATION, Diagnosis, Section, num, plural
-from tailtheory.pruning.vocab import pruned_mass, safe_vocab_mask
+from tailtheory.core.safeset import safe_vocab_mask
+from tailtheory.pruning.vocab import pruned_mass
 
 
 NAME = "dvp"
