@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 from tailtheory.core.io import in_kernel
+from tailtheory.core.io import save_figure
+from tailtheory.core.report import VerdictReport
 
 
 def quiet_transformers() -> None:
@@ -115,7 +117,6 @@ def show_figure(fig, name: str, data=None, caption: str = "",
     otherwise draw it a second time). Returns nothing, so a cell ending in it shows no path."""
     import matplotlib.pyplot as plt
 
-    from tailtheory.core.io import save_figure
 
     alt = figure_alt(fig, name)
     png = save_figure(fig, name, data=data, directory=directory)
@@ -138,7 +139,6 @@ def verdict_report(ids: list[str], profile: str = "quick"):
     HTML table (coloured verdicts, key numbers, the command that regenerates each, all numbers
     folded away); elsewhere its text is printed."""
     from tailtheory.core.registry import run_claim, select
-    from tailtheory.core.report import VerdictReport
 
     chosen = {c.id: c for c in select(list(ids))}
     results = VerdictReport([run_claim(chosen[i], profile) for i in dict.fromkeys(ids)], profile)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from tailtheory.core.io import REPO_ROOT, atomic_write_json
+from tailtheory.core.provenance import check_one_start
 
 PROFILES = ("quick", "thorough")
 """``quick`` reads a stored measurement; ``thorough`` measures again and stores the numbers."""
@@ -92,8 +93,6 @@ def _separate_store_fix(command: str) -> str:
 def check_rows(path: Path, data, command: str) -> None:
     """Refuse a measurement whose rows start from two models under one warm-start key
     (:func:`~tailtheory.core.provenance.check_one_start`)."""
-    from tailtheory.core.provenance import check_one_start
-
     check_one_start(_rows(data), str(path), _separate_store_fix(command))
 
 
@@ -113,7 +112,6 @@ def save_measurement(name: str, config: dict, data: dict, command: str,
             old = _rows(json.loads(path.read_text()).get("data"))
         except (json.JSONDecodeError, AttributeError):
             old = []
-    from tailtheory.core.provenance import check_one_start
 
     check_one_start([*old, *_rows(data)], str(path), _separate_store_fix(command))
     record = {"name": name, "fingerprint": fingerprint(config), "command": command}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tailtheory.core.io import atomic_write_json, check_out_file
 from tailtheory.core.registry import ClaimResult
+from tailtheory.core.registry import _sort_key
 
 
 def fmt_number(v, digits: int = 3) -> str:
@@ -193,7 +194,6 @@ def write_claims_json(results: list[ClaimResult], path: Path, profile: str) -> P
                     for c in json.loads(path.read_text())["claims"]}
     for r in results:
         existing[r.claim.id] = claim_entry(r, profile)
-    from tailtheory.core.registry import _sort_key
 
     ordered = [existing[k] for k in sorted(existing, key=_sort_key)]
     return atomic_write_json(path, {"claims": ordered})

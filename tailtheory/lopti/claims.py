@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tailtheory.core.registry import Evidence, Verdict, register
 from tailtheory.lopti import training
+from tailtheory.lopti import learn_probes, measurement
 
 
 def _matched_first(evidence, claim: str, profile: str) -> Evidence:
@@ -52,8 +53,6 @@ def _l6(profile: str) -> Evidence:
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
           "the network, not only at the logits)", expected=Verdict.NOT_REPRODUCED)
 def _l1(profile: str) -> Evidence:
-    from tailtheory.lopti import learn_probes, measurement
-
     today = measurement.l1_evidence(measurement.probe_data(profile))
     return learn_probes.l1_learn_evidence(learn_probes.learn_probe_data(profile, "matched"),
                                           "matched").beside(today, today_name="kk_trace warm start")
@@ -63,8 +62,6 @@ def _l1(profile: str) -> Evidence:
           "updating only the lowest bin moves every bin like updating all, the highest alone "
           "moves little", expected=Verdict.NOT_REPRODUCED)
 def _l4(profile: str) -> Evidence:
-    from tailtheory.lopti import learn_probes
-
     return _regimes(learn_probes.l4_learn_evidence, "L4", profile)
 
 
@@ -72,14 +69,10 @@ def _l4(profile: str) -> Evidence:
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
           expected=Verdict.NOT_REPRODUCED)
 def _l5(profile: str) -> Evidence:
-    from tailtheory.lopti import learn_probes
-
     return _regimes(learn_probes.l5_learn_evidence, "L5", profile)
 
 
 def _regimes(evidence, claim: str, profile: str) -> Evidence:
     """``evidence`` on the matched recipe, with the learn recipe's beside it."""
-    from tailtheory.lopti import learn_probes
-
     today = evidence(learn_probes.learn_probe_data(profile)).superseding(claim)
     return evidence(learn_probes.learn_probe_data(profile, "matched"), "matched").beside(today)

@@ -29,9 +29,12 @@ matched``: 42 minutes for the warm start's 12 batches and 25 for the half-way po
 
 from __future__ import annotations
 
+from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import worst
 from tailtheory.experiments.policies import MID_SEED, MID_STEP, POLICIES, grpo_config, probed_policy
+from tailtheory.lopti.measurement import (PROBE_SIZES, l1_evidence, l4_evidence, l5_evidence,
+                                          measure, probe_config as base)
 
 COMMAND = "python -m tailtheory.lopti.learn_probes"
 """With a recipe's name after it, measures again and stores ``results/lopti_probes_<recipe>.json``
@@ -39,8 +42,6 @@ COMMAND = "python -m tailtheory.lopti.learn_probes"
 
 
 def _sizes(recipe: str = "learn"):
-    from tailtheory.lopti.measurement import PROBE_SIZES
-
     return PROBE_SIZES[recipe]["seeds"], PROBE_SIZES[recipe]["batches"]
 
 
@@ -57,16 +58,12 @@ def _check(recipe: str) -> str:
 def probe_config(recipe: str = "learn") -> dict:
     """What the stored measurement is keyed by: the full measurement's keys on the recipe's
     preset, the policies and the half-way step."""
-    from tailtheory.lopti.measurement import probe_config as base
-
     return {**base(_check(recipe)), "policies": list(POLICIES), "mid_seed": MID_SEED,
             "mid_step": MID_STEP}
 
 
 def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
     """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
-    from tailtheory.lopti.measurement import measure
-
     cfg, (seeds, batches) = grpo_config(recipe), _sizes(recipe)
     out = {}
     for policy in POLICIES:
@@ -78,8 +75,6 @@ def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
 def learn_probe_data(profile: str, recipe: str = "learn") -> dict:
     """The stored measurement of ``recipe`` (``quick``; ``results/lopti_probes_<recipe>.json``)
     or a new one, stored (``thorough``)."""
-    from tailtheory.core.measurements import measured
-
     return measured(f"lopti_probes_{_check(recipe)}", probe_config(recipe),
                     lambda: measure_learn_probes(True, recipe), profile,
                     f"{COMMAND} {recipe}")
@@ -97,22 +92,16 @@ def _both(fn, data: dict, shown: tuple = (), recipe: str = "learn") -> Evidence:
 
 def l1_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L1 on both policies (rule of :func:`tailtheory.lopti.measurement.l1_evidence`)."""
-    from tailtheory.lopti.measurement import l1_evidence
-
     return _both(l1_evidence, data, ("rho_mean", "rho_se"), recipe)
 
 
 def l4_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L4 on both policies (rule of :func:`tailtheory.lopti.measurement.l4_evidence`)."""
-    from tailtheory.lopti.measurement import l4_evidence
-
     return _both(l4_evidence, data, ("e_rel_dist", "f_rel_size"), recipe)
 
 
 def l5_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     """L5 on both policies (rule of :func:`tailtheory.lopti.measurement.l5_evidence`)."""
-    from tailtheory.lopti.measurement import l5_evidence
-
     return _both(l5_evidence, data, ("delta_AR", "delta_Lopti"), recipe)
 
 

@@ -33,11 +33,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tailtheory.core.checks import check_positive_int
+from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.engine.rollout.engine import RolloutEngine
+from tailtheory.engine.start.sft import config_hash
+from tailtheory.engine.start.warm_cache import load_warm_start
+from tailtheory.engine.threads import model_threads
+from tailtheory.engine.trainer import PROBLEM_SEED, rollout_config
+from tailtheory.experiments.comparison import Z_CRIT, compare, mean_se, worst
+from tailtheory.experiments.presets import check_preset, train_config, warm_sft_config
 from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, UPDATE_BINS,
                                       batch_stats, probe_batch)
 from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
-from tailtheory.experiments.comparison import Z_CRIT, compare, mean_se, worst
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8},
                "learn": {"seeds": (1, 2, 3), "batches": 4},
@@ -61,8 +69,6 @@ CLOSE_MAX, FAR_MIN = 0.5, 1.0
 
 
 def _check_sizes(seeds, batches: int, lr: float) -> tuple[tuple[int, ...], int, float]:
-    from tailtheory.core.checks import check_positive_int
-
     if (isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__")
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         raise ValueError(f"seeds must be a sequence of integers >= 0, got {seeds!r}")
@@ -85,9 +91,6 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
     from tqdm.auto import tqdm
 
-    from tailtheory.engine.rollout.engine import RolloutEngine
-    from tailtheory.engine.threads import model_threads
-    from tailtheory.engine.trainer import rollout_config
 
     seeds, batches, lr = _check_sizes(seeds, batches, lr)
     model = model.float().eval()
@@ -110,9 +113,6 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
 
 def probe_config(preset: str = "full") -> dict:
     """What a stored measurement of ``preset`` is keyed by: warm start, sizes, step, thresholds."""
-    from tailtheory.experiments.presets import check_preset, train_config, warm_sft_config
-    from tailtheory.engine.start.sft import config_hash
-    from tailtheory.engine.trainer import PROBLEM_SEED
 
     check_preset(preset)
     cfg = train_config(preset, method="grpo")
@@ -130,7 +130,6 @@ def measure_probes(preset: str, seeds=None, batches: int | None = None,
     """Measure ``preset`` (its warm start and sizes; ``seeds`` / ``batches`` override
     :data:`PROBE_SIZES`). Nothing is stored: see :func:`probe_data`."""
     from tailtheory.experiments.presets import check_preset, train_config, warm_model
-    from tailtheory.engine.start.warm_cache import load_warm_start
 
     sizes = PROBE_SIZES[check_preset(preset)]
     seeds, batches, _ = _check_sizes(sizes["seeds"] if seeds is None else seeds,
@@ -142,8 +141,6 @@ def measure_probes(preset: str, seeds=None, batches: int | None = None,
 
 def probe_data(profile: str) -> dict:
     """The ``full`` measurement: stored (``quick``) or measured again and stored (``thorough``)."""
-    from tailtheory.core.measurements import measured
-
     return measured("lopti_probes", probe_config("full"), lambda: measure_probes("full"),
                     profile, COMMAND)
 
@@ -151,8 +148,6 @@ def probe_data(profile: str) -> dict:
 def notebook_probe_data(preset: str) -> dict:
     """The notebook's entry: ``quick`` measures the quick warm start (2 seeds x 2 batches, under
     a minute, not stored: a pipeline check); ``full`` measures and stores (:func:`probe_data`)."""
-    from tailtheory.experiments.presets import check_preset
-
     return measure_probes("quick") if check_preset(preset) == "quick" else probe_data("thorough")
 
 

@@ -32,9 +32,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tailtheory.core.forward import full_forward, hidden_forward
+from tailtheory.engine.registry import advantages
+from tailtheory.engine.trainer import rollout_step, step_record
 from tailtheory.engine.types import MethodParams
 from tailtheory.lopti.probes import N_BINS, fused_sequence_logp, prob_bins, sequence_logp
 from tailtheory.lopti.reweight import advantage_reweight, lopti_passes
+from tailtheory.softmax.scores import score_norm
 
 SGD_LR = 0.01
 """SGD step of the probes. On the warm start (seed 0, batch 0) lr 0.003 -> 0.01 scaled the
@@ -93,8 +97,6 @@ def probe_batch(model, task, cfg, engine, generator: torch.Generator, index: int
     """Batch ``index`` of ``cfg.seed``: the trainer's problems and rollout of step ``index``
     (``G`` responses each from the rollout ``engine``), ``pi_old`` and group advantages as the
     trainer computes them (``cfg.method`` names the advantage, e.g. ``grpo``)."""
-    from tailtheory.engine.registry import advantages
-    from tailtheory.engine.trainer import rollout_step, step_record
 
     problems, rb, group_ids = rollout_step(index, cfg, task, model, engine, generator)
     rewards = [task.reward(problems[i // cfg.group_size], rb.response[i])
@@ -196,8 +198,6 @@ def update_probes(model, pb: ProbeBatch, lr: float = SGD_LR, alpha: float = ALPH
 def _token_logits(model, ids: torch.Tensor, attn: torch.Tensor, t: torch.Tensor, head: str):
     """Logits ``(k, V)`` at positions ``t - 1`` of one row ``ids (1, w)``, differentiable:
     ``full`` slices the row's full logits, ``fused`` applies the head to those k positions only."""
-    from tailtheory.core.forward import full_forward, hidden_forward
-
     _logp_fn(head)
     if head == "full":
         return full_forward(model, ids, attn)[0, t - 1].float()
@@ -213,8 +213,6 @@ def token_grad_norms(model, pb: ProbeBatch, rows: torch.Tensor, cols: torch.Tens
 
     Source: LOPTI (L1), S4 for the logit-space norm. Shapes: rows, cols (K,) -> ((K,), (K,)).
     """
-    from tailtheory.softmax.scores import score_norm
-
     params = [q for q in model.parameters() if q.requires_grad]
     param_norm, logit_norm = torch.zeros(len(rows)), torch.zeros(len(rows))
     for r in rows.unique().tolist():

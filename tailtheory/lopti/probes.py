@@ -31,6 +31,8 @@ import torch
 
 from tailtheory.core.checks import as_tensor, check_finite, check_mask, check_unit_interval
 from tailtheory.core.forward import position_ids
+from tailtheory.core.forward import hidden_forward, lm_head
+from tailtheory.core.fused import fused_token_stats
 from tailtheory.core.stats import token_stats
 
 BIN_EDGES = (0.25, 0.5, 0.75)
@@ -76,8 +78,6 @@ def fused_sequence_logp(model, input_ids: torch.Tensor,
 
     Shapes: input_ids (B, L) -> (B, L).
     """
-    from tailtheory.core.forward import hidden_forward, lm_head
-    from tailtheory.core.fused import fused_token_stats
 
     attn = (torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None
             else attention_mask)

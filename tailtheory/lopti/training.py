@@ -21,6 +21,8 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import Measurement, worst
+from tailtheory.experiments.plot import plot_curves as draw
+from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 
 LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+lopti",
@@ -29,8 +31,6 @@ LOPTI_METHODS = {"GRPO": "grpo", "AR": "ar", "Lopti": "lopti", "AR+Lopti": "ar+l
 
 def lopti_arms(preset: str) -> list[Arm]:
     """The comparison's five methods over the preset's seeds, tagged ``method``."""
-    from tailtheory.experiments.presets import SEEDS, train_config
-
     base, seeds = train_config(preset), SEEDS[preset]
     return [Arm(label, tuple(replace(base, method=m, seed=s) for s in seeds), {"method": m})
             for label, m in LOPTI_METHODS.items()]
@@ -90,6 +90,4 @@ def l6_evidence(data, study: Study = STUDY) -> Evidence:
 def plot_curves(data, labels=None, smooth: int = 5):
     """Reward and held-out accuracy against step of the five methods (or ``labels``), seeds as
     a band (:func:`tailtheory.experiments.plot.plot_curves`). Returns ``(figure, table)``."""
-    from tailtheory.experiments.plot import plot_curves as draw
-
     return draw(data, list(LOPTI_METHODS) if labels is None else labels, smooth)

@@ -36,7 +36,9 @@ from typing import Iterable, Iterator
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.core.forward import hidden_forward, lm_head
 from tailtheory.engine.rollout.copies import FP8_SCALING
+from tailtheory.engine.rollout.copies import check_trainer, inference_copy
 from tailtheory.mismatch.real import (BOUND_ATOL, BOUND_RTOL, HEAD_P, PATHS, TAIL_P,
                                       _check_input_ids, kv_decode, mismatch_tokens)
 
@@ -70,8 +72,6 @@ def _kv_hidden(model, ids: torch.Tensor) -> torch.Tensor:
 def _sides(model, ids: torch.Tensor, path: str, scaling: str):
     """``((h_train, head_train), (h_infer, head_infer))``: hidden states ``(N, H)`` and the
     ``nn.Module`` head that turns them into logits, for each side."""
-    from tailtheory.core.forward import hidden_forward, lm_head
-    from tailtheory.engine.rollout.copies import inference_copy
 
     lm_head(model)                        # refuses logits that are not h W^T + b (softcapping)
     head = model.get_output_embeddings()
@@ -97,8 +97,6 @@ def paired_logit_chunks(model, input_ids, path: str = "bf16", scaling: str = FP8
     Shapes: input_ids (B, T) -> yields (positions slice of the B T flattened positions,
     z_train (n, V) float32, z_infer (n, V) float32), on the model's device.
     """
-    from tailtheory.engine.rollout.copies import check_trainer
-
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     check_trainer(model)

@@ -6,11 +6,17 @@ import math
 
 import torch
 
+from tailtheory.core.measurements import measured
+from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.engine.rollout.engine import HF
+from tailtheory.engine.start.corpus_lm import (CorpusLMConfig, corpus_lm, heldout_batch,
+                                               load_corpus_lm)
+from tailtheory.experiments import policies as lp
 from tailtheory.mismatch import accumulation as acc
 from tailtheory.mismatch import logprob as mm
 from tailtheory.mismatch import selection as sel
-from tailtheory.core.registry import Evidence, Verdict, pick, register
-from tailtheory.engine.rollout.engine import HF
+from tailtheory.mismatch import real as rm
+from tailtheory.mismatch.real import M7_PATHS, mismatch_tokens, policy_windows
 
 TOL_IDENTITY = 1e-9
 """Float64 agreement required of exact identities (logits up to |z| ~ 200)."""
@@ -219,8 +225,6 @@ def _m7(profile: str) -> Evidence:
     """Today's criteria on two models: M7's random model with a sharpened head (live) and the
     corpus LM pretrained on the Python stdlib (stored); TOY-SCALE only when both show the
     envelope (each model's answer is in the numbers, ``random/shape`` and ``corpus/shape``)."""
-    from tailtheory.mismatch import real as rm
-
     ids = rm.random_input_ids(rm.M7_VOCAB, pick(profile, 8, 32), pick(profile, 24, 64), seed=0)
     parts = {"random": _m7_numbers(rm.m7_model(), ids), "corpus": _m7_corpus(profile)}
     today = _m7_evidence(parts, f"(a) random-init Qwen2-style LM (V=512, hidden 128, 2 layers), "
@@ -257,8 +261,6 @@ def _m7_evidence(parts: dict, models: str) -> Evidence:
 
 def _m7_numbers(model, ids) -> dict:
     """M7's numbers of ``model`` on ``ids (B, T)`` for every path of ``M7_PATHS``."""
-    from tailtheory.mismatch import real as rm
-
     numbers = {}
     for path in rm.M7_PATHS:
         z_train, z_inf = rm.paired_logits(model, ids, path)
@@ -280,8 +282,6 @@ def _m7_consistent(numbers: dict) -> bool:
 def _m7_failures(numbers: dict) -> list[str]:
     """The criteria a model's numbers miss, e.g. ``["fp16 head/tail 0.12"]`` (empty: it shows
     the envelope on every path)."""
-    from tailtheory.mismatch.real import M7_PATHS
-
     out = []
     for path in M7_PATHS:
         slope = numbers[f"{path}/envelope_slope"]
@@ -297,9 +297,6 @@ def _m7_corpus(profile: str) -> dict:
     """M7's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
     from dataclasses import asdict
 
-    from tailtheory.core.measurements import measured
-    from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_lm, heldout_batch, load_corpus_lm
-    from tailtheory.mismatch.real import M7_PATHS
 
     cfg = CorpusLMConfig()
     B, T = M7_CORPUS_SIZE
@@ -323,9 +320,6 @@ M7_MATCHED_SIZE = (32, 64)
 def _m7_matched(profile: str) -> dict:
     """M7's numbers on the ``matched`` recipe's warm start and half-way GRPO policy
     (``matched_warm/``, ``matched_mid/``): stored (``quick``) or measured (``thorough``)."""
-    from tailtheory.core.measurements import measured
-    from tailtheory.experiments import policies as lp
-    from tailtheory.mismatch.real import M7_PATHS, policy_windows
 
     B, T = M7_MATCHED_SIZE
 
@@ -346,8 +340,6 @@ def _envelope_slope(z_train, z_inf) -> tuple[float, int]:
     """Least-squares slope of ``log10 mean|Delta|`` against ``log10 median(1-p)`` over the
     :data:`M7_Q_BINS` log-spaced bins of ``1-p`` in :data:`M7_Q_RANGE` holding at least
     :data:`M7_MIN_COUNT` tokens (NaN with fewer than 3 such bins); the bins used."""
-    from tailtheory.mismatch.real import mismatch_tokens
-
     tok = mismatch_tokens(torch.as_tensor(z_train, dtype=torch.float64), z_inf)
     D, q = tok["abs_Delta"].flatten(), (1 - tok["p"]).flatten()
     lo, hi = math.log10(M7_Q_RANGE[0]), math.log10(M7_Q_RANGE[1])

@@ -17,10 +17,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tailtheory.core.explore import Control, explorer, fast_log_ticks
 from tailtheory.mismatch import logprob as mm
 from tailtheory.mismatch.accumulation import accumulation_table
 from tailtheory.mismatch.real import mismatch_tokens
 from tailtheory.mismatch.selection import selection_bias_table
+from tailtheory.softmax.scores import draw_logits
 
 POINT_HEAD_P = 1e-2
 """Tokens above this trainer probability are all drawn: the (1-p) law lives there."""
@@ -164,8 +166,6 @@ def plot_m3_explorer(eps: float = 0.05, p: float = 0.5, n: int = 128, V: int = 3
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.core.explore import fast_log_ticks
-    from tailtheory.softmax.scores import draw_logits
 
     eps, p = float(eps), float(p)
     g = torch.Generator().manual_seed(seed)
@@ -219,7 +219,6 @@ def explore_m3(n: int = 128, V: int = 32, seed: int = 0):
     widget front end)."""
     from functools import partial
 
-    from tailtheory.core.explore import Control, explorer
 
     return explorer(partial(plot_m3_explorer, n=n, V=V, seed=seed),
                     "M3: random perturbations (dots) stay under the exact bound, which the "

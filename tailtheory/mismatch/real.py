@@ -26,9 +26,11 @@ import torch
 
 from tailtheory.core.checks import check_finite, check_positive_int
 from tailtheory.core.forward import full_forward
-from tailtheory.mismatch import logprob as mm
+from tailtheory.core.models import cache_keyword, output_cache, tiny_lm
 from tailtheory.engine.rollout.copies import FP8_SCALING, check_trainer, inference_copy
 from tailtheory.engine.rollout.engine import HF
+from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
+from tailtheory.mismatch import logprob as mm
 
 PATHS = ("bf16", "fp16", "kv", "fp8")
 """The inference paths :func:`paired_logits` knows."""
@@ -61,8 +63,6 @@ def kv_decode(module, input_ids: torch.Tensor, field: str = "logits") -> torch.T
     """Decode one token at a time, reusing the KV cache: position t sees keys 0..t. ``module`` is
     a causal LM (``field="logits"``: (B, T, V)) or its backbone (``"last_hidden_state"``:
     (B, T, H))."""
-    from tailtheory.core.models import cache_keyword, output_cache
-
     kw = cache_keyword(module)
     out = module(input_ids=input_ids[:, :1], use_cache=True)
     cache, steps = output_cache(out), [getattr(out, field)]
@@ -124,8 +124,6 @@ def m7_model(vocab_size: int = M7_VOCAB, seed: int = 0, **overrides):
 
     ``overrides`` replace fields of ``TinyLMConfig`` (``hidden=64`` for a faster test model).
     """
-    from tailtheory.core.models import tiny_lm
-
     return sharpen(tiny_lm(vocab_size=vocab_size, seed=seed, **overrides), SHARPEN_SCALE)
 
 
@@ -144,8 +142,6 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
     held-out problems (``task.problems(..., seed=seed)``) whose text reaches ``T`` tokens; up to
     ``max_prompts`` (default ``4 B``) problems are drawn, and fewer long enough is an error.
     M7's input on a trained policy: teacher-forced text from the policy's own distribution."""
-    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
-
     B, T = check_positive_int(B, "B"), check_positive_int(T, "T")
     n = max_prompts or 4 * B
     problems = task.problems(n, seed=seed)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.otb import variance as bv
-from tailtheory.otb.experiments import group_table, variance_table
 from tailtheory.core.checks import ATOL_F64
-from tailtheory.otb.baselines import self_inclusion_residual, token_energy
-from tailtheory.core.tabular import TabularPolicy
 from tailtheory.core.registry import (LEARN_DECODER, Evidence, Verdict, pick, register,
                                      superseded)
+from tailtheory.core.tabular import TabularPolicy
+from tailtheory.core.tabular import random_rewards
+from tailtheory.otb import variance as bv
+from tailtheory.otb import training
+from tailtheory.otb.baselines import self_inclusion_residual, token_energy
+from tailtheory.otb.experiments import group_table, variance_table
 
 FD_H = 1e-5
 """Central finite-difference step for dJ/dB: exact on a quadratic up to rounding."""
@@ -131,7 +133,6 @@ def o4_typicality(profile: str) -> dict:
     ``V(OTB) / V(mean)`` exceeds 1, and the excess ``(V(OTB) - V(mean)) / ||grad J||^2``."""
     import itertools
 
-    from tailtheory.core.tabular import random_rewards
 
     ratios, excess = [], []
     g = O4_EOS_GRID
@@ -247,8 +248,6 @@ def check_o6(profile: str) -> Evidence:
     """O6: (a) smallest N at which each method reaches GRPO's N = 32 cosine (and RLOO's N = 32
     relative MSE, since GRPO's std rescales its gradient); (b) OTB N = 4 against GRPO N = 4 and
     N = 16 in GRPO training (``tailtheory.otb.training``). The worse of the two verdicts."""
-    from tailtheory.otb import training
-
     rows = group_table(profile)
     by_cos = bv.matching_group_size(rows, "cosine", ("grpo", 32))
     by_mse = bv.matching_group_size(rows, "rel_mse", ("rloo", 32))

@@ -10,7 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tailtheory.core.explore import Control, explorer, fast_log_ticks
+from tailtheory.core.tabular import TabularPolicy
+from tailtheory.experiments.plot import curve_panels, seed_bands
 from tailtheory.otb.experiments import proxy_table
+from tailtheory.otb.variance import (baseline_variance, binary_rewards, exact_gradient, group_study,
+                                     population_baselines)
 
 BASELINE_LABELS = {"mean": "group mean E[R]", "otb": "OTB (proxy W_t)",
                    "token": "w_t-weighted mean", "zero": "no baseline"}
@@ -27,7 +32,6 @@ def plot_baseline_variance(rows):
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.experiments.plot import seed_bands
 
     df = pd.DataFrame(list(rows))
     long = df.melt(id_vars=["V", "T", "eos", "sharpness", "seed"],
@@ -131,10 +135,6 @@ def plot_otb_explorer(N: int = 8, sharpness: float = 2.0, V: int = 3, T: int = 4
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.core.explore import fast_log_ticks
-    from tailtheory.core.tabular import TabularPolicy
-    from tailtheory.otb.variance import (baseline_variance, binary_rewards, exact_gradient,
-                                         group_study, population_baselines)
 
     N = int(N)
     pol = TabularPolicy.random(V, T, eos=eos, sharpness=float(sharpness), seed=seed)
@@ -176,8 +176,6 @@ def explore_otb():
     """Notebook 03's explorer: sliders for the group size ``N`` and the policy's sharpness over
     :func:`plot_otb_explorer` (:func:`tailtheory.core.explore.explorer`; the static figure at
     the defaults without a widget front end)."""
-    from tailtheory.core.explore import Control, explorer
-
     return explorer(plot_otb_explorer,
                     "OTB against the group mean on one tabular policy (V = 3, T = 4, EOS token 0, "
                     "binary rewards): exact variances over N samples (lines) and sampled groups "
@@ -209,8 +207,6 @@ def plot_o6(data: dict, smooth: int = 5):
     """Reward (running mean over ``smooth`` steps) and held-out accuracy against the tokens
     consumed, per configuration: mean over seeds (x: mean cumulative tokens of the step), band
     min-max (seaborn on the long table). Returns ``(figure, table)``."""
-    from tailtheory.experiments.plot import curve_panels
-
     df = o6_table(data)
     # every seed of a step at the step's mean token count, so the band is taken over seeds
     d = df.assign(**{"mean tokens": df.groupby(["label", "metric", "step"])["tokens"]

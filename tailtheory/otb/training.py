@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 
 OTB_N = 4
@@ -43,8 +44,6 @@ RECIPE_N = 8
 def o6_arms(preset: str) -> list[Arm]:
     """OTB N=4, GRPO N=4 and GRPO N=16 over the preset's seeds (learn: the recipe's 32 prompts,
     120 steps, zero-mismatch rollouts, plus ``GRPO N=8``)."""
-    from tailtheory.experiments.presets import SEEDS, train_config
-
     base, seeds = train_config(preset), SEEDS[preset]
     configs = dict(O6_CONFIGS)
     if preset == "learn":

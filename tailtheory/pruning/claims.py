@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import torch
 
-from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.core.checks import ATOL_F64
 from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.core.safeset import safe_vocab_mask
+from tailtheory.core.tabular import TabularPolicy, random_rewards
+from tailtheory.pruning import matched_tails as mt, trained_tails, trained_tails as tt, training
 from tailtheory.pruning.sweep import P4_VOCAB, p4_measurement  # noqa: F401  (P4's measurement)
+from tailtheory.pruning.sweep import pruning_knee
+from tailtheory.pruning.trained_tails import share_summary
+from tailtheory.pruning.trajectory import (prune_policy, return_gap, trajectory_bias_bound,
+                                           trajectory_tv)
+from tailtheory.pruning.vocab import (kept_log_mass, pruned_kl, pruned_log_softmax, pruned_mass,
+                                      pruned_tv, truncation_bias, truncation_log_ratio)
 
 RULE_GRID = (("min_p", (0.0, 1e-8, 1e-4, 1e-2, 0.5, 1.0)), ("top_p", (0.0, 1e-6, 0.05, 0.5)),
              ("absolute", (0.0, 1e-9, 1e-4)))
@@ -39,8 +47,6 @@ def _logit_batches(profile: str):
 @register("P1", paper="DVP", statement="TV(pruned, full) = m and KL(pruned || full) = -log(1-m)",
           expected=Verdict.HOLDS)
 def _p1(profile: str) -> Evidence:
-    from tailtheory.pruning.vocab import kept_log_mass, pruned_kl, pruned_mass, pruned_tv
-
     err_tv = err_kl = err_kl_log1p = 0.0
     m_min, m_max, n = 1.0, 0.0, 0
     for z in _logit_batches(profile):
@@ -65,8 +71,6 @@ def _p1(profile: str) -> Evidence:
 
 
 def _p2_policies(profile: str):
-    from tailtheory.core.tabular import TabularPolicy
-
     shapes = pick(profile, ((3, 4, None), (4, 3, 0), (5, 3, None)),
                   ((3, 6, None), (4, 5, 0), (5, 4, None), (6, 4, 2), (8, 3, None)))
     for i, (V, T, eos) in enumerate(shapes):
@@ -77,9 +81,6 @@ def _p2_policies(profile: str):
 @register("P2", paper="DVP", statement="abs(J(pruned) - J(full)) <= R_max sum_t E[m(s_t)] <= "
           "R_max T max m; min-p mass bound", expected=Verdict.HOLDS)
 def _p2(profile: str) -> Evidence:
-    from tailtheory.pruning.trajectory import (prune_policy, return_gap, trajectory_bias_bound,
-                                               trajectory_tv)
-    from tailtheory.core.tabular import random_rewards
 
     slack = {"tv": 1.0, "gap": 1.0, "uniform": 1.0, "min_p": 1.0}   # over cases that prune
     worst, best_ratio, n = 0.0, 0.0, 0
@@ -111,8 +112,6 @@ def _p2(profile: str) -> Evidence:
 @register("P3", paper="DVP", statement="one-sided truncation biases every log-ratio by exactly "
           "log pi(S|s)", expected=Verdict.HOLDS)
 def _p3(profile: str) -> Evidence:
-    from tailtheory.pruning.vocab import pruned_log_softmax, truncation_bias, truncation_log_ratio
-
     g = torch.Generator().manual_seed(1)
     err = 0.0
     bias_min, bias_max = 0.0, -float("inf")
@@ -146,8 +145,6 @@ def _p4(profile: str) -> Evidence:
     (live) and the trained models of ``tailtheory.pruning.trained_tails`` (stored), TOY-SCALE
     only when every trained setting shows the knee, whatever the random model shows (each
     model's own answer is in the numbers)."""
-    from tailtheory.pruning import matched_tails as mt
-    from tailtheory.pruning import trained_tails as tt
 
     numbers, random_knee = _p4_random(profile)
     numbers["random/knee"] = "yes" if random_knee["seq_kl_left"] <= 1 - MOST else "no"
@@ -160,8 +157,6 @@ def _p4(profile: str) -> Evidence:
 def _p4_settings(data: dict, settings, numbers: dict | None = None, extra: str = "") -> Evidence:
     """P4's verdict over the trained ``settings`` of ``data`` (each must show the knee), their
     numbers after ``numbers`` (the random model's, for today's), ``extra`` in the note."""
-    from tailtheory.pruning import trained_tails
-
     numbers = dict(numbers or {})
     knees = trained_tails.trained_knees(data, MASS_NEGLIGIBLE, settings)
     found = {name: k["seq_kl_left"] <= 1 - MOST for name, k in knees.items()}
@@ -189,7 +184,6 @@ def _p4_settings(data: dict, settings, numbers: dict | None = None, extra: str =
 def _p4_random(profile: str) -> tuple[dict, dict]:
     """P4 on M7's random model with a sharpened head: its numbers (``random/``) and knee."""
     from tailtheory.mismatch.logprob import logprob_mismatch, sampled_mismatch_bias
-    from tailtheory.pruning.sweep import pruning_knee
 
     df, z, z_prime = p4_measurement(profile)
     ref = df.iloc[0]                                                   # rho = 0: nothing pruned
@@ -215,7 +209,6 @@ def _p4_trained_numbers(name: str, knee: dict, setting: dict) -> dict:
     settings) and where ``E|Delta|`` sits against sampler mass."""
     import pandas as pd
 
-    from tailtheory.pruning.trained_tails import share_summary
 
     sweep = pd.DataFrame(setting["sweep"])
     ref, last = sweep.iloc[0], sweep.iloc[-1]
@@ -244,7 +237,6 @@ def _p5(profile: str) -> Evidence:
     ``matched`` recipe), with the learning testbed's verdict beside it (study ``dvp_learn``,
     where DVP also runs where a controlled mismatch hurts, V6's study, and the no-learning
     regime's recorded verdict)."""
-    from tailtheory.pruning import training
     from tailtheory.tim.dose import STUDY as DOSE
 
     today = (training.p5_evidence(training.STUDY.data(profile))

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import time
 
+from tailtheory.core.measurements import measured
+from tailtheory.engine.threads import torch_threads
+from tailtheory.experiments import policies as lp
+from tailtheory.experiments.policies import probed_policy
 from tailtheory.pruning.trained_tails import (P4_TRAINED_VERSION, P_BIN_EDGES, SEQ_QUANTILES,
                                               TrainedP4Config, rollout_setting)
 
@@ -24,8 +28,6 @@ MATCHED_SETTINGS = ("matched_warm", "matched_mid")
 def measure_matched(cfg: TrainedP4Config = TrainedP4Config(), progress: bool = False) -> dict:
     """:func:`rollout_setting` of each policy of :data:`MATCHED_SETTINGS` (JSON-ready), on one
     CPU thread; the half-way policy is trained first if the run cache lacks it."""
-    from tailtheory.engine.threads import torch_threads
-    from tailtheory.experiments.policies import probed_policy
 
     settings, seconds = {}, {}
     with torch_threads(1):
@@ -44,8 +46,6 @@ def p4_matched_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """What ``results/p4_matched.json`` is keyed by: the sampler, the sweep and the prompts of
     ``cfg``, this module's constants and the probed policies (the warm start's hash, the GRPO
     run and step of the half-way policy)."""
-    from tailtheory.experiments import policies as lp
-
     return {"version": P4_TRAINED_VERSION, "path": cfg.path, "rule": cfg.rule,
             "rhos": list(cfg.rhos), "taus": list(cfg.taus), "policy_prompts": cfg.policy_prompts,
             "prompt_seed": cfg.prompt_seed, "sample_seed": cfg.sample_seed,
@@ -59,7 +59,5 @@ P4_MATCHED_COMMAND = "tailtheory verify --only P4 --profile thorough"
 
 def p4_matched_data(profile: str, cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """The stored measurement on the ``matched`` recipe (``quick``) or a new one (``thorough``)."""
-    from tailtheory.core.measurements import measured
-
     return measured("p4_matched", p4_matched_identity(cfg), lambda: measure_matched(cfg),
                     profile, P4_MATCHED_COMMAND)

@@ -21,7 +21,9 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.checks import check_logits, check_mask, check_same_shape
+from tailtheory.core.registry import pick
 from tailtheory.core.stats import map_row_blocks
+from tailtheory.mismatch.real import m7_model, paired_logits, random_input_ids
 from tailtheory.pruning.vocab import (_check_pruning, _pruned_lsm_rows, _pruned_mass_rows,
                                       safe_vocab_mask)
 
@@ -122,8 +124,6 @@ def p4_measurement(profile: str = "quick", path: str = "bf16"):
     ``z, z_prime`` from :func:`tailtheory.mismatch.real.paired_logits`, the table from
     :func:`pruning_sweep`. Shapes: -> (DataFrame, (B, T, V), (B, T, V)).
     """
-    from tailtheory.core.registry import pick
-    from tailtheory.mismatch.real import m7_model, paired_logits, random_input_ids
 
     model = m7_model(P4_VOCAB)
     B, T = pick(profile, (16, 32), (64, 64))

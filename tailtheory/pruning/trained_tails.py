@@ -39,11 +39,24 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from tailtheory.core.checks import check_logits, check_positive_int, check_same_shape
+from tailtheory.core.measurements import measured
 from tailtheory.core.safeset import RULES
 from tailtheory.core.stats import token_stats
-from tailtheory.engine.start.corpus_lm import CorpusLMConfig
-from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatch
+from tailtheory.core.stats import map_row_blocks
+from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.engine import HF
+from tailtheory.engine.rollout.engine import PATHS, RolloutConfig, RolloutEngine
+from tailtheory.engine.start.corpus_lm import CorpusLMConfig
+from tailtheory.engine.start.corpus_lm import (EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm,
+                                               read_corpus_record)
+from tailtheory.engine.start.sft import config_hash
+from tailtheory.engine.start.warm_cache import load_warm_start, read_record
+from tailtheory.engine.threads import torch_threads
+from tailtheory.experiments.presets import warm_sft_config
+from tailtheory.mismatch.real import paired_logits
+from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatch
+from tailtheory.pruning.sweep import pruning_knee
 
 OUTLIER_TAUS = (0.01, 0.03, 0.1)
 """``tau`` of the outlier rates ``P(|Delta| > tau)`` of sampled tokens: 0.1 is V2's "heavy"
@@ -100,8 +113,6 @@ class TrainedP4Config:
     """Thresholds of the sampled tokens' outlier rates (:data:`OUTLIER_TAUS`)."""
 
     def __post_init__(self):
-        from tailtheory.core.checks import check_positive_int
-        from tailtheory.engine.rollout.engine import PATHS
 
         if self.path not in PATHS:   # "exact" is the zero-mismatch control (V1)
             raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
@@ -131,8 +142,6 @@ def mass_shares(logits, perturbed_logits, resp_mask=None, edges=P_BIN_EDGES):
     """
     import pandas as pd
 
-    from tailtheory.core.checks import check_logits, check_same_shape
-    from tailtheory.core.stats import map_row_blocks
 
     z = check_logits(logits, dtype=None)
     zp = check_logits(perturbed_logits, "perturbed_logits", dtype=None)
@@ -196,8 +205,6 @@ def share_summary(shares, mass: str = "mass_share") -> dict:
 def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho: float,
              max_new: int):
     """One engine rollout on ``cfg.path`` pruned at ``rho`` (none at 0): ``(rb, z_train)``."""
-    from tailtheory.engine.policy_forward import response_logits
-    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
                        prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6,
@@ -255,9 +262,6 @@ def rollout_setting(model, prompts, eos_id: int, pad_id: int, max_new: int,
 
 def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
     """``corpus_text`` and ``corpus_rollout`` of the corpus LM (trained first if not cached)."""
-    from tailtheory.engine.start.corpus_lm import (EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm,
-                                             read_corpus_record)
-    from tailtheory.mismatch.real import paired_logits
 
     path = corpus_lm(cfg.corpus)
     model, tok = load_corpus_lm(path, device="cpu")
@@ -277,7 +281,6 @@ def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
 def measure_policy(cfg: TrainedP4Config) -> dict:
     """``policy_rollout`` of the cached warm-started task policy."""
     from tailtheory.experiments.presets import warm_model
-    from tailtheory.engine.start.warm_cache import load_warm_start, read_record
 
     path = warm_model(cfg.policy_preset, progress=False)
     model, task = load_warm_start(path, device="cpu")
@@ -292,8 +295,6 @@ def measure_policy(cfg: TrainedP4Config) -> dict:
 
 def measure_p4_trained(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """Every setting of P4's trained-model measurement (JSON-ready), on one CPU thread."""
-    from tailtheory.engine.threads import torch_threads
-
     t0 = time.perf_counter()
     with torch_threads(1):
         corpus = measure_corpus_lm(cfg)
@@ -309,8 +310,6 @@ def p4_trained_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """What the stored measurement is keyed by: ``cfg``, the warm start's hash and the constants
     of this module (the corpus LM enters through its config, not the stdlib bytes, so a machine
     with another Python reads the stored numbers instead of refusing them)."""
-    from tailtheory.experiments.presets import warm_sft_config
-    from tailtheory.engine.start.sft import config_hash
 
     return {"version": P4_TRAINED_VERSION, **asdict(cfg), "rhos": list(cfg.rhos),
             "taus": list(cfg.taus),
@@ -325,8 +324,6 @@ cached; pretraining it adds about 5 min)."""
 
 def p4_trained_data(profile: str, cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """The stored measurement (``quick``) or a new one, stored (``thorough``)."""
-    from tailtheory.core.measurements import measured
-
     return measured("p4_trained", p4_trained_identity(cfg), lambda: measure_p4_trained(cfg),
                     profile, P4_TRAINED_COMMAND)
 
@@ -343,7 +340,6 @@ def trained_knees(data: dict, mass_negligible: float, settings=TRAINED_SETTINGS)
     ``tailtheory.pruning.matched_tails.MATCHED_SETTINGS``)."""
     import pandas as pd
 
-    from tailtheory.pruning.sweep import pruning_knee
 
     out = {}
     for name in settings:

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.experiments.plot import curve_panels
+from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 
 P5_RHOS = (1e-8, 1e-6, 1e-4, 1e-2)
@@ -45,8 +47,6 @@ CPU-minutes, four times a ``learn`` run)."""
 def p5_arms(preset: str) -> list[Arm]:
     """GRPO (bf16 rollouts, no pruning) and DVP at each rho of the sweep (``matched``:
     :data:`MATCHED_RHOS`), over the preset's seeds."""
-    from tailtheory.experiments.presets import SEEDS, train_config
-
     base, seeds = train_config(preset, rollout="bf16"), SEEDS[preset]
     rhos = MATCHED_RHOS if preset == "matched" else P5_RHOS
     # learn: GRPO's runs dump their tokens, so they are the dose study's bf16 runs (tim.dose)
@@ -140,8 +140,6 @@ def p5_table(data: dict):
 def plot_p5(data: dict):
     """Per step: the P2 bias bound, the sampled-token mismatch and the reward, per rho (mean
     over seeds, band min-max; seaborn on the long table). Returns ``(figure, table)``."""
-    from tailtheory.experiments.plot import curve_panels
-
     df = p5_table(data)
     keys = ("bias_bound", "mismatch_abs_mean", "reward")
     long = df.melt(id_vars=["label", "seed", "step"], value_vars=list(keys), var_name="metric")

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.core.models import tiny_lm
 from tailtheory.softmax import scores as sm
 
 WEDGE_RTOL = 1e-6
@@ -164,8 +165,6 @@ def tiny_lm_wedge(vocab_size: int = 64, hidden: int = 128, T: int = 10, n_tokens
     Source: LOPTI (S5). Returns ``(rows, layer_names)`` as :func:`activation_wedge` and
     :func:`layer_modules`; deterministic in ``seed``.
     """
-    from tailtheory.core.models import tiny_lm
-
     model = tiny_lm(vocab_size=vocab_size, hidden=hidden, layers=2, seed=seed).double()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)

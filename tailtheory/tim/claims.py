@@ -15,8 +15,16 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.estimators import k3
+from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.engine.policy_forward import response_logprobs
 from tailtheory.engine.rollout.engine import HF
+from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine, sampled_logprobs
+from tailtheory.engine.start.corpus_lm import (CorpusLMConfig, EOT, PAD, corpus_lm, heldout_batch,
+                                               load_corpus_lm)
+from tailtheory.mismatch.real import M7_VOCAB, m7_model
+from tailtheory.tim import dose, training
+from tailtheory.tim.rho_sign import rho_sign_table
 
 V2_MEAN_SMALL = 0.05
 """V2: mean |delta| over sampled tokens below this counts as small (fixed before measuring)."""
@@ -34,8 +42,6 @@ use too (``tailtheory.mismatch.real``). The learning testbed's runs (V3-V6) roll
 def _engine_batches(path: str, profile: str, **cfg) -> list[tuple]:
     """``(rollout logp, trainer logp, mask)`` of sampled responses on ``path``, per seed: the
     engine's measurement (:func:`tailtheory.engine.rollout.engine.sampled_logprobs`) on M7's model."""
-    from tailtheory.engine.rollout.engine import RolloutConfig, sampled_logprobs
-    from tailtheory.mismatch.real import M7_VOCAB, m7_model
 
     rc = RolloutConfig(path=path, max_new_tokens=pick(profile, 16, 48), backend=DECODER, **cfg)
     return sampled_logprobs(m7_model(M7_VOCAB), rc, seeds=range(pick(profile, 2, 6)),
@@ -106,8 +112,6 @@ def _v2_corpus(profile: str) -> dict:
     """V2's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
     from dataclasses import asdict
 
-    from tailtheory.core.measurements import measured
-    from tailtheory.engine.start.corpus_lm import CorpusLMConfig
 
     cfg = CorpusLMConfig()
     return measured("v2_corpus_lm", {"corpus": asdict(cfg), **V2_CORPUS_SIZE},
@@ -117,9 +121,6 @@ def _v2_corpus(profile: str) -> dict:
 
 def _corpus_batches(cfg):
     """``path -> [(roll, train, mask)]`` per seed on the corpus LM, prompts from held-out text."""
-    from tailtheory.engine.start.corpus_lm import EOT, PAD, corpus_lm, heldout_batch, load_corpus_lm
-    from tailtheory.engine.policy_forward import response_logprobs
-    from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
 
     folder = corpus_lm(cfg)
     model, tok = load_corpus_lm(folder, device="cpu")
@@ -148,8 +149,6 @@ def _corpus_batches(cfg):
           "sign of A coincides at zero mismatch and skews by sign under mismatch",
           expected=Verdict.REFUTED)
 def _v3(profile: str) -> Evidence:
-    from tailtheory.tim import training
-    from tailtheory.tim.rho_sign import rho_sign_table
 
     data = training.STUDY.data(profile)
     signfree = {f"sign-free (beside, not the verdict) {lb}:{k}": v
@@ -162,16 +161,12 @@ def _v3(profile: str) -> Evidence:
           "destabilises GRPO training; remedies from the same start",
           expected=Verdict.NOT_REPRODUCED)
 def _v4(profile: str) -> Evidence:
-    from tailtheory.tim import dose
-
     return dose.real_path_evidence(dose.STUDY.data(profile))[0].superseding("V4")
 
 
 @register("V5", paper="TIM", statement="the k1 / k3 mismatch KL can stay flat while the reward "
           "degrades", expected=Verdict.NOT_REPRODUCED)
 def _v5(profile: str) -> Evidence:
-    from tailtheory.tim import dose
-
     return dose.real_path_evidence(dose.STUDY.data(profile))[1].superseding("V5")
 
 
@@ -184,6 +179,4 @@ def _v5(profile: str) -> Evidence:
           "training degrades; remedies move it; the real paths sit on the same axis",
           expected=Verdict.TOY_SCALE)
 def _v6(profile: str) -> Evidence:
-    from tailtheory.tim import dose
-
     return dose.v6_evidence(dose.STUDY.data(profile))

@@ -43,6 +43,8 @@ from dataclasses import replace
 
 from tailtheory.core.registry import LEARN_DECODER, Evidence, Verdict
 from tailtheory.experiments.comparison import mean_se
+from tailtheory.experiments.presets import SEEDS, train_config
+from tailtheory.experiments.run_numbers import FINAL_WINDOW, window_means
 from tailtheory.experiments.study import Arm, Study, register_study
 
 LOGIT_SIGMAS = (0.3, 1.0, 1.5, 2.0, 4.0)
@@ -112,8 +114,6 @@ def dose_arms(preset: str) -> list[Arm]:
     """The arms of the module docstring (preset ``learn`` only: the sweep is defined on the
     learning testbed). Tags: ``method``, ``kind`` (exact, logit, weight, real), ``sigma``,
     ``path``, ``pi_old``, ``role`` (baseline, dose, real, remedy)."""
-    from tailtheory.experiments.presets import SEEDS, train_config
-
     if preset != "learn":
         raise ValueError(f"the dose-response study runs on the learn preset, not {preset!r}")
     base = train_config("learn")
@@ -301,8 +301,6 @@ def real_path_evidence(data) -> tuple[Evidence, Evidence]:
     the last 10 steps within x2 of the first 10, over V4's harmed paths); a path with fewer than
     :data:`MIN_SEEDS` seeds is pending. The harmed logit-noise points' k3 ratios are reported
     beside V5, not counted."""
-    from tailtheory.experiments.run_numbers import FINAL_WINDOW, window_means
-
     m = STUDY.measurement(data)
     ref = m.label(role="baseline")
     names = {lb: f"{m.tags[lb]['path']} {m.tags[lb]['pi_old']}" for lb in m.labels(role="real")}

@@ -33,9 +33,11 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.experiments.comparison import Z_CRIT, mean_se
+from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
-from tailtheory.tim.rho_sign import rho_sign_numbers
+from tailtheory.tim.dose import PATH_SEEDS
 from tailtheory.tim.length_acceptance import t14_token_numbers
+from tailtheory.tim.rho_sign import rho_sign_numbers
 
 PATHS = ("exact", "bf16", "fp8")
 """Rollout paths of the comparison (fp16 sits between bf16 and exact: cut for time)."""
@@ -151,8 +153,6 @@ def learn_arms(preset: str) -> list[Arm]:
     ``pi_old``. On ``learn``: the recipe's 120 steps, seeds 1-5
     (:data:`tailtheory.tim.dose.PATH_SEEDS`); ``bf16 recompute``, ``fp8 recompute`` and ``fp8
     bypass`` are then the dose study's real-path runs (the same configs)."""
-    from tailtheory.experiments.presets import SEEDS, train_config
-    from tailtheory.tim.dose import PATH_SEEDS
 
     base = replace(train_config(preset), dump_tokens=True)
     seeds = PATH_SEEDS if preset == "learn" else SEEDS[preset]

@@ -14,11 +14,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tailtheory.core.registry import Evidence, Verdict, pick, register
+from tailtheory.core.tabular import TabularPolicy, random_rewards
+from tailtheory.tim import dose, training as paths
 from tailtheory.trm import experiments as tx
 from tailtheory.trm import mask as tm
-from tailtheory.core.tabular import TabularPolicy, random_rewards
+from tailtheory.trm import training
 from tailtheory.trm.exact import context_kl, delta_t9, error, k3_expectation
-from tailtheory.core.registry import Evidence, Verdict, pick, register
 
 BOUND_CLAIMS = {"T1": "classical", "T2": "pm_kl", "T3": "pm_tv", "T4": "mix_kl", "T5": "mix_tv",
                 "T6": "coupling", "T7": "adaptive", "T8": "unified"}
@@ -202,8 +204,6 @@ def _t13(profile: str) -> Evidence:
 def _t14(profile: str) -> Evidence:
     """T14 on the learning testbed (:func:`tailtheory.trm.training.t14_evidence`: V3's and
     V6's stored runs), the no-learning regime's recorded verdict beside it."""
-    from tailtheory.tim import dose, training as paths
-    from tailtheory.trm import training
 
     return training.t14_evidence(paths.STUDY.data(profile),
                                  dose.STUDY.data(profile)).superseding("T14")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from tailtheory.core.checks import as_tensor, check_unit_interval
+from tailtheory.core.estimators import k3
 from tailtheory.core.tabular import TabularPolicy
 
 
@@ -57,8 +58,6 @@ def k3_expectation(roll: TabularPolicy, theta: TabularPolicy) -> torch.Tensor:
     Source: TRM (T12). Equals :func:`context_kl` exactly: ``k3 = rho - 1 - log rho`` is an
     unbiased (and non-negative) estimate of ``KL(pi_roll || pi_theta)`` from sampled tokens.
     """
-    from tailtheory.core.estimators import k3
-
     _check_pair(roll, theta)
     return (roll.probs() * k3(theta.log_probs() - roll.log_probs())).sum(-1)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tailtheory.core.explore import Control, explorer, fast_log_ticks
 from tailtheory.trm import experiments as tx
+from tailtheory.trm.training import length_acceptance_table
 
 BOUND_STYLE = {
     "classical": ("T1 classical", "k", "-"), "pm_kl": ("T2 PM-KL", "tab:blue", "-"),
@@ -103,7 +105,6 @@ def plot_trm_explorer(T: int = 8, delta: float = 0.01):
     """
     import matplotlib.pyplot as plt
 
-    from tailtheory.core.explore import fast_log_ticks
 
     T = int(T)
     if not 2 <= T <= EXPLORER_T_MAX:
@@ -149,8 +150,6 @@ def explore_trm():
     """Notebook 02's explorer: sliders for ``T`` and ``delta`` over :func:`plot_trm_explorer`
     (:func:`tailtheory.core.explore.explorer`; the static figure at the defaults without a
     widget front end)."""
-    from tailtheory.core.explore import Control, explorer
-
     return explorer(plot_trm_explorer,
                     "TRM: one tabular pair with the same per-step KL in every context; the exact "
                     "error (worst-case reward) under every bound, T8 the smallest of T2-T7.",
@@ -164,7 +163,6 @@ def plot_length_acceptance(data, labels=None):
     (dashed), one panel per ``k2`` threshold. Returns ``(figure, table)``."""
     import matplotlib.pyplot as plt
 
-    from tailtheory.trm.training import length_acceptance_table
 
     df = length_acceptance_table(data, labels)
     deltas = sorted(df["delta"].unique(), reverse=True)

@@ -65,8 +65,10 @@ def test_denominator_counts_all_tokens_L4(batch):
     for b in range(N_BINS):
         mb = mask & (bins == b)
         g_own, _ = bin_gradients(model, ids, mb, adv, pi_old)
+        # float32 sums over a different set of rows: the last bits move with the BLAS kernels
+        # (1.4e-7 on one element on an AMD EPYC), so an absolute floor as in the sum test above
         torch.testing.assert_close(g_bins[b], g_own * (mb.sum() / mask.sum()), rtol=1e-4,
-                                   atol=1e-7)
+                                   atol=1e-6)
 
 
 def test_gradient_is_linear_in_the_advantages(batch):
