@@ -115,7 +115,7 @@ def _section_text(section: str) -> str:
         ids = ", ".join(c.id for c in claims)
         parts = [f"## {section}: claims the GRPO engine answers on its own ({ids})",
                  f"Checks in `tailtheory/{section}/claims.py`; the engine's modules are listed in "
-                 "the README."]
+                 "docs/contributing.md."]
     if claims:
         parts += ["Registered checks:", claims_table(claims).rstrip()]
     else:

@@ -9,15 +9,15 @@ held-out problems the recipe is), which are an error to change. ``--recipe list`
 worked search; sampled responses of 22 to 83 tokens, median above 40; reward on the final
 answer only), from the task's supervised warm start (cached; sampled accuracy in
 ``[0.35, 0.70]``), 32 prompts x 8 responses a step on the ``exact`` rollout path, held-out
-accuracy on 256 problems no run trains on. The numbers it reaches, per seed, are in the README
-("Does RL learn here?") and in ``benchmarks/learn_curve.json``.
+accuracy on 256 problems no run trains on. The numbers it reaches, per seed, are in
+``docs/engine.md`` ("Does RL learn here?") and in ``results/learn_curve.json``.
 
 ``matched``: the same GRPO on ``kk_prose`` (the same puzzles and search, written with
 Zipf-weighted synonyms and people checked in any order) from a warm start of the pretrained corpus
 LM (:mod:`tailtheory.engine.start.corpus_lm`: a byte-level BPE of 4,096 tokens trained on Python's
 standard library, so the vocabulary's tail is real text, not unused ids). Its sampled tokens sit
 in LOPTI's probability bins as the paper's Qwen2.5-7B does (the regime table in
-``docs/regime.md``); the README's "The papers' regime" gives its bins and learning curve.
+``docs/regime.md``); ``docs/engine.md`` ("The papers' regime") gives its bins and learning curve.
 """
 
 from __future__ import annotations
