@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml
 	@# after a save, git's record of a notebook whose committed content did not change is refreshed
 	mkdir -p $(VENV)/etc/jupyter
 	cp notebooks/jupyter_server_config.py $(VENV)/etc/jupyter/jupyter_server_config.py
+	@# `jupyter nbconvert --execute` limits each cell to the notebooks' 300 s (nbclient's default:
+	@# none, so a hung cell would wait for ever)
+	cp notebooks/jupyter_nbconvert_config.py $(VENV)/etc/jupyter/jupyter_nbconvert_config.py
 	@# in a git checkout: strip outputs from notebooks/*.ipynb when committing (.gitattributes
 	@# scopes the filter there; the renders in docs/notebooks/ keep theirs). Cell ids are kept,
 	@# and the language_info that JupyterLab adds on saving goes too.

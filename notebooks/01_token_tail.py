@@ -1,7 +1,10 @@
 # ---
 # jupyter:
+#   execution:
+#     timeout: 300
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: execution
 #     text_representation:
 #       extension: .py
 #       format_name: percent

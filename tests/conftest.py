@@ -3,9 +3,8 @@
 Hypothesis profile by ``HYPOTHESIS_PROFILE`` (``dev``, ``ci``, ``thorough``); ``ci`` is the default
 when ``CI`` is set and is derandomised so a CI run is reproducible.
 
-Notebooks executed in a Jupyter kernel (``test_notebook_outputs.py``, nbmake's ``--nbmake`` runs):
-nbclient's Output-widget mimic is patched so that an explorer's cell no longer waits out the cell
-timeout for a reply that has already arrived (``notebook_kernel.py``).
+Notebooks executed in a Jupyter kernel (``test_notebook_outputs.py``, nbmake's ``--nbmake`` runs)
+run under nbclient as it is installed: nothing is patched (``notebook_kernel.py``).
 """
 
 import os
@@ -26,16 +25,6 @@ settings.register_profile("dev", max_examples=60, **_COMMON)
 settings.register_profile("ci", max_examples=60, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
-
-
-def pytest_configure(config):
-    try:
-        import nbclient  # noqa: F401
-    except ImportError:  # an environment without the notebook tools runs no notebook
-        return
-    from notebook_kernel import rearm_shell_after_widget_sends
-
-    rearm_shell_after_widget_sends()
 
 
 @pytest.fixture

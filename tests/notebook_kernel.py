@@ -1,35 +1,29 @@
-"""Executing notebooks in a Jupyter kernel from the tests (``test_notebook_outputs.py``'s nbclient
-run and nbmake's runs of ``notebooks/*.ipynb``): the limits every wait gets, and a fix for a lost
-wake-up in nbclient that stalled a cell until its timeout.
+"""Executing notebooks in a Jupyter kernel from the tests (``test_notebook_outputs.py``,
+``test_notebook_kernel.py`` and nbmake's runs of ``notebooks/*.ipynb``): the limits every wait
+gets, and plain ``jupyter nbconvert --execute`` as a user or a CI job runs it.
 
-The lost wake-up. An explorer (``tailtheory.core.explore``) is an ``ipywidgets.interactive``,
-whose figure lives in an Output widget. nbclient mimics a front end's Output widget
-(``nbclient.output_widget.OutputWidget``): each output the kernel sends to it is echoed back to the
-kernel as a ``comm_msg`` on the shell channel, while nbclient's poll for the cell's
-``execute_reply`` on that same socket is pending. ``jupyter_client.Session.send`` sends through a
-*synchronous* shadow of the asyncio shell socket, so pyzmq's asyncio layer does not see the send.
-libzmq's send processes the socket's pending commands; when the ``execute_reply`` has just arrived
-(the kernel sends it right after the widget's outputs), that consumes the edge-triggered
-``zmq.FD`` signal, and nothing re-checks ``zmq.EVENTS``: the reply sits in the socket while the
-poll waits on a file descriptor that will not fire again. Both processes idle until nbclient's
-per-cell ``timeout`` expires; pyzmq's poll then checks the socket once more, finds the reply, and
-the cell passes: 600 s lost with ``timeout=600``. Upstream: jupyter/nbclient#312 (open).
-
-The fix (:func:`rearm_shell_after_widget_sends`): after each such send, read ``zmq.EVENTS``
-through the asyncio socket, which is pyzmq's way of saying "look again": it schedules the
-socket's event handler when a message is waiting, so the poll wakes at once. A real hang still
-fails at the per-cell timeout below.
+Nothing here patches nbclient. The explorers (``tailtheory.core.explore``) draw into an image
+widget, not an Output widget, so nbclient's mimic of the Output widget, whose echo to the kernel
+lost the wake-up of a cell's reply (a known lost wake-up in nbclient's Output-widget handling),
+never runs: the tests execute the notebooks as every headless executor does.
 """
 
 from __future__ import annotations
 
-import functools
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
 
 CELL_TIMEOUT_S = 120
-"""Per-cell limit of ``test_notebook_outputs.py``'s run of notebook 01: its slowest cell (the
-verdict) takes 7 to 25 s on a busy 2-core CPU, so a cell past 2 minutes is a hang. nbmake's runs
-keep its own default (300 s): with a cold run cache the training cells of notebooks 04 and 06 do
-up to 4.5 minutes of real work on such a machine."""
+"""Per-cell limit of the tests' own runs of notebooks 01-03 (``test_notebook_outputs.py``, the
+nbconvert runs here): their slowest cell (01's verdict) takes 7 to 25 s on a busy 2-core CPU, so
+a cell past 2 minutes is a hang. nbmake's runs keep the notebooks' own limit (their metadata's
+``execution.timeout``, 300 s): with a cold run cache the training cells of notebooks 04 and 06
+do up to 4.5 minutes of real work on such a machine."""
 
 KERNEL_LIMITS = dict(
     timeout=CELL_TIMEOUT_S,  # waiting for a cell's execute_reply
@@ -40,26 +34,37 @@ KERNEL_LIMITS = dict(
 """nbclient ``NotebookClient`` settings: every wait ends within about 2 minutes, with an error
 that names what it waited for."""
 
-
-def _rearm(publish_msg):
-    @functools.wraps(publish_msg)
-    def publish_and_rearm(self, *args, **kwargs):
-        publish_msg(self, *args, **kwargs)
-        import zmq.asyncio
-
-        shell = getattr(getattr(self.kernel_client, "shell_channel", None), "socket", None)
-        if isinstance(shell, zmq.asyncio.Socket) and not shell.closed:
-            shell.get(zmq.EVENTS)  # schedules the pending poll's wake-up when a reply waits
-
-    publish_and_rearm._rearms_shell = True
-    return publish_and_rearm
+NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-def rearm_shell_after_widget_sends() -> None:
-    """Patch nbclient's Output-widget mimic (every nbclient in this process, nbmake's included) so
-    that its comm messages to the kernel no longer swallow the wake-up of the cell's
-    ``execute_reply``. Idempotent."""
-    from nbclient.output_widget import OutputWidget
+def kernel_env(figures: Path, **extra: str) -> dict:
+    """The environment of a notebook's kernel in the tests: offline, figures into ``figures``,
+    the kernel's own plotting backend (as in JupyterLab), the notebook's own preset."""
+    env = dict(os.environ, TAILTHEORY_FIGURES=str(figures), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", **extra)
+    env.pop("TAILTHEORY_PRESET", None)
+    env.pop("MPLBACKEND", None)
+    return env
 
-    if not getattr(OutputWidget._publish_msg, "_rearms_shell", False):
-        OutputWidget._publish_msg = _rearm(OutputWidget._publish_msg)
+
+def nbconvert_execute(name: str, out_dir: Path, env: dict,
+                      timeout: int = CELL_TIMEOUT_S) -> tuple[nbformat.NotebookNode, float]:
+    """``jupyter nbconvert --to notebook --execute notebooks/<name>.ipynb`` in its own process (no
+    patch of any kind loaded), each cell limited to ``timeout`` seconds; returns the executed
+    notebook and the seconds the command took. A failed command raises with its last output."""
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+         str(NB_DIR / f"{name}.ipynb"), "--output-dir", str(out_dir),
+         f"--ExecutePreprocessor.timeout={timeout}", "--ExecutePreprocessor.kernel_name=python3"],
+        cwd=NB_DIR, env=env, capture_output=True, text=True, timeout=20 * timeout)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise AssertionError(f"nbconvert {name} failed after {took:.0f} s:\n{proc.stderr[-3000:]}")
+    return nbformat.read(out_dir / f"{name}.ipynb", as_version=4), took
+
+
+def widget_views(nb: nbformat.NotebookNode) -> int:
+    """How many outputs of ``nb`` show a live widget (an explorer with widgets on)."""
+    return sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))

@@ -1,32 +1,24 @@
-"""A notebook as its reader sees it: executed through a real Jupyter kernel (nbclient), every
-figure cell shows its figures as images and the verdict cell renders an HTML table.
+"""A notebook as its reader sees it: executed by plain ``jupyter nbconvert --to notebook
+--execute`` in a real Jupyter kernel, every figure cell shows its figures as images, the explorer
+is a live widget and the verdict cell renders an HTML table.
 
 Notebook 01 (about 20 s on a 2-core CPU) stands for all: every notebook makes its figures with
 ``show_figure`` and opens with ``verdict_report``. Its explorer runs as a widget, as in
-JupyterLab. Every wait on the kernel is bounded (``notebook_kernel.KERNEL_LIMITS``: 2 minutes a
-cell), and the conftest fixes nbclient's lost wake-up after an explorer's cell."""
+JupyterLab; nothing is patched, so this is also the short check that an explorer's cell does not
+stall a headless executor (the long one: ``test_notebook_kernel.py``, slow). Each cell is
+limited to 2 minutes (``notebook_kernel.CELL_TIMEOUT_S``)."""
 
-import os
-from pathlib import Path
-
-import nbformat
 import pytest
-from nbclient import NotebookClient
-from notebook_kernel import KERNEL_LIMITS
-
-NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+from notebook_kernel import CELL_TIMEOUT_S, kernel_env, nbconvert_execute, widget_views
 
 
 @pytest.fixture(scope="module")
 def executed_01(tmp_path_factory):
-    figures = tmp_path_factory.mktemp("figures")
-    nb = nbformat.read(NB_DIR / "01_token_tail.ipynb", as_version=4)
-    env = dict(os.environ, TAILTHEORY_FIGURES=str(figures), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env.pop("TAILTHEORY_PRESET", None)
-    env.pop("MPLBACKEND", None)  # the kernel's own backend, as in JupyterLab
-    NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(NB_DIR)}},
-                   **KERNEL_LIMITS).execute(env=env)
+    out = tmp_path_factory.mktemp("nbconvert")
+    figures = out / "figures"
+    nb, took = nbconvert_execute("01_token_tail", out, kernel_env(figures))
+    assert took < CELL_TIMEOUT_S, f"notebook 01 took {took:.0f} s: a cell waited out its timeout"
+    assert widget_views(nb) == 1, "the explorer runs as a widget"
     return nb, figures
 
 

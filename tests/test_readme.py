@@ -138,6 +138,11 @@ def _command_problem(words: list[str]) -> str | None:
         names = [args[i + 1] for i, a in enumerate(args) if a == "-p"]
         bad = [n for n in names if not re.search(rf"^{n} = ", source, re.M)]
         return f"{args[0]} has no parameter {bad}" if bad else None
+    if prog in ("jupyter", "pytest"):  # Jupyter's executors and nbmake: the paths they name
+        if prog == "jupyter" and (not args or args[0] not in ("nbconvert", "execute")):
+            return f"jupyter {args[:1]}: only nbconvert and execute are documented"
+        bad = [a for a in args if not a.startswith("-") and "/" in a and not (ROOT / a).exists()]
+        return f"no such path {bad}" if bad else None
     if prog == "pip" and args[:2] == ["install", "-e"]:
         extras = re.findall(r"\[([\w,]+)\]", args[2])
         declared = (ROOT / "pyproject.toml").read_text()

@@ -2,7 +2,8 @@
 (a notebook run as a script, ``make repro``, the tests) files and plain text, as before.
 
 - :func:`setup_notebook`: the notebooks' set-up: the ``Agg`` backend outside a kernel (the
-  kernel's inline backend is left alone), transformers' weight-loading bars silenced.
+  kernel's inline backend is left alone), transformers' weight-loading bars silenced, and the
+  commands' thread rule for small models (:data:`NOTEBOOK_THREADS`).
 - :func:`show_figure`: save a figure and its data (:func:`~tailtheory.core.io.save_figure`), show
   it inline with a caption in a kernel, close it.
 - :func:`provenance`: the caption's first words: stored evidence, evidence measured by this run,
@@ -21,8 +22,11 @@ import os
 import sys
 from pathlib import Path
 
+import torch
+
 from tailtheory.core.io import in_kernel
 from tailtheory.core.io import save_figure
+from tailtheory.core.models import TORCH_DEFAULT
 from tailtheory.core.report import VerdictReport
 
 
@@ -36,11 +40,22 @@ def quiet_transformers() -> None:
         hf_logging.disable_progress_bar()
 
 
+NOTEBOOK_THREADS = 1
+"""torch intra-op threads of a notebook's process, set once by :func:`setup_notebook`: the
+commands' rule for small models on the CPU (``tailtheory.engine.threads``), since every model the
+notebooks build is a small one. Torch's default (one thread per core) loses badly on shared
+cores: notebook 01 beside two busy processes on a 2-core CPU did not finish in 390 s with it.
+Code that runs a large model picks its own count (``engine.threads.model_threads``, from
+torch's default as it was before this set-up)."""
+
+
 def setup_notebook() -> bool:
     """The notebooks' set-up cell. Outside a kernel: the ``Agg`` backend, no window (as
     ``python notebooks/NN.py`` and ``make repro`` always ran). Inside one: the kernel's backend is
-    left as it is and :func:`show_figure` shows each figure inline. Returns whether it runs in a
-    kernel (:func:`~tailtheory.core.io.in_kernel`)."""
+    left as it is and :func:`show_figure` shows each figure inline. Either way torch gets
+    :data:`NOTEBOOK_THREADS` threads. Returns whether it runs in a kernel
+    (:func:`~tailtheory.core.io.in_kernel`)."""
+    torch.set_num_threads(min(NOTEBOOK_THREADS, TORCH_DEFAULT))
     kernel = in_kernel()
     if not kernel:
         import matplotlib

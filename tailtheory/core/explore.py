@@ -2,11 +2,20 @@
 
 An explorer is a drawing function ``draw(**values) -> figure`` (or ``(figure, table)``, as the
 figure helpers of the theory modules return) and one :class:`Control` per argument.
-:func:`explorer` returns ``ipywidgets.interactive`` in a kernel where ipywidgets can be imported:
-each slider move redraws the figure. Without a widget front end it draws the figure once, at the
-controls' defaults: inline (with a caption saying so) in a kernel without ipywidgets, not at all
-outside a kernel (a notebook run as a script, ``make repro``). An explorer never writes a file:
-the figures of record are the ones :func:`~tailtheory.core.display.show_figure` saves.
+:func:`explorer` returns a widget box in a kernel where ipywidgets can be imported: the sliders
+over an image widget holding the figure as PNG bytes, redrawn when a slider's value changes.
+Without a widget front end it draws the figure once, at the controls' defaults: inline (with a
+caption saying so) in a kernel without ipywidgets, not at all outside a kernel (a notebook run as
+a script, ``make repro``). An explorer never writes a file: the figures of record are the ones
+:func:`~tailtheory.core.display.show_figure` saves.
+
+No Output widget, on purpose. ``ipywidgets.interactive`` draws into an Output widget, and
+nbclient (under ``jupyter nbconvert --execute``, papermill, nbmake, Jupyter Book) mimics a front
+end's Output widget by echoing each of its outputs back to the kernel on the shell channel while
+it waits for the cell's reply there: a known lost wake-up in nbclient's Output-widget handling,
+which left a cell idle until nbclient's cell timeout (for ever without one) in about one
+execution of notebook 01 in sixteen. An image widget's value is widget state the kernel sends;
+nbclient only stores it, sends nothing back, and the cell's reply is never missed.
 
 ``$TAILTHEORY_WIDGETS=0`` forces the static figure in a kernel too: a notebook rendered for
 readers who open it without running anything (a code host shows images, not widgets).
@@ -135,14 +144,42 @@ def _caption(text: str) -> str:
     return f'<div style="font-size:0.9em;color:#444;margin:0 0 1em 0">{html.escape(text)}</div>'
 
 
+def _widget_explorer(draw: Callable[..., Any], caption: str, controls: dict[str, Control]):
+    """The sliders of ``controls`` over an image widget of ``draw``'s figure (and ``caption``),
+    the image redrawn when a slider's value changes; no Output widget (module docstring). A
+    drawing error shows as one line under the sliders, and the last figure stays."""
+    import ipywidgets
+
+    sliders = {k: c.widget(k) for k, c in controls.items()}
+    values = lambda: {k: s.value for k, s in sliders.items()}  # noqa: E731
+    image = ipywidgets.Image(value=_png(_figure(draw(**values()))), format="png")  # errors here
+    problem = ipywidgets.HTML("")                                                  # fail the cell
+
+    def redraw(_change=None) -> None:
+        now = values()
+        try:
+            image.value = _png(_figure(draw(**now)))
+        except Exception as exc:  # shown in the box: a callback's error has no cell to go to
+            problem.value = _caption(f"Could not draw at {now}: {type(exc).__name__}: {exc}")
+            return
+        problem.value = ""
+
+    for s in sliders.values():
+        s.observe(redraw, names="value")
+    parts = [*sliders.values(), problem, image]
+    if caption:
+        parts.append(ipywidgets.HTML(_caption(caption)))
+    return ipywidgets.VBox(parts)
+
+
 def explorer(draw: Callable[..., Any], caption: str = "", **controls: Control):
     """Sliders for ``draw``'s arguments, or its figure at the defaults without a widget front end.
 
     ``draw(**values)`` returns a matplotlib figure or ``(figure, table)``; each keyword of
-    ``controls`` names one of its arguments. In a kernel with ipywidgets: returns
-    ``ipywidgets.interactive`` (the figure under the sliders, with ``caption``, redrawn on each
-    change; end a cell with it). Otherwise: the figure at the defaults, shown inline in a kernel
-    (``caption`` says it is static) and closed; returns None. Nothing is saved either way.
+    ``controls`` names one of its arguments. In a kernel with ipywidgets: returns an
+    ``ipywidgets.VBox`` (the sliders, the figure as an image widget redrawn on each change, and
+    ``caption``; end a cell with it). Otherwise: the figure at the defaults, shown inline in a
+    kernel (``caption`` says it is static) and closed; returns None. Nothing is saved either way.
     """
     import matplotlib.pyplot as plt
 
@@ -155,15 +192,7 @@ def explorer(draw: Callable[..., Any], caption: str = "", **controls: Control):
         raise TypeError(f"controls must be Control instances: {bad}")
 
     if widgets_available():
-        import ipywidgets
-        from IPython.display import HTML, Image, display
-
-        def update(**values):
-            display(Image(data=_png(_figure(draw(**values))), format="png"))
-            if caption:
-                display(HTML(_caption(caption)))
-
-        return ipywidgets.interactive(update, **{k: c.widget(k) for k, c in controls.items()})
+        return _widget_explorer(draw, caption, controls)
 
     fig = _figure(draw(**defaults(controls)))
     if not in_kernel():

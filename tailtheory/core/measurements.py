@@ -8,13 +8,23 @@ config that produced it, the command that regenerates it, and the raw numbers; t
 always derived from those numbers by the check, never stored. A measurement whose config differs
 from the one the code asks for today is *stale* and refused with the regenerating command, so a
 changed experiment can never pass on old numbers.
+
+Writers take turns: every write of ``results/<name>.json`` holds an exclusive ``flock`` on the
+lock file ``results/.<name>.lock`` from the moment it reads what is stored to the moment the new
+file replaces it (:func:`update_measurement`), so two studies storing into one file at once
+each extend what the other stored, never a copy read before the other wrote. A process killed
+while it holds the lock releases it (the kernel drops a dead process's locks); the temporary
+file its write left is removed by the next writer. A write that fails (a full disk) is one line,
+:class:`StoreError`, and leaves the stored file as it was.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -57,6 +67,16 @@ class StaleMeasurement(ValueError):
     """No stored measurement for this config (missing, or made by a different config)."""
 
 
+class StoreError(ValueError):
+    """A stored measurement could not be written (a full disk, a lock held too long); the file
+    is left as it was."""
+
+
+STORE_LOCK_WAIT_S = 120.0
+"""How long a writer waits for another's lock on the same stored measurement (a write takes
+milliseconds; a lock held longer belongs to a stuck process)."""
+
+
 def results_dir() -> Path:
     """``$TAILTHEORY_RESULTS``, else ``results/`` of the checkout."""
     return Path(os.environ.get(RESULTS_ENV, REPO_ROOT / "results"))
@@ -96,28 +116,89 @@ def check_rows(path: Path, data, command: str) -> None:
     check_one_start(_rows(data), str(path), _separate_store_fix(command))
 
 
+def store_lock_path(name: str) -> Path:
+    """``results/.<name>.lock``: the file every writer of ``results/<name>.json`` locks."""
+    path = measurement_path(name)
+    return path.with_name(f".{path.stem}.lock")
+
+
+@contextmanager
+def store_lock(name: str) -> Iterator[Path]:
+    """Hold the exclusive lock of ``results/<name>.json`` (:func:`store_lock_path`) for the block,
+    after removing what writes of it killed midway left (``.<name>.json.XXXX.tmp``); yields the
+    measurement's path. Waits up to :data:`STORE_LOCK_WAIT_S` for another writer, then
+    :class:`StoreError`."""
+    path, lock = measurement_path(name), store_lock_path(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise StoreError(f"cannot lock {path} ({lock}): {exc.strerror or exc}") from None
+    try:
+        deadline = time.monotonic() + STORE_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                    raise StoreError(f"{path} has been locked by another writer (pid {holder}) "
+                                     f"for over {STORE_LOCK_WAIT_S:g} s; stop that process or "
+                                     f"wait for it") from None
+                time.sleep(0.02)
+        try:  # who holds it, for the message above; informational, so a full disk is no error
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
+        for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+        yield path
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _old_rows(path: Path) -> list[tuple[str, dict]]:
+    """The rows stored in ``path`` now (none when it is missing or unreadable)."""
+    try:
+        return _rows(json.loads(path.read_text()).get("data"))
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return []
+
+
+def update_measurement(name: str, build: Callable[[], tuple[dict, dict]], command: str,
+                       regime: dict | None = None) -> Path:
+    """Store ``results/<name>.json`` as ``build()`` makes it, under the store's lock
+    (:func:`store_lock`): ``build`` is called holding the lock and returns ``(config, data)``, so
+    what it reads of the stored file is what the write replaces (a merge never drops another
+    writer's rows). ``regime`` (optional, e.g. ``{"preset": "learn", "recipe": "learn"}``) names
+    where the runs ran, for the reader: it is not part of the fingerprint.
+
+    Refused (:class:`~tailtheory.core.provenance.MixedStarts`) when the new rows, or the rows
+    stored there now, start from another model under the same warm-start key: one machine's
+    measurement is never replaced or extended with another's. A failed write (a full disk) is
+    :class:`StoreError` and leaves the stored file as it was."""
+    with store_lock(name) as path:
+        config, data = build()
+        check_one_start([*_old_rows(path), *_rows(data)], str(path),
+                        _separate_store_fix(command))
+        record = {"name": name, "fingerprint": fingerprint(config), "command": command}
+        if regime:
+            record["regime"] = dict(regime)
+        try:
+            return atomic_write_json(path, {**record, "config": config, "data": data})
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}; the stored file is "
+                             f"unchanged") from None
+
+
 def save_measurement(name: str, config: dict, data: dict, command: str,
                      regime: dict | None = None) -> Path:
-    """Store ``data`` measured under ``config`` as ``results/<name>.json`` (atomic); ``regime``
-    (optional, e.g. ``{"preset": "learn", "recipe": "learn"}``) names where the runs ran, for
-    the reader: it is not part of the fingerprint.
-
-    Refused (:class:`~tailtheory.core.provenance.MixedStarts`) when ``data``'s rows, or the rows
-    stored there now, start from another model under the same warm-start key: one machine's
-    measurement is never replaced or extended with another's."""
-    path = measurement_path(name)
-    old = []
-    if path.exists():
-        try:
-            old = _rows(json.loads(path.read_text()).get("data"))
-        except (json.JSONDecodeError, AttributeError):
-            old = []
-
-    check_one_start([*old, *_rows(data)], str(path), _separate_store_fix(command))
-    record = {"name": name, "fingerprint": fingerprint(config), "command": command}
-    if regime:
-        record["regime"] = dict(regime)
-    return atomic_write_json(measurement_path(name), {**record, "config": config, "data": data})
+    """Store ``data`` measured under ``config`` as ``results/<name>.json``, replacing what is
+    stored (:func:`update_measurement`: under the store's lock, atomic, refused for rows of two
+    starting models)."""
+    return update_measurement(name, lambda: (config, data), command, regime)
 
 
 def load_measurement(name: str, config: dict) -> dict:

@@ -16,6 +16,11 @@ import torch
 
 ARCHS = ("qwen2", "llama")
 
+TORCH_DEFAULT = torch.get_num_threads()
+"""torch's own intra-op thread count when this module was imported (one per core, or
+``OMP_NUM_THREADS``): what large models keep (:mod:`tailtheory.engine.threads`). A notebook's
+set-up (:func:`~tailtheory.core.display.setup_notebook`) imports it before lowering the count."""
+
 ATTENTION = "eager"
 """Attention kernel of built and loaded models alike (a saved config does not keep it, and
 ``sdpa`` differs from ``eager`` by ~1e-8: a reloaded model must compute what it saved)."""

@@ -15,14 +15,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
-from tailtheory.core.models import num_params
+from tailtheory.core.models import TORCH_DEFAULT, num_params
 
 SMALL_MODEL_PARAMS = 10_000_000
 """Models up to this many parameters run on one CPU thread by default (measured at 0.72M)."""
-
-TORCH_DEFAULT = torch.get_num_threads()
-"""torch's own count when this module was imported (one per core, or ``OMP_NUM_THREADS``)."""
-
 
 def default_threads(n_params: int, device: str | torch.device = "cpu") -> int:
     """1 for a model of ``n_params`` parameters on the CPU up to :data:`SMALL_MODEL_PARAMS`, else

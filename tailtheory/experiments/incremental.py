@@ -5,8 +5,9 @@ keeps anything, and the run cache (``cache/runs``) stays on the machine that tra
 marked ``incremental`` therefore stores ``results/<name>.json`` with one row per *finished* run:
 its numbers and its run's identity (the config less directory, threads and device, with the warm
 start's key). :func:`store_done` reads every run the cache holds at full length, without
-training anything, and rewrites the file (rows already stored for runs this cache lacks are
-kept, so a sweep split across machines extends one measurement). :func:`load_done` checks every
+training anything, and rewrites the file under the store's lock, merged with what the file holds
+at that moment (rows stored for runs this cache lacks are kept, so a sweep split across machines,
+or two studies storing at once, extends one measurement: the rows are the union by arm and seed). :func:`load_done` checks every
 stored row against the config the code asks for that arm and seed today: a row made by another
 config is refused (never silently reused), and what is not stored yet is reported as missing, so
 a verdict can say which seeds it rests on.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 
 from tailtheory.core.measurements import (StaleMeasurement, check_rows, fingerprint,
-                                          measurement_path, record_use, save_measurement)
+                                          measurement_path, record_use, update_measurement)
 from tailtheory.experiments.comparison import Measurement
 from tailtheory.experiments.presets import check_preset
 from tailtheory.experiments.runs import finished_steps, run_key, runs_root
@@ -55,27 +56,37 @@ def regime(preset: str) -> dict:
 
 def store_done(study, preset: str | None = None) -> dict[str, int]:
     """Measure every run of ``study`` that the run cache holds at full length (nothing is
-    trained) and store them with the rows already stored for runs this cache lacks. Returns
-    label -> the number of runs stored."""
+    trained) and store them with the rows stored for runs this cache lacks, as the file holds
+    them when it is written (under its lock: a row another process stored meanwhile is kept).
+    Returns label -> the number of runs stored."""
     preset = preset or study.measure_preset
     want = study_identities(study, preset)
-    old = stored_record(study.name)
-    rows: dict[str, list] = {}
-    idents: dict[str, list] = {}
-    for arm in study.plan(preset):
-        kept = {r["seed"]: (r, i) for r, i in zip(old.get("data", {}).get(arm.label, []),
-                                                  old.get("config", {}).get(arm.label, []))
-                if want[arm.label].get(r["seed"]) == i}
+    plan = study.plan(preset)
+    fresh: dict[str, dict[int, tuple]] = {}
+    for arm in plan:  # the slow part (reading runs), before the lock
         for c in arm.configs:
             run = runs_root() / run_key(c)
             if finished_steps(run) >= c.steps:
-                kept[c.seed] = ({"seed": c.seed, **study.run_numbers(run, c, arm)},
-                                want[arm.label][c.seed])
-        if kept:
-            order = sorted(kept)
-            rows[arm.label] = [kept[s][0] for s in order]
-            idents[arm.label] = [kept[s][1] for s in order]
-    save_measurement(study.name, idents, rows, study.command, regime=regime(preset))
+                fresh.setdefault(arm.label, {})[c.seed] = (
+                    {"seed": c.seed, **study.run_numbers(run, c, arm)}, want[arm.label][c.seed])
+    rows: dict[str, list] = {}
+
+    def merged() -> tuple[dict, dict]:  # called holding the lock: the file as it is now
+        old = stored_record(study.name)
+        rows.clear()
+        idents: dict[str, list] = {}
+        for arm in plan:
+            kept = {r["seed"]: (r, i) for r, i in zip(old.get("data", {}).get(arm.label, []),
+                                                      old.get("config", {}).get(arm.label, []))
+                    if want[arm.label].get(r["seed"]) == i}
+            kept.update(fresh.get(arm.label, {}))
+            if kept:
+                order = sorted(kept)
+                rows[arm.label] = [kept[s][0] for s in order]
+                idents[arm.label] = [kept[s][1] for s in order]
+        return idents, rows
+
+    update_measurement(study.name, merged, study.command, regime=regime(preset))
     return {label: len(r) for label, r in rows.items()}
 
 

@@ -66,3 +66,20 @@ def test_figures_are_numbered_once_and_carry_alternative_text():
     fig.suptitle("GRPO")
     assert display.figure_alt(fig, "demo") == "figure demo; GRPO; reward / mean reward against step"
     plt.close(fig)
+
+
+def test_setup_notebook_sets_the_small_model_thread_rule(monkeypatch):
+    import torch
+
+    from tailtheory.core import display
+    from tailtheory.core.models import TORCH_DEFAULT
+    from tailtheory.engine.threads import default_threads
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(max(2, before))
+        assert display.setup_notebook() is False
+        assert torch.get_num_threads() == display.NOTEBOOK_THREADS == 1 == default_threads(10_000)
+        assert TORCH_DEFAULT >= 1                        # large models keep torch's own count
+    finally:
+        torch.set_num_threads(before)

@@ -49,3 +49,78 @@ def test_bad_names_and_profiles():
         ms.measured("demo", {}, lambda: {}, "medium", "c")
     assert ms.fingerprint({"a": 1, "b": 2}) == ms.fingerprint({"b": 2, "a": 1})
     assert ms.fingerprint({"a": 1}) != ms.fingerprint({"a": 2})
+
+
+def _hold_lock(name):
+    """Another writer holding the store's lock: the open descriptor (close it to release)."""
+    import fcntl
+    import os
+
+    fd = os.open(ms.store_lock_path(name), os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, b"4242\n", 0)
+    return fd
+
+
+def test_a_write_waits_for_the_lock_and_a_stuck_holder_is_one_line(results, monkeypatch):
+    import os
+    import threading
+
+    ms.save_measurement("locked", {"k": 1}, {"v": 1}, "cmd")
+    assert ms.store_lock_path("locked") == results / ".locked.lock"
+    fd = _hold_lock("locked")
+    writer = threading.Thread(target=ms.save_measurement, args=("locked", {"k": 2}, {"v": 2}, "cmd"))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive()                                  # waits while the lock is held
+    assert json.loads((results / "locked.json").read_text())["data"] == {"v": 1}
+    os.close(fd)
+    writer.join(10)
+    assert json.loads((results / "locked.json").read_text())["data"] == {"v": 2}
+    monkeypatch.setattr(ms, "STORE_LOCK_WAIT_S", 0.1)
+    fd = _hold_lock("locked")
+    try:
+        with pytest.raises(ms.StoreError, match=r"locked by another writer \(pid 4242\)") as got:
+            ms.save_measurement("locked", {"k": 3}, {"v": 3}, "cmd")
+        assert "\n" not in str(got.value)
+    finally:
+        os.close(fd)
+
+
+def test_update_builds_from_the_file_as_it_is_under_the_lock(results):
+    ms.save_measurement("merge", {"k": 1}, {"rows": [1]}, "cmd")
+
+    def build():
+        old = json.loads((results / "merge.json").read_text())["data"]["rows"]
+        return {"k": 1}, {"rows": [*old, 2]}
+
+    ms.update_measurement("merge", build, "cmd")
+    assert ms.load_measurement("merge", {"k": 1}) == {"rows": [1, 2]}
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_stored_file(results, monkeypatch):
+    import errno
+    import os
+
+    path = ms.save_measurement("full", {"k": 1}, {"v": 1}, "cmd")
+    before = path.read_bytes()
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    with pytest.raises(ms.StoreError, match="No space left on device; the stored file is "
+                                            "unchanged") as got:
+        ms.save_measurement("full", {"k": 2}, {"v": 2}, "cmd")
+    assert "\n" not in str(got.value) and isinstance(got.value, ValueError)  # the CLI's one line
+    assert path.read_bytes() == before
+    assert [p.name for p in results.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_leftovers_of_a_killed_write_are_removed_under_the_lock(results):
+    ms.save_measurement("left", {"k": 1}, {"v": 1}, "cmd")
+    (results / ".left.json.abc123.tmp").write_text('{"half": ')
+    (results / ".other.json.abc123.tmp").write_text("another file's write")
+    ms.save_measurement("left", {"k": 1}, {"v": 2}, "cmd")
+    assert not (results / ".left.json.abc123.tmp").exists()
+    assert (results / ".other.json.abc123.tmp").exists()

@@ -70,6 +70,27 @@ def test_a_later_store_keeps_rows_this_cache_lacks(places):
     assert inc.load_done(st).missing["GRPO"] == [2]
 
 
+def test_a_row_stored_meanwhile_by_another_study_is_kept(places, monkeypatch):
+    """Two studies on one store: B stores its run after A read its cache and before A writes;
+    A's write merges what the file holds then, under the lock, so B's row stays."""
+    st = _study()
+    grpo = st.plan("quick")[0].configs
+    _finish(grpo[0])                                          # A's cache
+    real = inc.update_measurement
+
+    def b_stores_first(name, build, command, regime=None):
+        monkeypatch.setattr(inc, "update_measurement", real)
+        monkeypatch.setenv("TAILTHEORY_CACHE", str(places / "cache_b"))
+        _finish(grpo[1])                                      # B's cache: another run
+        assert inc.store_done(st) == {"GRPO": 1}
+        monkeypatch.setenv("TAILTHEORY_CACHE", str(places / "cache"))
+        return real(name, build, command, regime)
+
+    monkeypatch.setattr(inc, "update_measurement", b_stores_first)
+    assert inc.store_done(st) == {"GRPO": 2}
+    assert [r["seed"] for r in inc.load_done(st)["GRPO"]] == [0, 1]
+
+
 def test_rows_of_another_config_are_refused(places):
     st = _study()
     _finish(st.plan("quick")[0].configs[0])

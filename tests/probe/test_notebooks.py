@@ -15,9 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_papermill_runs_notebook_01_on_a_checkpoint(user_ckpt, tmp_path):
     out, figures = tmp_path / "01.ipynb", tmp_path / "figures"
-    # a batch run, as the README's command: explorers drawn as static figures (no front end to
-    # show a widget, and papermill's nbclient, in its own process, can lose the wake-up of a
-    # widget cell's reply: tests/notebook_kernel.py); every cell bounded by 2 minutes
+    # a batch run, as the guide's command: explorers drawn as static figures (no front end to
+    # show a widget); every cell bounded by 2 minutes
     env = dict(os.environ, TAILTHEORY_FIGURES=str(figures), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                TAILTHEORY_WIDGETS="0")
