@@ -6,7 +6,11 @@ Run as ``python chaos_driver.py LABEL STATE_DIR``. Test instrumentation, set by 
 replace of a ``results/`` file is preceded by :data:`WRITE_SLEEP_S` seconds inside the store's
 lock (a slow disk, so that the two processes' writes overlap and a kill can land in one), with
 ``STATE_DIR/LABEL.writing`` present meanwhile; ``STATE_DIR/LABEL.training`` is present while a
-run trains. ``CHAOS_NO_LOCK=1`` takes the store's lock away (to see the test fail without it).
+run trains. ``CHAOS_NO_LOCK=1`` takes the store's lock away (to see the test fail without it)
+and makes the race it then has certain rather than likely: a write about to replace the store
+waits (at most :data:`BARRIER_S`) until the other process is writing too, so both have read the
+store before either replaces it; ``GRPO`` then replaces at once and ``AR`` :data:`STAGGER_S`
+later, long enough for the test's monitor to see ``GRPO``'s row before ``AR``'s write drops it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from tailtheory.experiments.study import Arm, Study
 SEEDS = (0, 1, 2)
 LABELS = {"GRPO": "grpo", "AR": "ar"}
 WRITE_SLEEP_S = 0.6
+BARRIER_S = 10.0
+STAGGER_S = 0.3
+OTHER = {"GRPO": "AR", "AR": "GRPO"}
 BASE = TrainConfig(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3,
                    eval_every=0, device="cpu", steps=12)
 
@@ -44,19 +51,26 @@ def instrument(state: Path, label: str) -> None:
     """Slow each replace of a stored measurement, marking it; optionally remove the lock."""
     results = measurements.results_dir().resolve()
     real_replace = os.replace
+    no_lock = os.environ.get("CHAOS_NO_LOCK") == "1"
 
     def slow_replace(src, dst):
         if Path(dst).resolve().parent == results:
             mark = state / f"{label}.writing"
             mark.touch()
             time.sleep(WRITE_SLEEP_S)
+            if no_lock:  # both have read the store before either replaces it
+                other, deadline = state / f"{OTHER[label]}.writing", time.monotonic() + BARRIER_S
+                while not other.exists() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                if label == "AR":
+                    time.sleep(STAGGER_S)
             real_replace(src, dst)
             mark.unlink(missing_ok=True)
             return
         real_replace(src, dst)
 
     io.os.replace = slow_replace  # the os module that atomic writes use
-    if os.environ.get("CHAOS_NO_LOCK") == "1":
+    if no_lock:
         @contextmanager
         def no_lock(name):
             yield measurements.measurement_path(name)
