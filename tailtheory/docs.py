@@ -22,8 +22,6 @@ from tailtheory.core.registry import Claim, Verdict, all_claims
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "claims.md"
 
-CARD_SECTIONS = SECTIONS
-"""Sections whose ``__init__`` docstring is a paper card (every section of the catalog)."""
 
 VERDICT_MEANING = {
     Verdict.HOLDS: "checked on every generated input, no counterexample; the bound's tightness "
@@ -107,15 +105,8 @@ def card_map(card: str) -> dict[str, list[str]]:
 
 def _section_text(section: str) -> str:
     claims = section_claims(section)
-    if section in CARD_SECTIONS:
-        card = section_card(section)
-        title, _, body = card.partition("\n")
-        parts = [f"## {section}: {title.rstrip('.')}", body.strip()]
-    else:
-        ids = ", ".join(c.id for c in claims)
-        parts = [f"## {section}: claims the GRPO engine answers on its own ({ids})",
-                 f"Checks in `tailtheory/{section}/claims.py`; the engine's modules are listed in "
-                 "docs/contributing.md."]
+    title, _, body = section_card(section).partition("\n")  # every section has a paper card
+    parts = [f"## {section}: {title.rstrip('.')}", body.strip()]
     if claims:
         parts += ["Registered checks:", claims_table(claims).rstrip()]
     else:
