@@ -195,3 +195,75 @@ def kk_value_len(depth: int, width: int) -> int:
         return 1
     inner = kk_value_len(depth - 1, width)
     return max(1 + inner, *(k * inner + k + 1 for k in range(2, max(width, 2) + 1)))
+
+
+ROLES = ("synonym", "order", "fork", "scaffold", "off_path", "junk")
+"""What a word of a ``kk_trace`` / ``kk_prose`` response does (:func:`kk_word_roles`):
+``synonym`` a free choice among a trace word's synonyms (``kk_prose``), ``order`` a free choice of
+the next person to check when two or more are left (``kk_prose``), ``fork`` a truth value the
+search computes (an atom of a value expression, the value after ``is``, or a verdict of the wrong
+kind: alternatives the grammar admits lead to other values), ``scaffold`` a word the search
+forces, ``off_path`` a word after the response left the grammar, ``junk`` a word the task never
+writes (format-breaking)."""
+
+
+def kk_word_roles(words: list[str], n: int, max_depth: int, prose: bool = False,
+                  vocabulary=None) -> list[str]:
+    """The role (:data:`ROLES`) of each word of a ``kk_trace`` (``prose``: ``kk_prose``)
+    response, read along the grammar of :func:`parse_kk_trace`; ``vocabulary``: the task's
+    words (a word outside them is ``junk``)."""
+    roles = ["off_path"] * len(words)
+    canon = [_CANONICAL.get(w, w) if prose else w for w in words]
+    slot = "synonym" if prose else "scaffold"
+    pos = 0
+
+    def take(expected: str, role: str) -> bool:
+        nonlocal pos
+        if pos >= len(words) or canon[pos] != expected:
+            return False
+        roles[pos], pos = role, pos + 1
+        return True
+
+    def walk() -> None:
+        nonlocal pos
+        for h in kk_assignments(n):
+            hyp = [_TV[v] for v in h]
+            if not take("try", slot) or not all(take(v, "scaffold") for v in hyp) \
+                    or not take(":", "scaffold"):
+                return
+            unchecked = [f"P{i}" for i in range(n)]
+            for _ in range(n):
+                person = words[pos] if pos < len(words) else None
+                if person not in (unchecked if prose else unchecked[:1]):
+                    return
+                roles[pos] = "order" if prose and len(unchecked) > 1 else "scaffold"
+                unchecked.remove(person)
+                i, start = int(person[1:]), pos + 1
+                r, pos = _read_value(words, start, max_depth)
+                for k in range(start, pos):
+                    roles[k] = "fork" if words[k] in _TV.values() else "scaffold"
+                if r is None or not take("is", slot):
+                    return
+                if pos >= len(words) or words[pos] not in _TV.values():
+                    return
+                roles[pos], pos = "fork", pos + 1
+                if words[pos - 1] != _TV[r]:
+                    return
+                verdict = _VERDICT[r == h[i]]
+                if pos < len(canon) and canon[pos] in _VERDICT.values() and canon[pos] != verdict:
+                    roles[pos] = "fork"
+                    return
+                if not take(verdict, slot):
+                    return
+                if r != h[i]:
+                    break
+            else:
+                if take("so", slot):
+                    all(take(v, "scaffold") for v in hyp)
+                return
+
+    walk()
+    if vocabulary is not None:
+        vocab = set(vocabulary)
+        roles = ["junk" if w not in vocab else r for w, r in zip(words, roles)]
+    return roles

@@ -1,0 +1,162 @@
+"""Decisiveness on GRPO batches: which of a policy's low-probability tokens decide the answer.
+
+Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a) and (d): its bins of ``pi_old``,
+here each split into decisive and free tokens by :mod:`tailtheory.lopti.decisive`.
+
+:func:`measure_decisiveness` samples GRPO batches from a policy as the trainer would (the
+problems of step ``i`` of seed ``s``, :func:`tailtheory.lopti.onestep.probe_batch`), keeps the
+first :data:`PROBE_PROMPTS` prompts' responses, and probes a stratified sample of their tokens:
+every token of the lowest bin ``[0, 0.25]`` and :data:`OTHERS` of the rest drawn uniformly, each
+weighted back by the inverse of its sampling fraction. Each probed token keeps ``p``, its bin,
+its advantage, its role (:func:`token_roles`: the ``kk`` tasks' grammar, otherwise ``None``), and
+the branch estimate ``D``, ``gap`` and their standard errors. A token is *decisive* when
+``D >= tau`` (:data:`TAU`, in reward units, calibrated once on ``kk_prose``'s known free slots,
+:mod:`tailtheory.lopti.decisive_calibration`).
+
+Shapes: ``B`` responses, ``T`` response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.rollout.engine import RolloutEngine
+from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
+from tailtheory.engine.threads import model_threads
+from tailtheory.engine.trainer import PROBLEM_SEED, rollout_config
+from tailtheory.lopti.decisive import branch_values
+from tailtheory.lopti.onestep import probe_batch
+from tailtheory.lopti.probes import N_BINS, prob_bins
+
+PROBE_PROMPTS = 8
+"""Prompts of a GRPO batch whose responses are probed (``G`` responses each)."""
+
+OTHERS = 96
+"""Tokens above the lowest bin probed per batch (drawn uniformly, weighted back)."""
+
+FREE_ROLES = ("synonym", "order")
+"""The roles whose choice the reward never reads (``kk_prose``)."""
+
+
+def token_words(task, ids: list[int]) -> list[int]:
+    """For each id of a response (up to EOS, excluded), the index of the whitespace-separated
+    word of the decoded text it starts or continues (a token of spaces alone: the next word)."""
+    pieces = [task.decode([i]) for i in ids]
+    out, word, in_word = [], -1, False
+    for piece in pieces:
+        starts = piece[:1].isspace() or not in_word
+        if piece.strip() == "":
+            out.append(word + 1)
+            in_word = False
+            continue
+        if starts and (piece[:1].isspace() or not in_word):
+            word += 1
+        out.append(word)
+        in_word = not piece[-1:].isspace()
+    return out
+
+
+def token_roles(task, response: list[int]) -> list[str] | None:
+    """The role (:data:`~tailtheory.engine.tasks.knights_knaves.ROLES`) of each token of
+    ``response`` (ids, EOS included if sampled) on a ``kk`` task: its word's role; EOS and what
+    follows the grammar's end are ``scaffold`` / ``off_path``. ``None`` for other tasks."""
+    name = getattr(task, "name", "")
+    if not name.startswith("kk"):
+        return None
+    eos = task.eos_id
+    body = response[:response.index(eos)] if eos in response else list(response)
+    words = task.decode(body).split() if body else []
+    if name == "kk":
+        word_roles = ["fork" if w in ("T", "F") else "junk" for w in words[:task.n_people]]
+        word_roles += ["off_path"] * (len(words) - len(word_roles))
+    else:
+        word_roles = kk_word_roles(words, task.n_people, task.depth, name == "kk_prose",
+                                   task.words)
+    idx = token_words(task, body)
+    roles = [word_roles[w] if w < len(word_roles) else "off_path" for w in idx]
+    if len(body) < len(response):
+        roles.append("scaffold")                                   # EOS: the format's end
+    return roles + ["off_path"] * (len(response) - len(roles))
+
+
+def probe_positions(pi_old: torch.Tensor, mask: torch.Tensor, others: int,
+                    generator: torch.Generator) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Every lowest-bin token of ``mask`` and ``others`` of the rest drawn without replacement:
+    ``((row, t) list, weight per position)``; a weight is the inverse of its stratum's sampled
+    fraction (1 for the lowest bin). Shapes: pi_old, mask (B, T)."""
+    bins = prob_bins(pi_old.double().clamp(0, 1))
+    low = (mask & (bins == 0)).nonzero().tolist()
+    rest = (mask & (bins > 0)).nonzero()
+    k = min(int(others), len(rest))
+    pick = rest[torch.randperm(len(rest), generator=generator)[:k]].tolist() if k else []
+    w = np.concatenate([np.ones(len(low)), np.full(k, len(rest) / max(k, 1))])
+    return [tuple(x) for x in low + pick], w
+
+
+def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int = 32,
+                         others: int = OTHERS, prompts: int = PROBE_PROMPTS,
+                         progress: bool = True) -> dict:
+    """Probe ``batches`` GRPO batches per seed of the :class:`~tailtheory.engine.config.TrainConfig`
+    ``cfg`` (task, sizes, temperature) from ``model`` (module docstring). Returns
+    ``{"tokens": [per probed token dict], "batches": [per batch counts]}``: each token with
+    ``seed``, ``batch``, ``row``, ``t``, ``p`` (``pi_old``), ``bin``, ``adv``, ``role``, ``weight``,
+    ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch with its response-token counts per
+    bin (of the probed prompts' responses) and per bin and role."""
+    K = check_positive_int(K, "K", 2)
+    prompts = check_positive_int(prompts, "prompts")
+    model = model.float().eval()
+    tokens, counts = [], []
+    with model_threads(model):
+        for s in seeds:
+            c = replace(cfg, seed=s)
+            engine = RolloutEngine(model, rollout_config(c, task))
+            gen = torch.Generator().manual_seed(s)
+            for i in range(batches):
+                tokens_i, counts_i = _one_batch(model, task, c, engine, gen, i, K, others,
+                                                prompts, progress)
+                tokens += tokens_i
+                counts.append({"seed": s, "batch": i, **counts_i})
+    return {"K": K, "tokens": tokens, "batches": counts}
+
+
+def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, progress):
+    pb = probe_batch(model, task, cfg, engine, gen, i)
+    G = cfg.group_size
+    n = min(prompts, cfg.prompts_per_step) * G
+    problems = task.problems(cfg.prompts_per_step, seed=_problem_seed(cfg, i))
+    P = int(pb.mask.any(0).nonzero().min())                   # first response column
+    resp_mask = pb.mask[:n, P:]
+    pi_old, adv = pb.pi_old[:n, P:], pb.adv[:n, P:]
+    ids = pb.input_ids[:n, P:]
+    responses = [ids[b][resp_mask[b]].tolist() for b in range(n)]
+    probs = [problems[b // G] for b in range(n)]
+    pos, w = probe_positions(pi_old, resp_mask, others,
+                             torch.Generator().manual_seed(7919 * cfg.seed + i))
+    rc = rollout_config(cfg, task)
+    out = branch_values(model, task, probs, responses, pos, K, rc.max_new_tokens,
+                        rc.temperature, seed=1_000 * cfg.seed + i, progress=progress)
+    roles = [token_roles(task, r) for r in responses]
+    bins = prob_bins(pi_old.double().clamp(0, 1))
+    toks = []
+    for k, (b, t) in enumerate(pos):
+        toks.append({"seed": cfg.seed, "batch": i, "row": b, "t": t,
+                     "p": float(pi_old[b, t]), "bin": int(bins[b, t]), "adv": float(adv[b, t]),
+                     "role": None if roles[b] is None else roles[b][t], "weight": float(w[k]),
+                     **{q: float(out[q][k]) for q in ("D", "D_se", "gap", "gap_se", "effect",
+                                                       "q_with", "q_without")}})
+    per_bin = [int((resp_mask & (bins == b)).sum()) for b in range(N_BINS)]
+    per_role = {r: [0] * N_BINS for r in ROLES}
+    for b in range(n):
+        for t in range(len(responses[b])):
+            if roles[b] is not None:
+                per_role[roles[b][t]][int(bins[b, t])] += 1
+    return toks, {"responses": n, "count": per_bin, "count_role": per_role}
+
+
+def _problem_seed(cfg, step: int) -> int:
+    """The problem seed of step ``step`` of ``cfg``'s seed (the trainer's)."""
+    return PROBLEM_SEED + 100_000 * cfg.seed + step
