@@ -108,11 +108,12 @@ from tailtheory.probe.run import show_probe
 verdict_report(CLAIMS, PROFILE);
 
 # %% [markdown]
-# ## (0) The papers' regime: pruned mass, DVP's trade-off and its bias bound on `matched`
+# ## (0) The `matched` recipe: pruned mass, DVP's trade-off and its bias bound
 #
-# DVP's claims are about the mass the safe set $S$ drops. The `matched` recipe (the papers'
-# regime for LOPTI's bins: the `learn` testbed written in words drawn from synonyms, by a warm
-# start of a BPE LM pretrained here; notebook 04, section (0)) puts 13% of sampled tokens below
+# DVP's claims are about the mass the safe set $S$ drops. The `matched` recipe (the histogram of
+# LOPTI's bins, not what the tokens do: the `learn` testbed written in words drawn from synonyms,
+# by a warm start of a BPE LM pretrained here; notebook 04, section (0)) puts 13% of sampled tokens
+# below
 # $\pi_\text{old} = 0.25$ where `learn` puts 1.7%. The rows below give the pruned mass per token
 # and summed over a response (P2's bound) at each $\rho$ on both recipes' warm start and
 # half-way policy. DVP states no value for them ("not stated"), so the ratio column is empty.

@@ -10,7 +10,7 @@ import both), and knows no paper.
 - ``comparison``: a measurement across arms and seeds, and its verdict.
 - ``run_numbers``: the numbers read back from a run's metric lines.
 - ``presets`` / ``recipes``: where runs start; ``learn`` is the learning testbed, ``matched``
-  the recipe in the papers' regime.
+  the recipe that matches the papers' Fig. 1(a) histogram.
 - ``policies``: the recipes' shared policies (the warm start and the half-way policy) that
   several sections probe.
 - ``learning``: does GRPO learn on a recipe (the learning curve study)?

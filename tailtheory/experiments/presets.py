@@ -2,7 +2,8 @@
 ``full`` (the evidence of the no-learning regime: the task's real warm start, more steps and
 seeds) and ``learn`` (the learning testbed, recipe ``learn`` of :mod:`tailtheory.experiments.recipes`:
 where GRPO gains >= 0.2 held-out accuracy in every seed; five seeds) and ``matched`` (recipe
-``matched``: the papers' regime, the learning testbed written in words by a pretrained BPE LM).
+``matched``: the learning testbed written in words by a pretrained BPE LM, matching the papers'
+Fig. 1(a) histogram).
 
 The ``quick`` warm start is a pipeline check, not evidence: a fixed number of supervised steps,
 kept whatever its accuracy (``stop_in_window=False``). It has learnt part
