@@ -31,7 +31,11 @@ import numpy as np
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tqdm.auto import tqdm
+
 from tailtheory.core.forward import left_pad
+from tailtheory.engine.rollout.fast import InferenceEngine, unsupported
+from tailtheory.engine.rollout.hf import HFDecode
 
 ROWS_PER_CHUNK = 2048
 """Continuation rows decoded together (``2 K`` per probed token): bounds the KV cache and the
@@ -46,9 +50,6 @@ def decoder_of(model):
     ``advance``) is returned as is (a scripted policy)."""
     if hasattr(model, "start") and not hasattr(model, "config"):
         return model
-    from tailtheory.engine.rollout.fast import InferenceEngine, unsupported
-    from tailtheory.engine.rollout.hf import HFDecode
-
     if unsupported(model) is None:
         return InferenceEngine(model, "float32")
 
@@ -115,8 +116,6 @@ def branch_values(model, task, problems, responses, positions, K: int, cap: int,
     device = next(model.parameters()).device if hasattr(model, "parameters") else "cpu"
     per = max(1, rows_per_chunk // (2 * K))
     parts = []
-    from tqdm.auto import tqdm
-
     for c in tqdm(range(0, len(pos), per), desc="branch rollouts", unit="chunk",
                   disable=not progress):
         parts.append(_chunk(dec, task, problems, responses, pos[c:c + per], K, cap,
@@ -144,7 +143,8 @@ def _chunk(dec, task, problems, responses, pos, K, cap, tau, seed, device):
     ids, attn = ids.to(device), attn.to(device)
     left = torch.tensor([cap - t for _, t in pos]).repeat_interleave(2 * K)  # tokens a row may add
     T = int(left.max())
-    u = torch.stack([_uniforms(seed, i, t, K, T) for i, t in pos])            # (n, K, T)
+    # the table is as wide as the cap whatever the chunk: a token's uniforms are its own
+    u = torch.stack([_uniforms(seed, i, t, K, cap)[:, :T] for i, t in pos])   # (n, K, T)
     u = u[:, None].expand(n, 2, K, T).reshape(n * 2 * K, T)                  # both branches
     state = dec.start(ids, attn, T)
     z = state.logits.float().cpu()                                           # (B, V) at start

@@ -44,19 +44,14 @@ FREE_ROLES = ("synonym", "order")
 
 def token_words(task, ids: list[int]) -> list[int]:
     """For each id of a response (up to EOS, excluded), the index of the whitespace-separated
-    word of the decoded text it starts or continues (a token of spaces alone: the next word)."""
-    pieces = [task.decode([i]) for i in ids]
-    out, word, in_word = [], -1, False
-    for piece in pieces:
-        starts = piece[:1].isspace() or not in_word
-        if piece.strip() == "":
-            out.append(word + 1)
-            in_word = False
-            continue
-        if starts and (piece[:1].isspace() or not in_word):
-            word += 1
-        out.append(word)
-        in_word = not piece[-1:].isspace()
+    word of the decoded text it belongs to, read from the decoded prefixes (so it holds for a
+    tokenizer that joins words by spaces and for one whose pieces carry them): a token that ends
+    on or inside a word counts for the last word so far; one of spaces alone for the next."""
+    out = []
+    for k in range(len(ids)):
+        text = task.decode(ids[:k + 1])
+        n = len(text.split())
+        out.append(n if text[-1:].isspace() or n == 0 else n - 1)
     return out
 
 

@@ -58,30 +58,3 @@ def test_branch_estimates_agree_with_the_exact_values(setup):
     exact = np.array([exact_decisiveness(policy, problems[i], responses[i], t)["D"]
                       for i, t in pos])
     assert exact.max() > 0.15 and np.corrcoef(exact, out["D"])[0, 1] > 0.95
-
-
-def test_common_random_numbers_pair_the_branches(setup):
-    task, problems, policy, responses = setup
-    pos = [(0, 0), (2, 1)]
-    a = branch_values(policy, task, problems, responses, pos, K=40, cap=5, seed=5)
-    b = branch_values(policy, task, problems, responses, list(reversed(pos)), K=40, cap=5, seed=5)
-    # seeded per token, not by stream order: a token's rollouts do not depend on its neighbours
-    assert np.array_equal(a["rewards_with"][0], b["rewards_with"][1])
-    assert np.array_equal(a["rewards_without"][1], b["rewards_without"][0])
-    # the branches share the uniforms: with the same law after the branch token they match
-    again = branch_values(policy, task, problems, responses, pos, K=40, cap=5, seed=6)
-    assert not np.array_equal(a["rewards_with"], again["rewards_with"])  # the seed matters
-
-
-def test_bad_positions_and_sizes_are_errors(setup):
-    task, problems, policy, responses = setup
-    with pytest.raises(ValueError, match="not a token of the responses"):
-        branch_values(policy, task, problems, responses, [(0, 9)], K=4, cap=5)
-    with pytest.raises(ValueError, match="at or past the cap"):
-        branch_values(policy, task, problems, responses, [(0, 3)], K=4, cap=3)
-    with pytest.raises(ValueError, match="K"):
-        branch_values(policy, task, problems, responses, [(0, 0)], K=1, cap=5)
-    with pytest.raises(ValueError, match="problems for"):
-        branch_values(policy, task, problems[:2], responses, [(0, 0)], K=4, cap=5)
-    with pytest.raises(ValueError, match="eps"):
-        ScriptedPolicy(task, problems, 1.5)

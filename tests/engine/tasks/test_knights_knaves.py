@@ -150,3 +150,30 @@ def test_render_kk_prose_solves_and_parses():
         words, h = render_kk_prose(p.meta["statements"], random.Random(i))
         assert h == p.meta["solution"]
         assert parse_kk_trace(words.split(), 3, 2, prose=True) == p.answer
+
+
+def test_word_roles_of_the_hand_trace():
+    from tailtheory.engine.tasks.knights_knaves import kk_word_roles
+
+    words = TRACE.split()
+    roles = kk_word_roles(words, 3, 2)
+    assert len(roles) == len(words) and set(roles) == {"scaffold", "fork"}
+    # "try T T T : P0 ~ F is T ok": the atom and the value are forks, the rest forced
+    assert roles[:11] == ["scaffold"] * 7 + ["fork", "scaffold", "fork", "scaffold"]
+    assert roles[-4:] == ["scaffold"] * 4                 # "so F F T"
+
+
+def test_word_roles_of_prose_and_of_errors():
+    from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
+
+    prose = "suppose T T T : P1 ( T & F ) gives F clash".split()
+    roles = kk_word_roles(prose, 3, 2, prose=True)
+    assert roles[0] == "synonym" and roles[5] == "order"         # the person: 3 unchecked
+    assert roles[-2:] == ["fork", "synonym"]                     # value, verdict of its kind
+    wrong = kk_word_roles("try T T T : P0 ~ F is F".split(), 3, 2)
+    assert wrong[-1] == "fork"                                   # the wrong value itself
+    verdict = kk_word_roles("try T T T : P0 ~ F is T no try".split(), 3, 2)
+    assert verdict[-2:] == ["fork", "off_path"]                  # wrong verdict, then lost
+    junk = kk_word_roles("try T T banana".split(), 3, 2, vocabulary=("try", "T", ":"))
+    assert junk == ["scaffold", "scaffold", "scaffold", "junk"]
+    assert set(ROLES) >= set(roles + wrong + verdict + junk)
