@@ -29,7 +29,7 @@ from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import PROBLEM_SEED, rollout_config
 from tailtheory.lopti.decisive import branch_values
-from tailtheory.lopti.onestep import probe_batch
+from tailtheory.lopti.onestep import ProbeBatch, probe_batch, surrogate_grads
 from tailtheory.lopti.probes import N_BINS, prob_bins
 
 PROBE_PROMPTS = 8
@@ -94,7 +94,7 @@ def probe_positions(pi_old: torch.Tensor, mask: torch.Tensor, others: int,
 
 def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int = 32,
                          others: int = OTHERS, prompts: int = PROBE_PROMPTS,
-                         progress: bool = True) -> dict:
+                         tau: float | None = None, progress: bool = True) -> dict:
     """Probe ``batches`` GRPO batches per seed of the :class:`~tailtheory.engine.config.TrainConfig`
     ``cfg`` (task, sizes, temperature) from ``model`` (module docstring). Returns
     ``{"tokens": [per probed token dict], "batches": [per batch counts]}``: each token with
@@ -112,17 +112,17 @@ def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int 
             gen = torch.Generator().manual_seed(s)
             for i in range(batches):
                 tokens_i, counts_i = _one_batch(model, task, c, engine, gen, i, K, others,
-                                                prompts, progress)
+                                                prompts, tau, progress)
                 tokens += tokens_i
                 counts.append({"seed": s, "batch": i, **counts_i})
     return {"K": K, "tokens": tokens, "batches": counts}
 
 
-def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, progress):
+def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progress):
     pb = probe_batch(model, task, cfg, engine, gen, i)
     G = cfg.group_size
     n = min(prompts, cfg.prompts_per_step) * G
-    problems = task.problems(cfg.prompts_per_step, seed=_problem_seed(cfg, i))
+    problems = task.problems(cfg.prompts_per_step, seed=problem_seed(cfg, i))
     P = int(pb.mask.any(0).nonzero().min())                   # first response column
     resp_mask = pb.mask[:n, P:]
     pi_old, adv = pb.pi_old[:n, P:], pb.adv[:n, P:]
@@ -149,9 +149,34 @@ def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, progress):
         for t in range(len(responses[b])):
             if roles[b] is not None:
                 per_role[roles[b][t]][int(bins[b, t])] += 1
-    return toks, {"responses": n, "count": per_bin, "count_role": per_role}
+    counts = {"responses": n, "count": per_bin, "count_role": per_role}
+    if tau is not None:
+        sub = ProbeBatch(*(x[:n] for x in (pb.input_ids, pb.attention_mask, pb.mask, pb.adv,
+                                           pb.pi_old)))
+        counts["norms"] = split_norms(model, sub, P, toks, tau)
+    return toks, counts
 
 
-def _problem_seed(cfg, step: int) -> int:
+def split_norms(model, pb: ProbeBatch, P: int, toks: list[dict], tau: float) -> dict:
+    """Figure 1(d) split in two: per bin, ``||grad L||`` of the bin's tokens (``bin``), of its
+    probed decisive tokens (``D >= tau``) and of its probed free ones, each probed token's
+    advantage weighted back by its ``weight`` (so each part estimates the sum over its stratum).
+    The surrogate is :func:`~tailtheory.lopti.onestep.surrogate_grads`' (denominator: every
+    response token of ``pb``). Returns lists of 4 floats under ``bin``, ``decisive``, ``free``."""
+    bins = prob_bins(pb.pi_old)
+    shape = pb.adv.shape
+    parts = {"decisive": torch.zeros(shape), "free": torch.zeros(shape)}
+    for t in toks:
+        part = "decisive" if t["D"] >= tau else "free"
+        parts[part][t["row"], P + t["t"]] = t["weight"]
+    terms = [(pb.adv, pb.mask & (bins == b)) for b in range(N_BINS)]
+    for part in ("decisive", "free"):
+        w = parts[part].to(pb.adv.dtype)
+        terms += [(pb.adv * w, pb.mask & (bins == b) & (w > 0)) for b in range(N_BINS)]
+    g = torch.stack(surrogate_grads(model, pb, terms)).norm(dim=1).tolist()
+    return {"bin": g[:N_BINS], "decisive": g[N_BINS:2 * N_BINS], "free": g[2 * N_BINS:]}
+
+
+def problem_seed(cfg, step: int) -> int:
     """The problem seed of step ``step`` of ``cfg``'s seed (the trainer's)."""
     return PROBLEM_SEED + 100_000 * cfg.seed + step

@@ -79,3 +79,20 @@ def test_measure_decisiveness_end_to_end_on_a_tiny_model():
     again = dp.measure_decisiveness(model, task, cfg, seeds=(0,), K=4, others=3, prompts=1,
                                     progress=False)
     assert again == data                                 # seeded throughout
+
+
+def test_split_norms_add_up_where_every_token_is_probed():
+    from tests.lopti.test_measurement import DenseKK  # a reward that differs between responses
+
+    cfg = TrainConfig(task="kk", model="tiny", n_people=2, prompts_per_step=2, group_size=3,
+                      method="grpo")
+    task = DenseKK()
+    model = load_model(cfg, task)
+    data = dp.measure_decisiveness(model, task, cfg, seeds=(0,), K=3, others=100, prompts=2,
+                                   tau=0.0, progress=False)
+    norms = data["batches"][0]["norms"]
+    assert sum(norms["bin"]) > 0                         # the rewards differ: a real gradient
+    # every token probed with weight 1 and tau 0 calls every token decisive: the decisive
+    # part of each bin is the whole bin, the free part empty
+    assert norms["decisive"] == pytest.approx(norms["bin"], rel=1e-5, abs=1e-12)
+    assert norms["free"] == [0.0] * 4

@@ -1,0 +1,148 @@
+"""The decisiveness threshold ``tau`` and the rollouts ``K``: calibrated once, where the truth is
+known, then fixed.
+
+Source: the decisiveness of :mod:`tailtheory.lopti.decisive` (a question LOPTI, arXiv
+2505.12929, leaves open).
+
+``tau`` is in reward units. On ``kk_prose`` (the ``matched`` recipe's task) a synonym or the
+order of the people checked is a free choice: the parser reads every form back, and the reward
+reads only the final answer. :func:`calibrate` probes such tokens of the recipe's warm start
+(roles ``synonym`` and ``order`` with ``p <= 0.5``; :data:`CAL_FREE` of them, drawn from one
+GRPO batch) with :data:`CAL_K` rollouts a branch, and takes as ``tau`` the smallest threshold at
+which at most :data:`FREE_CALLED_MAX` of them are called decisive (``D >= tau``), rounded up to
+two significant digits. ``K`` is then the smallest of :data:`K_CHOICES` at which the standard
+error of ``D`` (from the same probes and :data:`CAL_FORK` decision forks of the batch with
+``p <= 0.5``, scaled by ``sqrt(CAL_K / K)``) is at most ``tau / 3`` for 90% of the tokens. A
+``tau`` set by estimator noise alone would shrink as ``K`` grows until paraphrase counted as
+decisive; set on free tokens at a large ``K``, it measures how much a free choice moves the
+expected reward of *this* policy (a rare synonym leads it into less familiar text).
+
+The stored calibration (``results/decisive_calibration.json``) also reports, at ``tau``, the
+precision and recall of "decisive" for the decision forks among the probed ``p <= 0.5`` tokens.
+:data:`TAU` and :data:`K` below are its outcome, written once; every later measurement uses them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tailtheory.core.measurements import measured
+from tailtheory.engine.rollout.engine import RolloutEngine
+from tailtheory.engine.threads import model_threads
+from tailtheory.engine.trainer import rollout_config
+from tailtheory.experiments.policies import grpo_config, policies_identity, probed_policy
+from tailtheory.lopti.decisive import branch_values
+from tailtheory.lopti.decisive_probe import FREE_ROLES, problem_seed, token_roles
+from tailtheory.lopti.onestep import probe_batch
+
+CAL_RECIPE = "matched"
+"""The recipe whose warm start calibrates ``tau`` (its task, ``kk_prose``, has free slots)."""
+
+CAL_K = 64
+"""Rollouts a branch in the calibration."""
+
+CAL_FREE, CAL_FORK = 200, 100
+"""Free-slot and decision-fork tokens (``p <= 0.5``) probed."""
+
+CAL_PROMPTS = 16
+"""Prompts of the calibration batch (seed 1, batch 0 of the recipe) whose responses are read."""
+
+P_MAX = 0.5
+"""Only tokens with ``p <= 0.5`` calibrate (a token at ``p`` near 1 has ``D`` near 0 whatever
+it does)."""
+
+FREE_CALLED_MAX = 0.10
+"""At most this share of free tokens may be called decisive at ``tau``."""
+
+K_CHOICES = (16, 32, 64, 128)
+"""The ``K`` the calibration chooses from."""
+
+SE_FRACTION = 1 / 3
+"""``K``: the standard error of ``D`` at most ``tau / 3`` (for 90% of the calibration tokens)."""
+
+VERSION = 1
+
+COMMAND = "python -m tailtheory.lopti.decisive_calibration"
+
+
+def calibration_config() -> dict:
+    """What the stored calibration is keyed by: the recipe's policies and the sizes above."""
+    return {"version": VERSION, **policies_identity(CAL_RECIPE), "K": CAL_K, "free": CAL_FREE,
+            "fork": CAL_FORK, "prompts": CAL_PROMPTS, "p_max": P_MAX,
+            "free_called_max": FREE_CALLED_MAX, "k_choices": list(K_CHOICES),
+            "se_fraction": SE_FRACTION}
+
+
+def measure_calibration(progress: bool = True) -> dict:
+    """Probe the calibration tokens (module docstring); returns every probed token's ``role``,
+    ``p``, ``D``, ``D_se``, ``effect``, and the threshold and ``K`` they give."""
+    model, task = probed_policy("warm", CAL_RECIPE, progress)
+    cfg = grpo_config(CAL_RECIPE)
+    model = model.float().eval()
+    with model_threads(model):
+        engine = RolloutEngine(model, rollout_config(cfg, task))
+        pb = probe_batch(model, task, cfg, engine, torch.Generator().manual_seed(cfg.seed), 0)
+        P = int(pb.mask.any(0).nonzero().min())
+        n = CAL_PROMPTS * cfg.group_size
+        mask, pi = pb.mask[:n, P:], pb.pi_old[:n, P:]
+        responses = [pb.input_ids[b, P:][mask[b]].tolist() for b in range(n)]
+        roles = [token_roles(task, r) for r in responses]
+        problems = task.problems(cfg.prompts_per_step, seed=problem_seed(cfg, 0))
+        gen = torch.Generator().manual_seed(2024)
+        pos = []
+        for want, n_max in ((FREE_ROLES, CAL_FREE), (("fork",), CAL_FORK)):
+            cand = [(b, t) for b in range(n) for t in range(len(responses[b]))
+                    if roles[b][t] in want and float(pi[b, t]) <= P_MAX]
+            pick = torch.randperm(len(cand), generator=gen)[:n_max].tolist()
+            pos += [cand[k] for k in sorted(pick)]
+        rc = rollout_config(cfg, task)
+        out = branch_values(model, task, [problems[b // cfg.group_size] for b in range(n)],
+                            responses, pos, CAL_K, rc.max_new_tokens, rc.temperature, seed=77,
+                            progress=progress)
+    tokens = [{"row": b, "t": t, "role": roles[b][t], "p": float(pi[b, t]),
+               **{k: float(out[k][i]) for k in ("D", "D_se", "effect", "gap", "gap_se")}}
+              for i, (b, t) in enumerate(pos)]
+    return {"tokens": tokens, **choose(tokens)}
+
+
+def choose(tokens: list[dict]) -> dict:
+    """``tau``, ``K`` and the agreement at ``tau`` of the calibration ``tokens`` (rule of the
+    module docstring): ``{"tau", "K", "free_called", "precision", "recall", "n_free", "n_fork",
+    "se_q90"}``."""
+    free = np.array([t["D"] for t in tokens if t["role"] in FREE_ROLES])
+    if len(free) < 10:
+        raise ValueError(f"{len(free)} free-slot tokens: too few to calibrate on")
+    m = int(np.floor(FREE_CALLED_MAX * len(free)))          # at most m may reach tau
+    ranked = np.sort(free)[::-1]
+    tau = _round_up(float(np.nextafter(ranked[m], np.inf)), 2)
+    se = np.quantile([t["D_se"] for t in tokens], 0.9)
+    K = next((k for k in K_CHOICES if se * np.sqrt(CAL_K / k) <= SE_FRACTION * tau), None)
+    if K is None:
+        raise ValueError(f"no K in {K_CHOICES} brings the standard error ({se:.3g} at K = "
+                         f"{CAL_K}) to tau / 3 = {tau / 3:.3g}")
+    called = np.array([t["D"] >= tau for t in tokens])
+    fork = np.array([t["role"] == "fork" for t in tokens])
+    return {"tau": tau, "K": int(K), "free_called": float(np.mean(free >= tau)),
+            "precision": float((called & fork).sum() / max(called.sum(), 1)),
+            "recall": float((called & fork).sum() / max(fork.sum(), 1)),
+            "n_free": int(len(free)), "n_fork": int(fork.sum()), "se_q90": float(se)}
+
+
+def _round_up(x: float, digits: int) -> float:
+    """``x`` rounded up to ``digits`` significant digits."""
+    if x <= 0:
+        return float(np.nextafter(0.0, 1.0)) if x == 0 else x
+    e = int(np.floor(np.log10(x))) - digits + 1
+    return float(np.ceil(x / 10.0**e) * 10.0**e)
+
+
+def calibration(profile: str = "quick") -> dict:
+    """The stored calibration (``quick``) or a new one, stored (``thorough``)."""
+    return measured("decisive_calibration", calibration_config(),
+                    lambda: measure_calibration(True), profile, COMMAND)
+
+
+if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
+    c = calibration("thorough")
+    print({k: v for k, v in c.items() if k != "tokens"})

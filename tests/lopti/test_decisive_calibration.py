@@ -1,0 +1,42 @@
+"""The calibration rule of ``tailtheory/lopti/decisive_calibration.py`` on tokens written by
+hand: tau calls at most 10% of the free tokens decisive, K brings the error under tau / 3."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailtheory.lopti import decisive_calibration as dc
+
+
+def _tokens(free_D, fork_D, se=0.01):
+    return ([{"role": "synonym", "D": d, "D_se": se} for d in free_D]
+            + [{"role": "fork", "D": d, "D_se": se} for d in fork_D])
+
+
+def test_tau_is_the_smallest_threshold_with_at_most_a_tenth_of_free_tokens_above():
+    free = np.linspace(0.0, 0.099, 100)            # 0.000 ... 0.099
+    c = dc.choose(_tokens(free, [0.5] * 20))
+    assert c["free_called"] <= dc.FREE_CALLED_MAX
+    assert np.mean(free >= c["tau"]) <= 0.10
+    # one step lower would call more than a tenth: the 11th largest free D reaches it
+    assert np.sort(free)[::-1][10] < c["tau"] <= 0.091
+    assert c["precision"] == pytest.approx(20 / (20 + np.sum(free >= c["tau"])))
+    assert c["recall"] == 1.0 and c["n_free"] == 100 and c["n_fork"] == 20
+
+
+def test_k_is_the_smallest_choice_under_a_third_of_tau():
+    free = np.linspace(0.0, 0.099, 100)
+    tau = dc.choose(_tokens(free, []))["tau"]
+    se = tau / 3 * np.sqrt(32 / dc.CAL_K) * 0.99   # just under tau / 3 once K = 32
+    assert dc.choose(_tokens(free, [], se=se))["K"] == 32
+    with pytest.raises(ValueError, match="no K"):
+        dc.choose(_tokens(free, [], se=10.0))
+    with pytest.raises(ValueError, match="too few"):
+        dc.choose(_tokens(free[:5], []))
+
+
+def test_round_up_keeps_the_rule():
+    assert dc._round_up(0.0812, 2) == pytest.approx(0.082)
+    assert dc._round_up(0.08, 2) == pytest.approx(0.08)
+    assert dc.calibration_config()["task"] == "kk_prose"
