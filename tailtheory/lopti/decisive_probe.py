@@ -65,16 +65,18 @@ def token_roles(task, response: list[int]) -> list[str] | None:
     eos = task.eos_id
     body = response[:response.index(eos)] if eos in response else list(response)
     words = task.decode(body).split() if body else []
-    if name == "kk":
-        word_roles = ["fork" if w in ("T", "F") else "junk" for w in words[:task.n_people]]
+    if name in ("kk", "kk_knights"):   # every answer word decides (kk_knights: EOS too)
+        ok = ("T", "F") if name == "kk" else tuple(f"P{i}" for i in range(task.n_people))
+        word_roles = ["fork" if w in ok else "junk" for w in words[:task.n_people]]
         word_roles += ["off_path"] * (len(words) - len(word_roles))
     else:
         word_roles = kk_word_roles(words, task.n_people, task.depth, name == "kk_prose",
                                    task.words)
     idx = token_words(task, body)
     roles = [word_roles[w] if w < len(word_roles) else "off_path" for w in idx]
-    if len(body) < len(response):
-        roles.append("scaffold")                                   # EOS: the format's end
+    if len(body) < len(response):                                  # EOS: the format's end,
+        roles.append("fork" if name == "kk_knights" and len(words) < task.n_people
+                     else "scaffold")                              # or a choice to stop
     return roles + ["off_path"] * (len(response) - len(roles))
 
 

@@ -23,35 +23,27 @@ speaks its own (``Task(..., tokenizer=load_tokenizer(PATH))``). The renderings:
   the assignment at its first ``no``; the first assignment with only ``ok`` is the answer::
 
       prompt   <bos> P0 : ~ P1 F ; P1 : ( P2 T & P2 F ) ; P2 : ( P0 T | P1 F ) ; ?
-      response try T T T : P0 ~ F is T ok P1 ( T & F ) is F no
-               try T T F : P0 ~ F is T ok P1 ( F & T ) is F no
-               try T F T : P0 ~ T is F no    try T F F : P0 ~ T is F no
-               try F T T : P0 ~ F is T no    try F T F : P0 ~ F is T no
-               try F F T : P0 ~ T is F ok P1 ( T & F ) is F ok P2 ( F | T ) is T ok
-               so F F T <eos>
+      response try T T T : P0 ~ F is T ok P1 ( T & F ) is F no try T T F : P0 ~ F is T ok
+               P1 ( F & T ) is F no try T F T : P0 ~ T is F no try T F F : P0 ~ T is F no
+               try F T T : P0 ~ F is T no try F T F : P0 ~ F is T no try F F T : P0 ~ T
+               is F ok P1 ( T & F ) is F ok P2 ( F | T ) is T ok so F F T <eos>
 
   Target lengths (tokens, ``<eos>`` included, 2,000 problems): three people 29 to 207 (median
   90, 90th percentile 148, 22% over 128); two people 22 to 83; four people 39 to ~440.
-- ``chain_sum`` — sums and differences of small integers, one digit per word::
-
-      prompt   <bos> 1 2 + 7 - 3 0 =
-      response - 1 1 <eos>
+- ``kk_knights`` — the ``kk`` puzzles answered by naming the truth-tellers in increasing order
+  (``P0 P2 <eos>``; all liars: ``<eos>`` alone), so every answer token chooses among several.
+- ``chain_sum`` — sums and differences of small integers, one digit per word
+  (``<bos> 1 2 + 7 - 3 0 =`` -> ``- 1 1 <eos>``).
 
 Reward (``Task.reward``), on the words of the response up to its first EOS (its ids decoded and
 split on whitespace; an id past the tokenizer's own tokens, a padding row of the model's
-embedding, makes the response unreadable):
-
-========================================  =====
-response                                  total
-========================================  =====
-correct answer, then ``<eos>``            1.0
-well-formed answer, wrong, then ``<eos>`` 0.1
-anything else (no ``<eos>``, bad words)   0.0
-========================================  =====
+embedding, makes the response unreadable): 1.0 for the correct answer then ``<eos>``, 0.1 for a
+well-formed wrong one then ``<eos>``, 0.0 for anything else (no ``<eos>``, bad words).
 
 Correctness is exact match on the rendered answer (tests check it agrees with the generator's
 own ``score_answer`` on the corresponding English answer). Well-formed means: ``kk`` — exactly
-``n_people`` words, each ``T`` or ``F``; ``chain_sum`` — an optional ``-`` then digits without a
+``n_people`` words, each ``T`` or ``F``; ``kk_knights`` — distinct people in increasing order;
+``chain_sum`` — an optional ``-`` then digits without a
 leading zero; ``kk_trace`` — the search above for *some* value expressions (grammar
 ``v := T | F | ~ v | ( v op v ... )``, one connective per group, depth at most
 ``depth_constraint``): hypotheses in order, each ``is`` the value of its expression, each verdict
@@ -79,13 +71,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.tasks.knights_knaves import (PROSE_WORDS, kk_value_len, parse_kk_trace,
                                               render_kk_prose, render_kk_trace, render_statement)
 from tailtheory.engine.tasks.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, WORDS,
-                                         build_tokenizer, check_tokenizer, tokens_per_word)
+                                               as_id_list, build_tokenizer, check_tokenizer,
+                                               tokens_per_word)
 
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
@@ -222,7 +213,7 @@ class Task:
     def decode(self, ids) -> str:
         """Text of ``ids`` (special tokens kept; the word-level tokenizer joins words by single
         spaces)."""
-        return self.tokenizer.decode(_as_id_list(ids, self.vocab_size, "ids"),
+        return self.tokenizer.decode(as_id_list(ids, self.vocab_size, "ids"),
                                      skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
     def target_ids(self, problem: Problem) -> list[int]:
@@ -233,7 +224,7 @@ class Task:
         """The words of a response: its ids up to the first EOS, decoded and split on whitespace;
         None without an EOS or with an id the tokenizer does not know (a padding row of the
         model's embedding: it decodes to nothing, so it must not vanish from the answer)."""
-        ids = _as_id_list(response_ids, self.vocab_size, "response_ids")
+        ids = as_id_list(response_ids, self.vocab_size, "response_ids")
         if self.eos_id not in ids:
             return None
         ids = ids[: ids.index(self.eos_id)]
@@ -251,19 +242,6 @@ class Task:
             return Reward(0.0, False, False)
         correct = answer == problem.answer
         return Reward(CORRECT_REWARD if correct else FORMAT_REWARD, correct, True)
-
-
-def _as_id_list(ids, V: int, name: str) -> list[int]:
-    """Token ids as a list of ints inside ``[0, V)``."""
-    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
-    if t.numel() == 0:
-        t = t.long()
-    if t.ndim != 1 or t.is_floating_point():
-        raise ValueError(f"{name} must be a 1-D sequence of integer ids, got shape "
-                         f"{tuple(t.shape)} dtype {t.dtype}")
-    if t.numel() and (t.min() < 0 or t.max() >= V):
-        raise ValueError(f"{name} must lie in [0, {V}); got range [{int(t.min())}, {int(t.max())}]")
-    return [int(i) for i in t.tolist()]
 
 
 class KnightsKnaves(Task):
@@ -349,6 +327,25 @@ class KnightsKnavesProse(KnightsKnavesTrace):
         return parse_kk_trace(words, self.n_people, self.depth, prose=True)
 
 
+class KnightsList(KnightsKnaves):
+    """``kk_knights``: the ``kk`` puzzles answered by naming the truth-tellers in increasing
+    order (``P0 P2``; none: the empty answer). Every answer token, EOS included, chooses among
+    the people still to come and the end: a choice that decides the answer."""
+
+    name = "kk_knights"
+
+    def render(self, entry: dict) -> tuple[str, str, dict]:
+        prompt, _, meta = super().render(entry)
+        return prompt, " ".join(f"P{i}" for i, v in enumerate(meta["solution"]) if v), meta
+
+    def final_answer(self, words: list[str]) -> str | None:
+        return " ".join(words) if self.well_formed(words) else None
+
+    def well_formed(self, words: list[str]) -> bool:
+        idx = [int(w[1:]) if w[:1] == "P" and w[1:].isdigit() else -1 for w in words]
+        return all(0 <= i < self.n_people for i in idx) and idx == sorted(set(idx))
+
+
 class ChainSum(Task):
     """``chain_sum``: ``a ± b ± c`` with small non-negative terms (reasoning-gym ``chain_sum``)."""
 
@@ -381,7 +378,8 @@ class ChainSum(Task):
                 and not (digits[0] == "0" and (len(digits) > 1 or words[:1] == ["-"])))
 
 
-TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, KnightsKnavesProse, ChainSum)}
+TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, KnightsKnavesProse, KnightsList,
+                             ChainSum)}
 """Task registry: name -> class."""
 
 

@@ -17,6 +17,8 @@ byte-level BPE as well as this one. :func:`check_tokenizer` is what a tokenizer 
 
 from __future__ import annotations
 
+import torch
+
 from tailtheory.core.checks import check_positive_int
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -116,3 +118,16 @@ def _written_back(tokenizer, word: str) -> list[str]:
     ids = tokenizer.encode(f" {word}", add_special_tokens=False)
     return tokenizer.decode(ids, skip_special_tokens=False,
                             clean_up_tokenization_spaces=False).split()
+
+
+def as_id_list(ids, V: int, name: str) -> list[int]:
+    """Token ids as a list of ints inside ``[0, V)``."""
+    t = ids if isinstance(ids, torch.Tensor) else torch.as_tensor(list(ids))
+    if t.numel() == 0:
+        t = t.long()
+    if t.ndim != 1 or t.is_floating_point():
+        raise ValueError(f"{name} must be a 1-D sequence of integer ids, got shape "
+                         f"{tuple(t.shape)} dtype {t.dtype}")
+    if t.numel() and (t.min() < 0 or t.max() >= V):
+        raise ValueError(f"{name} must lie in [0, {V}); got range [{int(t.min())}, {int(t.max())}]")
+    return [int(i) for i in t.tolist()]

@@ -35,9 +35,10 @@ def cs():
 def test_unknown_task_lists_valid_names():
     """One error that names every registered task."""
     with pytest.raises(ValueError, match=r"unknown task 'sudoku'; valid tasks: "
-                                         r"\['chain_sum', 'kk', 'kk_prose', 'kk_trace'\]"):
+                                         r"\['chain_sum', 'kk', 'kk_knights', 'kk_prose', "
+                                         r"'kk_trace'\]"):
         get_task("sudoku")
-    assert set(TASKS) == {"kk", "kk_trace", "kk_prose", "chain_sum"}
+    assert set(TASKS) == {"kk", "kk_trace", "kk_prose", "kk_knights", "chain_sum"}
 
 
 @pytest.mark.parametrize("name, kw, match", [
@@ -318,3 +319,15 @@ def test_kk_prose_targets_vary_and_score():
         assert len(task.target_ids(p)) <= task.max_response_len
         assert task.reward(p, task.target_ids(p)) == Reward(CORRECT_REWARD, True, True)
     assert task.tokenizer.encode(" consistent contradiction") != [task.tokenizer.unk_token_id] * 2
+
+
+def test_kk_knights_names_the_truth_tellers_in_order():
+    task = get_task("kk_knights", n_people=3)
+    for p in task.problems(20, seed=5):
+        named = [i for i, v in enumerate(p.meta["solution"]) if v]
+        assert p.answer.split() == [f"P{i}" for i in named]
+        assert task.reward(p, task.target_ids(p)).total == 1.0
+    assert task.well_formed([]) and task.well_formed(["P0", "P2"])
+    assert not task.well_formed(["P2", "P0"]) and not task.well_formed(["P1", "P1"])
+    assert not task.well_formed(["P3"]) and not task.well_formed(["T"])
+    assert task.chance_accuracy == 1 / 8
