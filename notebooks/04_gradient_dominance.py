@@ -206,6 +206,55 @@ matched_lopti.table().groupby("label", sort=False)[["first_eval", "final_eval",
                                                      "final_reward"]].agg(["mean", "min", "max"])
 
 # %% [markdown]
+# ### What the low-probability tokens do: Figure 1(d) split into decisive and free tokens
+#
+# The `matched` recipe matches the paper's histogram, not what its tokens do: most of its
+# lowest-bin tokens are free synonym or order choices the reward never reads. A token is
+# *decisive* when it moves the expected reward by at least `tau`:
+# `D = |E[R | y_<t, y_t] - E[R | y_<t]| = (1 - p) |Q(y_t) - Q(not y_t)|`, each `Q` estimated by
+# `K` continuation rollouts (`tau` and `K` calibrated once on `kk_prose`'s known free slots,
+# `results/decisive_calibration.json`). Below, per recipe and policy, each bin's share of the
+# tokens split into decisive (dark) and free, and Figure 1(d)'s per-bin gradient norm split the
+# same way (`results/decisive_<recipe>.json`, `python -m tailtheory.lopti.decisive_store RECIPE`
+# measures again); then the designs tried for a recipe whose low-probability tokens decide the
+# answer, judged on their warm starts (`results/decisive_frontier.json`).
+
+# %%
+from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.lopti import decisive_frontier, decisive_report, decisive_store
+
+split = {}
+for recipe in decisive_store.RECIPES:
+    try:
+        stored = decisive_store.decisive_data("quick", recipe)
+    except StaleMeasurement as exc:
+        print(f"{recipe}: {exc}")
+        continue
+    for policy, data in stored.items():
+        split[f"{recipe} {policy}"] = decisive_report.bin_summary(data, decisive_store.TAU)
+if split:
+    fig, df_split = decisive_report.plot_split(split)
+    show_figure(fig, "lopti_figure1d_decisive", df_split,
+                provenance("stored", "quick", "results/decisive_<recipe>.json"))
+    print(df_split[df_split["bin"] == "[0,.25]"][["policy", "token_frac", "decisive_share",
+                                                  "helps", "hurts", "format_breaking"]]
+          .round(3).to_string(index=False))
+
+# %%
+try:
+    front = decisive_frontier.frontier("quick")
+except StaleMeasurement as exc:
+    print(exc)
+else:
+    recipes = {name[:-5]: {k: float(v) for k, v in df.iloc[0].items() if k in (
+        "token_frac", "decisive_share", "helps", "hurts", "format_breaking")}
+        for name, df in split.items() if name.endswith(" warm")}
+    fig, df_front = decisive_frontier.plot_frontier(
+        {n: v["point"] for n, v in front.items()}, recipes)
+    show_figure(fig, "decisive_frontier", df_front,
+                provenance("stored", "quick", "results/decisive_frontier.json"))
+
+# %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
 #
 # GRPO batches drawn from the warm start with the engine's own rollout, $\pi_\text{old}$ and group

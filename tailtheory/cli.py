@@ -245,10 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
              "of docs/diagnose.md) and write DIR/report.html, its figures and DIR/summary.json.",
              add_diagnose_arguments)
     _command(sub, "probe", probe_main,
-             "a per-model probe (mismatch, pruning, gradient) on any checkpoint",
+             "a per-model probe (mismatch, pruning, gradient, decisiveness) on any checkpoint",
              "Run a per-model probe on a checkpoint, on text windows read with its own "
-             "tokenizer: mismatch (M7/V2), pruning (P4) or gradient (L1/L4/L5); write the "
-             "notebooks' figures and tables into --out and print a summary.",
+             "tokenizer: mismatch (M7/V2), pruning (P4) or gradient (L1/L4/L5); or, on a "
+             "task's GRPO batch, decisiveness (which low-probability tokens decide the answer: "
+             "--model PATH --task T, or --recipe R --policy warm|mid); write the figures and "
+             "tables into --out and print a summary.",
              add_probe_arguments, epilog=PROBE_EPILOG)
     return p
 

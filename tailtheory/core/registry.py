@@ -63,11 +63,12 @@ class Evidence:
     the first numbers that are not context, :meth:`key_items`)."""
 
     def key_items(self, limit: int = 4) -> list[tuple[str, object]]:
-        """The numbers a report shows first: :attr:`key` in its order, else the first ``limit``
-        numbers that are not context (where and on what decoder it was measured, the superseded
+        """The numbers a report shows first: :attr:`key` in its order (all of it, even past
+        ``limit``), else the first ``limit`` numbers that are not context (where and on what decoder it was measured, the superseded
         verdict)."""
-        if self.key:
-            return [(k, self.numbers[k]) for k in self.key if k in self.numbers][:limit]
+        if self.key:   # an explicit key is shown whole
+            return [(k, self.numbers[k]) for k in self.key if k in self.numbers][
+                :max(limit, len(self.key))]
         context = ("measured on", "rollout decoder", "decoder")
         return [(k, v) for k, v in self.numbers.items()
                 if k.split(":")[-1] not in context and "superseded" not in k][:limit]

@@ -36,6 +36,10 @@ MATCHED_GAIN = 0.15
 MATCHED_SEEDS = (1, 2, 3)
 """The ``matched`` recipe's criterion: its least held-out gain, in every one of these seeds."""
 
+DECIDE_SEEDS = (1, 2, 3)
+"""The ``decide`` recipe's seeds for the same criterion (gain :data:`MATCHED_GAIN`; the recipe
+was chosen on seed 0)."""
+
 WINDOW = 20
 """Steps averaged at each end of the reward curve."""
 
@@ -43,7 +47,8 @@ WINDOW = 20
 def learn_arms(preset: str) -> list[Arm]:
     """GRPO on ``preset`` (``learn``: the recipe, seeds :data:`SEEDS`), tagged ``method``."""
     base = train_config(preset)
-    seeds = {"learn": SEEDS, "matched": MATCHED_SEEDS}.get(preset, PRESET_SEEDS[preset])
+    seeds = {"learn": SEEDS, "matched": MATCHED_SEEDS, "decide": DECIDE_SEEDS}.get(
+        preset, PRESET_SEEDS[preset])
     return [Arm("GRPO", tuple(replace(base, method="grpo", seed=s) for s in seeds),
                 {"method": "grpo"})]
 
@@ -53,6 +58,9 @@ STUDY = register_study(Study("learn_curve", learn_arms))
 
 MATCHED_STUDY = register_study(Study("matched_curve", learn_arms, measure_preset="matched"))
 """The ``matched`` recipe's learning curve (seeds :data:`MATCHED_SEEDS`)."""
+
+DECIDE_STUDY = register_study(Study("decide_curve", learn_arms, measure_preset="decide"))
+"""The ``decide`` recipe's learning curve (seeds :data:`DECIDE_SEEDS`)."""
 
 
 def summarize(row: dict) -> dict:

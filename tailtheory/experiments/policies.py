@@ -5,7 +5,7 @@ M7's tail probes on the ``matched`` recipe, the regime table), so they live here
 sections, once.
 
 - ``warm``: the recipe's warm start (:func:`tailtheory.engine.start.load.load_start`).
-- ``mid``: GRPO seed :data:`MID_SEED` of the recipe after :data:`MID_STEP` of its 120 steps:
+- ``mid``: GRPO seed :data:`MID_SEED` of the recipe half-way (:func:`mid_step`):
   that run is trained again to the step in a folder of its own under the run cache's
   ``probes/`` (the run cache keeps a run's last checkpoint only), and its metric lines are
   checked equal to the cached full run's first ones (:func:`mid_policy`).
@@ -20,13 +20,20 @@ from tailtheory.engine.start.load import load_start
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.trainer import train
 from tailtheory.experiments.presets import RECIPE_PRESETS, train_config, warm_sft_config
+from tailtheory.experiments.recipes import check_recipe
 from tailtheory.experiments.runs import run_key, runs_root
 
 MID_SEED = 1
 """The GRPO run whose half-way policy is probed."""
 
 MID_STEP = 60
-"""Half of the recipes' 120 steps."""
+"""Half of the ``learn`` and ``matched`` recipes' 120 steps (:func:`mid_step`)."""
+
+
+def mid_step(recipe: str) -> int:
+    """The half-way step of ``recipe``'s GRPO run: half its steps (:data:`MID_STEP` for the
+    ``learn`` and ``matched`` recipes; 100 of the ``decide`` recipe's 200)."""
+    return check_recipe(recipe)["steps"] // 2
 
 POLICIES = ("warm", "mid")
 """The probed policies."""
@@ -68,12 +75,12 @@ def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):
 
 def probed_policy(policy: str, recipe: str = "learn", progress: bool = True) -> tuple:
     """``(model, task)`` of one of :data:`POLICIES` on ``recipe``: its warm start, or GRPO seed
-    :data:`MID_SEED` at step :data:`MID_STEP` (:func:`mid_policy`). The policies every probe of
+    :data:`MID_SEED` half-way (:func:`mid_step`, :func:`mid_policy`). The policies every probe of
     a recipe reads (LOPTI's one-step probes, P4's and M7's on the ``matched`` recipe)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
     cfg = grpo_config(recipe)
-    return load_start(cfg) if policy == "warm" else mid_policy(progress, cfg)
+    return load_start(cfg) if policy == "warm" else mid_policy(progress, cfg, mid_step(recipe))
 
 
 def policies_identity(recipe: str = "learn") -> dict:
@@ -81,4 +88,4 @@ def policies_identity(recipe: str = "learn") -> dict:
     hash, the GRPO run of the half-way policy and its step."""
     cfg = grpo_config(recipe)
     return {"task": cfg.task, "warm_start": config_hash(warm_sft_config(recipe)),
-            "mid_run": run_key(cfg), "mid_step": MID_STEP}
+            "mid_run": run_key(cfg), "mid_step": mid_step(recipe)}

@@ -21,10 +21,10 @@ from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.start.sft import SFTConfig
 from tailtheory.engine.start.warm_cache import warm_start
 
-PRESETS = ("quick", "full", "learn", "matched")
+PRESETS = ("quick", "full", "learn", "matched", "decide")
 """The notebooks' presets."""
 
-RECIPE_PRESETS = ("learn", "matched")
+RECIPE_PRESETS = ("learn", "matched", "decide")
 """Presets that are the recipes of the same name (:mod:`tailtheory.experiments.recipes`)."""
 
 TRACE_TASK = "kk_trace"
@@ -83,7 +83,7 @@ with the Hugging Face forward; it stays so until the claims are re-measured on t
 recipe (which samples with the ``fast`` engine)."""
 
 SEEDS = {"quick": (0, 1), "full": (0, 1, 2), "learn": (1, 2, 3, 4, 5),
-         "matched": (1, 2, 3, 4, 5)}
+         "matched": (1, 2, 3, 4, 5), "decide": (1, 2, 3, 4, 5)}
 """Seeds per configuration: training claims are read off the spread over these."""
 
 

@@ -21,6 +21,14 @@ gradient norms fall as in Fig. 1(d) (the regime table in ``docs/regime.md``). Wh
 do differs: about 90% of the lowest bin's tokens at the warm start are free synonym and order
 choices the reward, which reads only the final answer, never sees. ``docs/engine.md`` ("The
 `matched` recipe") gives its bins and learning curve.
+
+``decide``: GRPO on ``kk_knights`` with three people (the same puzzles answered by naming the
+truth-tellers in order, ``P0 P2``), from the task's supervised warm start (sampled accuracy in
+``[0.225, 0.70]``), lr 1e-4 for 200 steps. Every response token, EOS included, chooses among the
+people still to come and the end, and the reward reads it, so its low-probability tokens are
+decision forks, not paraphrase: the other end, from ``matched``, of what low-probability tokens
+do (:mod:`tailtheory.lopti.decisive_store`). It does not meet the learning rule of the other
+recipes (``docs/engine.md``, "What low-probability tokens do", gives the designs tried).
 """
 
 from __future__ import annotations
@@ -42,6 +50,12 @@ RECIPES: dict[str, dict] = {
         "lr": 1e-4,
         "steps": 120, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
     },
+    "decide": {
+        "task": "kk_knights", "n_people": 3, "model": "warm", "method": "grpo",
+        "rollout": "exact", "rollout_backend": FAST, "prompts_per_step": 32, "group_size": 8,
+        "lr": 1e-4,
+        "steps": 200, "eval_every": 10, "eval_n": 256, "checkpoint_every": 20,
+    },
 }
 """Recipe name -> the :class:`~tailtheory.engine.config.TrainConfig` fields it sets."""
 
@@ -51,6 +65,9 @@ FIXED = ("task", "n_people")
 DESCRIPTIONS = {
     "learn": "the learning testbed: GRPO raises held-out accuracy on kk_trace (2 people) from "
              "its warm start",
+    "decide": "low-probability tokens that decide the answer: Knights and Knaves (3 people) "
+              "answered by naming the truth-tellers, every answer token a choice the reward "
+              "reads",
     "matched": "the learn testbed in words from a pretrained BPE LM: its sampled tokens match "
                "the histogram of LOPTI's pi_old bins (Fig. 1(a)), not what they do (most "
                "lowest-bin tokens are free synonym or order choices the reward never reads)",

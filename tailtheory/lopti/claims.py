@@ -9,9 +9,48 @@ recipe, ``results/lopti_learn.json``). Under the ``quick`` profile they read the
 
 from __future__ import annotations
 
+from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.registry import Evidence, Verdict, register
-from tailtheory.lopti import training
-from tailtheory.lopti import learn_probes, measurement
+from tailtheory.experiments import learning
+from tailtheory.lopti import decisive_store, learn_probes, measurement, training
+
+SHARE = "decisive share"
+"""The number beside each recipe's verdict: the share of its warm start's lowest-bin tokens
+that decide the answer (:func:`tailtheory.lopti.decisive_store.decisive_share`)."""
+
+
+def _share(profile: str, recipe: str):
+    try:
+        data = decisive_store.decisive_data(profile, recipe)
+    except StaleMeasurement:
+        return "not measured"
+    return round(decisive_store.decisive_share(data)["warm"]["decisive_share"], 3)
+
+
+def _at_both_ends(main: Evidence, decide, profile: str) -> Evidence:
+    """``main`` (the ``matched`` recipe's verdict, the ``learn`` recipe's beside) with the
+    ``decide`` recipe's verdict beside them (``decide``: a function of the profile returning its
+    evidence; a store that lacks runs says so instead), each with its decisive share. The
+    claim's verdict stays ``matched``'s; the note says whether the two ends of the decisive
+    share agree."""
+    try:
+        d = decide(profile)
+        theirs = {"decide recipe: verdict": str(d.verdict),
+                  **{f"decide recipe: {k}": v for k, v in d.key_items()}}
+        agree = ("the verdict is the same where low-probability tokens decide the answer"
+                 if d.verdict == main.verdict else "the verdict differs where low-probability "
+                 "tokens decide the answer: it depends on what they do")
+    except StaleMeasurement as exc:
+        reason = str(exc).split(";")[0]
+        theirs = {"decide recipe: verdict": reason if reason.startswith("no training")
+                  else "not yet measured"}
+        agree = f"decide recipe: {reason}"
+    nums = {**main.numbers, SHARE: _share(profile, "matched"),
+            f"learn recipe: {SHARE}": _share(profile, "learn"), **theirs,
+            f"decide recipe: {SHARE}": _share(profile, "decide")}
+    key = (tuple(main.key)[:2] + (SHARE, "learn recipe: verdict", f"learn recipe: {SHARE}",
+                                  "decide recipe: verdict", f"decide recipe: {SHARE}"))
+    return Evidence(main.verdict, nums, f"{main.note}; {agree}", key)
 
 
 def _matched_first(evidence, claim: str, profile: str) -> Evidence:
@@ -20,7 +59,20 @@ def _matched_first(evidence, claim: str, profile: str) -> Evidence:
     ``lopti_learn``, and the no-learning regime's recorded verdict), as P5 is; the rule is the
     same on both."""
     today = evidence(training.STUDY.data(profile)).superseding(claim)
-    return evidence(training.MATCHED_STUDY.data(profile), training.MATCHED_STUDY).beside(today)
+    main = evidence(training.MATCHED_STUDY.data(profile), training.MATCHED_STUDY).beside(today)
+    return _at_both_ends(main, _decide_baseline, profile)
+
+
+def _decide_baseline(profile: str) -> Evidence:
+    """No training verdict on the ``decide`` recipe: its GRPO does not learn by the rule (study
+    ``decide_curve``), and a training comparison counts only where the baseline learns. Raises
+    :class:`StaleMeasurement` with the reason and the gains, which the row shows instead."""
+    m = learning.DECIDE_STUDY.data(profile)
+    rows = [learning.summarize(r) for r in m[m.label(method="grpo")]]
+    verdict, why = learning.verdict(rows, learning.MATCHED_GAIN)
+    if verdict == "LEARNS":  # the five arms would be the next measurement; none is stored
+        raise StaleMeasurement("GRPO learns on decide, the five arms are not measured yet")
+    raise StaleMeasurement(f"no training verdict: GRPO {verdict} on decide ({why})")
 
 
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
@@ -54,8 +106,10 @@ def _l6(profile: str) -> Evidence:
           "the network, not only at the logits)", expected=Verdict.NOT_REPRODUCED)
 def _l1(profile: str) -> Evidence:
     today = measurement.l1_evidence(measurement.probe_data(profile))
-    return learn_probes.l1_learn_evidence(learn_probes.learn_probe_data(profile, "matched"),
+    main = learn_probes.l1_learn_evidence(learn_probes.learn_probe_data(profile, "matched"),
                                           "matched").beside(today, today_name="kk_trace warm start")
+    return _at_both_ends(main, lambda p: learn_probes.l1_learn_evidence(
+        learn_probes.learn_probe_data(p, "decide"), "decide"), profile)
 
 
 @register("L4", paper="LOPTI", statement="Figure 1: per-bin gradient norms decrease with pi_old; "
@@ -75,4 +129,6 @@ def _l5(profile: str) -> Evidence:
 def _regimes(evidence, claim: str, profile: str) -> Evidence:
     """``evidence`` on the matched recipe, with the learn recipe's beside it."""
     today = evidence(learn_probes.learn_probe_data(profile)).superseding(claim)
-    return evidence(learn_probes.learn_probe_data(profile, "matched"), "matched").beside(today)
+    main = evidence(learn_probes.learn_probe_data(profile, "matched"), "matched").beside(today)
+    return _at_both_ends(main, lambda p: evidence(learn_probes.learn_probe_data(p, "decide"),
+                                                  "decide"), profile)

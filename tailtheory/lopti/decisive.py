@@ -38,8 +38,17 @@ from tailtheory.engine.rollout.fast import InferenceEngine, unsupported
 from tailtheory.engine.rollout.hf import HFDecode
 
 ROWS_PER_CHUNK = 2048
-"""Continuation rows decoded together (``2 K`` per probed token): bounds the KV cache and the
-``(rows, V)`` logits of one step."""
+"""Continuation rows decoded together at most (``2 K`` per probed token)."""
+
+LOGIT_BUDGET = 2**26
+"""Elements of one step's ``(rows, V)`` logits at most (256 MB in float32): at a large vocabulary
+a chunk holds fewer rows (:func:`branch_rows`)."""
+
+
+def branch_rows(vocab_size: int, K: int) -> int:
+    """Rows decoded together: :data:`ROWS_PER_CHUNK`, fewer where ``rows x V`` would pass
+    :data:`LOGIT_BUDGET`, never fewer than one probed token's ``2 K``."""
+    return max(2 * K, min(ROWS_PER_CHUNK, LOGIT_BUDGET // max(int(vocab_size), 1)))
 
 
 def decoder_of(model):
@@ -89,7 +98,7 @@ def _check_positions(positions, responses) -> list[tuple[int, int]]:
 
 @torch.no_grad()
 def branch_values(model, task, problems, responses, positions, K: int, cap: int,
-                  temperature: float = 1.0, seed: int = 0, rows_per_chunk: int = ROWS_PER_CHUNK,
+                  temperature: float = 1.0, seed: int = 0, rows_per_chunk: int | None = None,
                   progress: bool = False) -> dict:
     """Branch rollouts of the probed tokens ``positions`` (``(row, t)`` pairs) of ``responses``.
 
@@ -106,6 +115,8 @@ def branch_values(model, task, problems, responses, positions, K: int, cap: int,
     """
     K = check_positive_int(K, "K", 2)
     cap = check_positive_int(cap, "cap")
+    if rows_per_chunk is None:
+        rows_per_chunk = branch_rows(task.vocab_size, K)
     check_positive_int(rows_per_chunk, "rows_per_chunk", 2 * K)
     if len(problems) != len(responses):
         raise ValueError(f"{len(problems)} problems for {len(responses)} responses")

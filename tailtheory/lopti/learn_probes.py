@@ -6,7 +6,8 @@ policy is learning?).
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figures 1 and 3.
 
 - ``warm``: the recipe's warm start (``kk_trace`` with two people; held-out accuracy about 0.35).
-- ``mid``: GRPO seed :data:`~tailtheory.experiments.policies.MID_SEED` of the recipe after :data:`MID_STEP` of its 120 steps
+- ``mid``: GRPO seed :data:`~tailtheory.experiments.policies.MID_SEED` of the recipe half-way
+  (:func:`~tailtheory.experiments.policies.mid_step`: step 60 of its 120)
   (held-out accuracy about 0.6): that run is trained again to step 60 in a folder of its own
   (the run cache keeps a run's last checkpoint only), and its metric lines are checked equal to
   the cached run's first 60 (:func:`mid_policy`).
@@ -32,7 +33,7 @@ from __future__ import annotations
 from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import worst
-from tailtheory.experiments.policies import MID_SEED, MID_STEP, POLICIES, grpo_config, probed_policy
+from tailtheory.experiments.policies import MID_SEED, POLICIES, grpo_config, mid_step, probed_policy
 from tailtheory.lopti.measurement import (PROBE_SIZES, l1_evidence, l4_evidence, l5_evidence,
                                           measure, probe_config as base)
 
@@ -45,8 +46,9 @@ def _sizes(recipe: str = "learn"):
     return PROBE_SIZES[recipe]["seeds"], PROBE_SIZES[recipe]["batches"]
 
 
-RECIPES = ("learn", "matched")
-"""The recipes probed: the learning testbed, and the papers' regime (stored apart)."""
+RECIPES = ("learn", "matched", "decide")
+"""The recipes probed: the learning testbed, the papers' histogram and the recipe whose
+low-probability tokens decide the answer (each stored apart)."""
 
 
 def _check(recipe: str) -> str:
@@ -59,7 +61,7 @@ def probe_config(recipe: str = "learn") -> dict:
     """What the stored measurement is keyed by: the full measurement's keys on the recipe's
     preset, the policies and the half-way step."""
     return {**base(_check(recipe)), "policies": list(POLICIES), "mid_seed": MID_SEED,
-            "mid_step": MID_STEP}
+            "mid_step": mid_step(_check(recipe))}
 
 
 def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
@@ -84,7 +86,7 @@ def _both(fn, data: dict, shown: tuple = (), recipe: str = "learn") -> Evidence:
     parts = {p: fn(data[p]) for p in POLICIES}
     nums = {f"{p}:{k}": v for p, ev in parts.items() for k, v in ev.numbers.items()}
     nums.update({f"{p}:verdict": str(ev.verdict) for p, ev in parts.items()})
-    note = (f"{recipe} recipe, warm start and GRPO step {MID_STEP}: the worst of the two; "
+    note = (f"{recipe} recipe, warm start and GRPO step {mid_step(recipe)}: the worst of the two; "
             + parts["warm"].note)
     key = tuple(f"{p}:verdict" for p in POLICIES) + tuple(f"mid:{k}" for k in shown)
     return Evidence(worst(*(ev.verdict for ev in parts.values())), nums, note, key)

@@ -49,7 +49,8 @@ from tailtheory.lopti.probes import BIN_EDGES, N_BINS, prob_bins
 
 PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1, 2), "batches": 8},
                "learn": {"seeds": (1, 2, 3), "batches": 4},
-               "matched": {"seeds": (1, 2, 3), "batches": 4}}
+               "matched": {"seeds": (1, 2, 3), "batches": 4},
+               "decide": {"seeds": (1, 2, 3), "batches": 4}}
 """Seeds and batches per seed of each preset; batch sizes are the preset's training sizes
 (``learn`` and ``matched``: 32 prompts x 8 responses a batch,
 :mod:`tailtheory.lopti.learn_probes`)."""

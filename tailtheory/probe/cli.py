@@ -17,13 +17,21 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     from tailtheory.probe.run import FAMILIES
 
     p.add_argument("family", help=f"which probe: {', '.join(FAMILIES)}")
-    p.add_argument("--model", required=True,
+    p.add_argument("--model", default=None,
                    help="a local Hugging Face checkpoint folder (save_pretrained) holding its "
-                        "tokenizer")
+                        "tokenizer (decisiveness: or --recipe)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--batch", type=int, default=8, help="text windows")
     p.add_argument("--length", type=int, default=512, help="tokens a window")
     p.add_argument("--seed", type=int, default=0, help="chooses the windows")
+    d = p.add_argument_group("decisiveness (which low-probability tokens decide the answer)")
+    d.add_argument("--recipe", default=None, help="probe a recipe's policy instead of --model")
+    d.add_argument("--policy", default="warm", help="warm (the warm start) or mid (GRPO step 60)")
+    d.add_argument("--task", default="kk_trace", help="the task --model was trained on")
+    d.add_argument("--n-people", type=int, default=2, help="Knights-and-Knaves people")
+    d.add_argument("--K", type=int, default=None, help="rollouts a branch (default: calibrated)")
+    d.add_argument("--prompts", type=int, default=8, help="prompts probed (8 responses each)")
+    d.add_argument("--others", type=int, default=96, help="tokens probed above the lowest bin")
     p.add_argument("--out", default=None,
                    help="output folder (default: probe_FAMILY in the current folder)")
 
@@ -35,17 +43,41 @@ def _fmt(x) -> str:
 def probe_main(args: argparse.Namespace) -> int:
     """Check the arguments and the output folder, run the probe, write, print the summary."""
     from tailtheory.core.display import quiet_transformers
-    from tailtheory.probe.run import ProbeConfig, check_out_dir, run_probe, write_result
+    from tailtheory.probe.run import ProbeConfig, check_out_dir, run_probe
 
     quiet_transformers()
+    if args.family == "decisiveness":
+        return _decisiveness(args)
+    if args.model is None:
+        raise ValueError(f"the {args.family} probe needs --model PATH (a checkpoint folder)")
     config = ProbeConfig(args.family, args.model, args.device, args.batch, args.length,
                          args.seed)
     out = check_out_dir(args.out or f"probe_{config.family}", config.family)  # before any work
     res = run_probe(config)
+    return _report(res, out)
+
+
+def _report(res, out) -> int:
+    from tailtheory.probe.run import write_result
+
+    config = res.config
     written = write_result(res, out)
-    print(f"{config.family} probe of {config.model} on {res.device}: {res.text}; "
+    what = config.model or f"recipe {config.recipe} ({config.policy})"
+    print(f"{config.family} probe of {what} on {res.device}: {res.text}; "
           f"{res.seconds:.1f} s")
     cols = [c for c in res.summary.columns if c != "note" or res.summary[c].astype(bool).any()]
     print(res.summary[cols].to_string(index=False, float_format=_fmt))
     print(f"wrote {len(written)} files into {out}/: {', '.join(p.name for p in written)}")
     return 0
+
+
+def _decisiveness(args: argparse.Namespace) -> int:
+    from tailtheory.probe.decisive import DecisiveConfig, run_decisiveness
+    from tailtheory.probe.run import check_out_dir
+
+    extra = {} if args.K is None else {"K": args.K}
+    config = DecisiveConfig(args.model, args.recipe, args.policy, args.task, args.n_people,
+                            args.device, prompts=args.prompts, others=args.others,
+                            seed=args.seed, **extra)
+    out = check_out_dir(args.out or "probe_decisiveness", config.family)  # before any work
+    return _report(run_decisiveness(config), out)

@@ -18,19 +18,22 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FAMILIES = ("mismatch", "pruning", "gradient")
-"""The probe families."""
+FAMILIES = ("mismatch", "pruning", "gradient", "decisiveness")
+"""The probe families: three on text windows (:func:`run_probe`), ``decisiveness`` on a task's
+GRPO batch (:mod:`tailtheory.probe.decisive`)."""
 
 SOFTWARE = "tailtheory probe"
 """The ``Software`` text of the PNGs a probe writes, and the record's ``software`` field."""
 
 FIGURES = {"mismatch": ("token_tail_mismatch_vs_p",),
            "pruning": ("token_tail_pruning_tradeoff", "p4_mass_shares"),
-           "gradient": ("lopti_figure1", "lopti_figure3")}
+           "gradient": ("lopti_figure1", "lopti_figure3"),
+           "decisiveness": ("decisive_split", "decisive_vs_p")}
 """Each family's figures (PNG and CSV), named as the notebooks name theirs."""
 
 TABLES = {"mismatch": ("mismatch_summary",), "pruning": ("pruning_knee",),
-          "gradient": ("gradient_bins", "gradient_l1_tokens")}
+          "gradient": ("gradient_bins", "gradient_l1_tokens"),
+          "decisiveness": ("decisive_tokens", "decisive_bins", "decisive_roles")}
 """Each family's further tables (CSV)."""
 
 NOTEBOOK_SIZES = {"quick": (4, 128), "full": (8, 512)}
@@ -163,6 +166,9 @@ _RUNNERS = {"mismatch": _mismatch, "pruning": _pruning, "gradient": _gradient}
 
 def run_probe(config: ProbeConfig) -> ProbeResult:
     """Load ``config.model`` and run ``config.family`` on its text windows (module docstring)."""
+    if config.family not in _RUNNERS:
+        raise ValueError(f"the {config.family} probe reads a task, not text windows: "
+                         f"tailtheory.probe.decisive.run_decisiveness")
     t0 = time.perf_counter()
     model, ids, text = load_checkpoint(config)
     res = ProbeResult(config, str(next(model.parameters()).device), text)

@@ -58,6 +58,10 @@ RHOS = P5_RHOS
 PATHS = tuple(p for p in TIM_PATHS if p != "exact")
 """The real rollout paths of the learning testbed's mismatch study (V3; T14 reads its runs)."""
 
+DECISIVE_SHARE = "lopti/decisive_share_b0"
+"""The share of the lowest bin's tokens that decide the answer (:mod:`tailtheory.lopti.decisive`);
+no paper states it for its models."""
+
 LOPTI_TRAINING = ("L2", "L3", "L6")
 LOPTI_ONE_STEP = ("L1", "L4", "L5")
 TIM_CLAIMS = ("M7", "V2", "V3", "V4", "V5", "V6")
@@ -96,6 +100,8 @@ def _quantities() -> tuple[Quantity, ...]:
     out += [Quantity("lopti/tok_frac_below_eta", LOPTI_TRAINING,
                      f"sampled response tokens with pi_old < eta = {LOPTI_ETA:g} (Lopti's first "
                      "pass)", sum(LOPTI_FIG1A[:2]), fig1a + ", its first two bins")]
+    out += [Quantity(DECISIVE_SHARE, LOPTI_ONE_STEP + LOPTI_TRAINING,
+                     "sampled tokens with pi_old in [0, 0.25] that decide the answer (D >= tau)")]
     out += [Quantity(f"lopti/adv_abs_b{b}", ("L4", "L5"),
                      f"mean |A| of response tokens with pi_old in {_bin(b)}") for b in range(4)]
     out += [Quantity("lopti/grad_share_low", ("L4",), "||grad L_[0,.25]|| / ||grad L_all||",
@@ -170,13 +176,19 @@ def row_limited(judged: dict[str, list], verdicts: dict[str, Verdict]) -> str:
     return ("yes: " + ", ".join(negative)) if negative else "outside 2x; no negative verdict"
 
 
-def reading(verdict: Verdict, outside: list[str], inside: list[str]) -> str:
+def reading(verdict: Verdict, outside: list[str], inside: list[str],
+            unstated: bool = False) -> str:
     """How to read one claim's verdict given which of its quantities lie ``outside`` or
-    ``inside`` :data:`BAND` (quantities without a paper value in neither)."""
+    ``inside`` :data:`BAND` (quantities without a paper value in neither); ``unstated``: a
+    quantity that decides the claim's regime has no paper value (the decisive share of the
+    low-probability tokens, :data:`DECISIVE_SHARE`)."""
     if outside and verdict in NEGATIVE:
         return "regime-limited: outside 2x of the paper in " + ", ".join(outside)
     if outside:
         return "reproduced although outside 2x in " + ", ".join(outside)
+    if unstated:
+        return ("regime unknown: decisive share not stated" +
+                (" (the histogram within 2x where compared)" if inside else ""))
     if inside:
         return "in the paper's regime where compared"
     return "regime unknown: no paper value for its quantities"

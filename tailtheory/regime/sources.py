@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from tailtheory.regime.quantities import PATHS, RHOS
+from tailtheory.regime.quantities import DECISIVE_SHARE, PATHS, RHOS
 
 BIN_KEYS = ("tok_frac", "adv_abs")
 
@@ -154,4 +154,21 @@ def regime_values(recipe: str) -> dict[str, dict[str, tuple[float, str]]]:
         values, source = STORED[recipe]()
         for p in POLICIES:
             out[p].update({k: (v, source[k]) for k, v in values[p].items()})
+    for p, share in decisive_values(recipe).items():
+        out[p][DECISIVE_SHARE] = (share, f"decisive_{recipe}")
     return out
+
+
+def decisive_values(recipe: str) -> dict[str, float]:
+    """Policy -> the stored decisive share of ``recipe``'s lowest bin
+    (``results/decisive_<recipe>.json``); empty where it is not measured."""
+    from tailtheory.core.measurements import StaleMeasurement
+    from tailtheory.lopti.decisive_store import RECIPES, decisive_data, decisive_share
+
+    if recipe not in RECIPES:
+        return {}
+    try:
+        data = decisive_data("quick", recipe)
+    except StaleMeasurement:
+        return {}
+    return {p: v["decisive_share"] for p, v in decisive_share(data).items()}

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from tailtheory.core.io import REPO_ROOT, atomic_write_text
-from tailtheory.regime.quantities import (BAND, CLAIMS, LOPTI_FIG1A, NOT_STATED, QUANTITIES,
+from tailtheory.regime.quantities import (BAND, CLAIMS, DECISIVE_SHARE, LOPTI_FIG1A, NOT_STATED,
+                                          QUANTITIES,
                                           in_band, ratio, reading, row_limited)
 
 DOCS = REPO_ROOT / "docs" / "regime.md"
@@ -93,7 +94,8 @@ def claim_rows(rows: list[dict], recipes=DOC_RECIPES) -> list[dict]:
                     "measured on": measured_on(c, recipes), "within 2x": len(inside),
                     "outside 2x": len(outside),
                     "no paper value": sum(not rs for rs in ratios.values()),
-                    "reading": reading(verdicts[c], outside, inside)})
+                    "reading": reading(verdicts[c], outside, inside,
+                                       any(r["key"] == DECISIVE_SHARE for r in mine))})
     return out
 
 

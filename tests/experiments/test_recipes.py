@@ -22,7 +22,7 @@ def test_learn_recipe_fills_the_testbed_and_flags_override_one_field():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--recipe", "nope"], "valid recipes: learn"),
+    (["--recipe", "nope"], "valid recipes: decide, learn, matched"),
     (["--recipe", "learn", "--task", "kk"], "recipe 'learn' fixes task = 'kk_trace'"),
     (["--recipe", "learn", "--n-people=3"], "fixes n_people = 2"),
 ])
@@ -39,7 +39,8 @@ def test_bad_recipe_input_is_one_clear_line(argv, message, capsys, monkeypatch):
 def test_recipe_list_prints_every_recipe(capsys):
     assert main(["train", "--recipe", "list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("learn: ") and "--n-people 2" in out and "fixed: task" in out
+    assert out.startswith("decide: ") and "\nlearn: " in out and "\nmatched: " in out
+    assert "--n-people 2" in out and "fixed: task" in out
 
 
 def test_cli_passes_explicit_flags_only(monkeypatch, tmp_path):
@@ -82,3 +83,17 @@ def test_verdicts_name_the_decoder_the_learn_recipe_rolls_out_with():
     from tailtheory.tim.claims import DECODER
 
     assert RECIPES["learn"]["rollout_backend"] == LEARN_DECODER != DECODER == "hf"
+
+
+def test_decide_recipe_names_the_truth_tellers_from_its_own_warm_start():
+    """``decide``: the kk puzzles answered by naming the truth-tellers, its own warm start (no
+    corpus LM), a half-way policy at half its steps."""
+    from tailtheory.engine.start.load import warm_config
+    from tailtheory.experiments.policies import mid_step
+
+    cfg = recipes.recipe_config("decide")
+    assert (cfg.task, cfg.n_people, cfg.temperature) == ("kk_knights", 3, 1.0)
+    assert warm_config(cfg).pretrained is None and warm_config(cfg).task == "kk_knights"
+    assert mid_step("decide") == cfg.steps // 2 and mid_step("learn") == 60
+    with pytest.raises(ValueError, match="fixes task = 'kk_knights'"):
+        recipes.recipe_config("decide", task="kk")

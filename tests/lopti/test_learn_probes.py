@@ -24,7 +24,7 @@ def test_probe_config_of_the_matched_recipe_keys_its_own_task_and_warm_start():
     assert {k: v for k, v in learn.items() if k not in ("task", "warm_start")} == {
         k: v for k, v in matched.items() if k not in ("task", "warm_start")}
     with pytest.raises(ValueError, match="unknown recipe 'full' for the probes; valid: learn, "
-                                         "matched"):
+                                         "matched, decide"):
         lp.probe_config("full")
 
 

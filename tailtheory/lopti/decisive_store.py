@@ -1,0 +1,88 @@
+"""The stored decisiveness of each recipe's two policies: what its low-probability tokens do.
+
+Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a) and (d), each bin split by
+:mod:`tailtheory.lopti.decisive` at the calibrated ``tau`` and ``K``
+(:mod:`tailtheory.lopti.decisive_calibration`).
+
+Per recipe (:data:`RECIPES`) and policy (its warm start and GRPO half-way,
+:mod:`tailtheory.experiments.policies`): :data:`SEEDS` x one GRPO batch, the responses of its
+first :data:`PROMPTS` prompts probed (:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`),
+stored in
+``results/decisive_<recipe>.json``; ``quick`` reads it, ``thorough`` measures again.
+:func:`decisive_share` is the quantity the ledger and the regime table quote: the weighted share
+of the lowest bin's tokens that are decisive, with the shares that help and hurt and the
+format-breaking share counted apart.
+"""
+
+from __future__ import annotations
+
+from tailtheory.core.measurements import measured
+from tailtheory.experiments.policies import POLICIES, grpo_config, policies_identity, probed_policy
+from tailtheory.lopti import decisive_calibration as cal
+from tailtheory.lopti.decisive_probe import OTHERS, measure_decisiveness
+from tailtheory.lopti.decisive_report import bin_summary
+
+RECIPES = ("learn", "matched", "decide")
+"""The recipes whose policies are probed."""
+
+SEEDS = (1, 2)
+"""GRPO batches probed per policy: step 0 of these seeds."""
+
+PROMPTS = 4
+"""Prompts of each batch whose responses are probed (8 responses each): every lowest-bin token
+of them, about 290 on ``matched``, plus :data:`~tailtheory.lopti.decisive_probe.OTHERS`."""
+
+VERSION = 1
+
+COMMAND = "python -m tailtheory.lopti.decisive_store"
+"""With a recipe's name after it, measures again and stores ``results/decisive_<recipe>.json``."""
+
+
+def _check(recipe: str) -> str:
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; valid: {', '.join(RECIPES)}")
+    return recipe
+
+
+def decisive_config(recipe: str) -> dict:
+    """What ``results/decisive_<recipe>.json`` is keyed by."""
+    return {"version": VERSION, **policies_identity(_check(recipe)), "tau": cal.TAU,
+            "K": cal.K,
+            "seeds": list(SEEDS), "prompts": PROMPTS, "others": OTHERS,
+            "policies": list(POLICIES)}
+
+
+def measure_recipe(recipe: str, progress: bool = True) -> dict:
+    """Policy -> :func:`~tailtheory.lopti.decisive_probe.measure_decisiveness` of ``recipe``."""
+    cfg = grpo_config(_check(recipe))
+    out = {}
+    for policy in POLICIES:
+        model, task = probed_policy(policy, recipe, progress)
+        out[policy] = measure_decisiveness(model, task, cfg, SEEDS, 1, cal.K, OTHERS,
+                                           PROMPTS, cal.TAU, progress)
+    return out
+
+
+def decisive_data(profile: str, recipe: str) -> dict:
+    """The stored measurement of ``recipe`` (``quick``) or a new one, stored (``thorough``)."""
+    return measured(f"decisive_{_check(recipe)}", decisive_config(recipe),
+                    lambda: measure_recipe(recipe), profile, f"{COMMAND} {recipe}")
+
+
+def decisive_share(data: dict) -> dict:
+    """Per policy of a stored measurement: the lowest bin's ``token_frac``, ``decisive_share``,
+    ``helps``, ``hurts`` (shares of its decisive tokens) and ``format_breaking``."""
+    out = {}
+    for policy, d in data.items():
+        low = bin_summary(d, cal.TAU).iloc[0]
+        out[policy] = {k: float(low[k]) for k in ("token_frac", "decisive_share", "helps",
+                                                   "hurts", "format_breaking")}
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
+    import sys
+
+    name = sys.argv[1] if len(sys.argv) > 1 else "matched"
+    decisive_data("thorough", name)
+    print(f"stored results/decisive_{name}.json")

@@ -1,0 +1,28 @@
+"""The designs' frontier (``tailtheory/lopti/decisive_frontier.py``): each design's config and
+warm start, the point it reports, and its figure."""
+
+from __future__ import annotations
+
+import matplotlib
+import pytest
+
+from tailtheory.lopti import decisive_frontier as df
+from tests.lopti.test_decisive_report import _data
+
+matplotlib.use("Agg")
+
+
+def test_every_design_names_a_task_and_warm_start():
+    c = df.frontier_config()
+    assert set(c["designs"]) == set(df.DESIGNS) and len(set(c["designs"].values())) == 4
+    cfg = df.design_config("kk_knights, 3 people")
+    assert (cfg.task, cfg.n_people, cfg.temperature) == ("kk_knights", 3, 1.0)
+    with pytest.raises(ValueError, match="unknown design"):
+        df.design_config("sudoku")
+
+
+def test_point_and_plot():
+    p = df.point(_data())
+    assert p["token_frac"] == pytest.approx(4 / 24)
+    fig, table = df.plot_frontier({"a": p}, {"matched": p})
+    assert list(table["kind"]) == ["design", "recipe"] and len(fig.axes) == 1
