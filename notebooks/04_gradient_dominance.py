@@ -231,7 +231,7 @@ for recipe in decisive_store.RECIPES:
         print(f"{recipe}: {exc}")
         continue
     for policy, data in stored.items():
-        split[f"{recipe} {policy}"] = decisive_report.bin_summary(data, decisive_store.TAU)
+        split[f"{recipe} {policy}"] = decisive_report.bin_summary(data, decisive_store.cal.TAU)
 if split:
     fig, df_split = decisive_report.plot_split(split)
     show_figure(fig, "lopti_figure1d_decisive", df_split,

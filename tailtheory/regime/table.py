@@ -161,9 +161,11 @@ def probe_beside(recipe: str = "learn") -> list[dict]:
     probe = {p: probe_values(probe_rows[p]) for p in POLICIES}
     out = []
     for q in QUANTITIES:
-        src = values[POLICIES[0]][q.key][1]
-        if src.startswith(("regime_", "recipe", "lopti_probes")):
+        if q.key not in values[POLICIES[0]]:   # not measured on this recipe
             continue
+        src = values[POLICIES[0]][q.key][1]
+        if src.startswith(("regime_", "recipe", "lopti_probes", "decisive_")):
+            continue   # the probe draws these batches again, or does not measure the quantity
         out.append({"quantity": q.label, "stored in": src,
                     **{f"{POLICY_NAMES[p]}: {k}": v for p in POLICIES
                        for k, v in (("stored", values[p][q.key][0]), ("probe", probe[p][q.key]))}})
@@ -230,9 +232,15 @@ verdict cannot be told apart from "not in the paper's regime".
   So "in the paper's regime where compared" for L2, L3 and L6 means the histogram is, not the
   tokens' function: their NOT-REPRODUCED holds where low-probability tokens are reward-blind
   paraphrase; where they decide the answer it is open. What share of a 7B model's
-  low-probability tokens decide its answer the paper does not state, so the table has no row
-  for it. The same holds for L1, L4 and L5, on top of the third bin that marks them
-  regime-limited.
+  low-probability tokens decide its answer the paper does not state: the row "decide the answer"
+  gives the testbed's share (`results/decisive_<recipe>.json`: tokens whose branch rollouts move
+  the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive`) against
+  "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive share not stated" where
+  no quantity lies outside 2x. The `decide` recipe (Knights and Knaves answered by naming the
+  truth-tellers; `docs/engine.md`) is the other end of that share, about two thirds of its
+  lowest bin at the warm start; its GRPO does not learn by the rule, so only the one-step claims
+  L1, L4 and L5 are measured there (the same verdicts as on `matched`). The same holds for L1,
+  L4 and L5, on top of the third bin that marks them regime-limited.
 
 """
 
