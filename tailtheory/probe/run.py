@@ -18,9 +18,12 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-FAMILIES = ("mismatch", "pruning", "gradient", "decisiveness")
-"""The probe families: three on text windows (:func:`run_probe`), ``decisiveness`` on a task's
-GRPO batch (:mod:`tailtheory.probe.decisive`)."""
+TEXT_FAMILIES = ("mismatch", "pruning", "gradient")
+"""The probe families on text windows (:func:`run_probe`)."""
+
+FAMILIES = (*TEXT_FAMILIES, "decisiveness")
+"""The probe families: :data:`TEXT_FAMILIES`, and ``decisiveness`` on a task's GRPO batch
+(:mod:`tailtheory.probe.decisive`)."""
 
 SOFTWARE = "tailtheory probe"
 """The ``Software`` text of the PNGs a probe writes, and the record's ``software`` field."""

@@ -7,13 +7,13 @@ import shutil
 import pytest
 
 from tailtheory.cli import main
-from tailtheory.probe.run import FAMILIES, out_files, record_name
+from tailtheory.probe.run import TEXT_FAMILIES, out_files, record_name
 
 SMALL = ["--device", "cpu", "--batch", "2", "--length", "16"]
 
 
 @pytest.mark.parametrize("ckpt", ["user_ckpt", "qwen_ckpt"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)   # decisiveness: tests/probe/test_decisive.py
 def test_each_probe_writes_its_csv_and_png(family, ckpt, request, tmp_path, capsys):
     """The family's figures (PNG + CSV), tables and record land in --out; the summary prints."""
     path = request.getfixturevalue(ckpt)
