@@ -154,10 +154,16 @@ def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
     return {**metrics, "grad/norm": float(gnorm)}
 
 
+def step_problems(step: int, cfg: TrainConfig, task) -> list:
+    """The ``prompts_per_step`` problems of step ``step`` of a run of ``cfg``
+    (:data:`PROBLEM_SEED`)."""
+    return task.problems(cfg.prompts_per_step, seed=PROBLEM_SEED + 100_000 * cfg.seed + step)
+
+
 def rollout_step(step: int, cfg: TrainConfig, task, model, engine, generator):
     """``(problems, rollout batch, group_ids (B,))`` of step ``step``: ``G`` responses each to
     the step's problems (:data:`PROBLEM_SEED`), sampled by ``engine`` synced to ``model``."""
-    problems = task.problems(cfg.prompts_per_step, seed=PROBLEM_SEED + 100_000 * cfg.seed + step)
+    problems = step_problems(step, cfg, task)
     prompts = [p.prompt_ids for p in problems for _ in range(cfg.group_size)]
     group_ids = torch.arange(len(problems)).repeat_interleave(cfg.group_size)   # (B,)
     group_ids = group_ids.to(next(model.parameters()).device)

@@ -19,9 +19,11 @@ SHARE = "decisive share"
 that decide the answer (:func:`tailtheory.lopti.decisive_store.decisive_share`)."""
 
 
-def _share(profile: str, recipe: str):
+def _share(recipe: str):
+    """The stored decisive share of ``recipe`` (context beside a verdict, never remeasured by a
+    check: ``python -m tailtheory.lopti.decisive_store RECIPE`` measures it again)."""
     try:
-        data = decisive_store.decisive_data(profile, recipe)
+        data = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement:
         return "not measured"
     return round(decisive_store.decisive_share(data)["warm"]["decisive_share"], 3)
@@ -45,9 +47,8 @@ def _at_both_ends(main: Evidence, decide, profile: str) -> Evidence:
         theirs = {"decide recipe: verdict": reason if reason.startswith("no training")
                   else "not yet measured"}
         agree = f"decide recipe: {reason}"
-    nums = {**main.numbers, SHARE: _share(profile, "matched"),
-            f"learn recipe: {SHARE}": _share(profile, "learn"), **theirs,
-            f"decide recipe: {SHARE}": _share(profile, "decide")}
+    nums = {**main.numbers, SHARE: _share("matched"), f"learn recipe: {SHARE}": _share("learn"),
+            **theirs, f"decide recipe: {SHARE}": _share("decide")}
     key = (tuple(main.key)[:2] + (SHARE, "learn recipe: verdict", f"learn recipe: {SHARE}",
                                   "decide recipe: verdict", f"decide recipe: {SHARE}"))
     return Evidence(main.verdict, nums, f"{main.note}; {agree}", key)

@@ -23,6 +23,9 @@ position), not from one sampler stream, so the pairing survives rows finishing a
 steps. The standard error of the gap is that of the ``K`` paired differences.
 
 Shapes: ``n`` probed tokens, ``K`` continuations a branch, ``V`` vocabulary.
+
+Claims: L1-L6 (context: what the low-probability tokens of each recipe do; no verdict
+rests on D alone).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tailtheory.core.checks import check_positive_int
 from tqdm.auto import tqdm
 
 from tailtheory.core.forward import left_pad
+from tailtheory.engine.rollout.engine import inverse_cdf
 from tailtheory.engine.rollout.fast import InferenceEngine, unsupported
 from tailtheory.engine.rollout.hf import HFDecode
 
@@ -75,14 +79,8 @@ def _uniforms(seed: int, row: int, t: int, K: int, T: int) -> torch.Tensor:
 
 
 def _draw(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw of one token per row of ``p (A, V)`` (rows need not sum to 1) with the
-    uniforms ``u (A,)``; a token of probability 0 is never drawn."""
-    c = p.double().cumsum(-1)
-    tok = torch.searchsorted(c, (u * c[:, -1])[:, None], right=True)[:, 0]
-    over = tok >= p.shape[-1]
-    if over.any():
-        tok[over] = ((p[over] > 0).cumsum(-1).argmax(-1))
-    return tok
+    """One token per row of ``p (A, V)`` at the uniforms ``u (A,)`` (:func:`inverse_cdf`)."""
+    return inverse_cdf(p, u[:, None].to(torch.float64))[:, 0]
 
 
 def _check_positions(positions, responses) -> list[tuple[int, int]]:

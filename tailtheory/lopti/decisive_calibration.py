@@ -34,10 +34,10 @@ import torch
 from tailtheory.core.measurements import measured
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import model_threads
-from tailtheory.engine.trainer import rollout_config
+from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.experiments.policies import grpo_config, policies_identity, probed_policy
 from tailtheory.lopti.decisive import branch_values
-from tailtheory.lopti.decisive_probe import FREE_ROLES, problem_seed, token_roles
+from tailtheory.lopti.decisive_probe import FREE_ROLES, batch_responses, token_roles
 from tailtheory.lopti.onestep import probe_batch
 
 CAL_RECIPE = "matched"
@@ -97,12 +97,10 @@ def measure_calibration(progress: bool = True) -> dict:
     with model_threads(model):
         engine = RolloutEngine(model, rollout_config(cfg, task))
         pb = probe_batch(model, task, cfg, engine, torch.Generator().manual_seed(cfg.seed), 0)
-        P = int(pb.mask.any(0).nonzero().min())
         n = CAL_PROMPTS * cfg.group_size
-        mask, pi = pb.mask[:n, P:], pb.pi_old[:n, P:]
-        responses = [pb.input_ids[b, P:][mask[b]].tolist() for b in range(n)]
+        _, _, pi, responses = batch_responses(pb, n)
         roles = [token_roles(task, r) for r in responses]
-        problems = task.problems(cfg.prompts_per_step, seed=problem_seed(cfg, 0))
+        problems = step_problems(0, cfg, task)
         gen = torch.Generator().manual_seed(2024)
         pos = []
         for want, n_max in ((FREE_ROLES, CAL_FREE), (("fork",), CAL_FORK)):

@@ -10,6 +10,8 @@ first :data:`PROMPTS` prompts' responses probed at the calibrated ``tau`` and ``
 region is at least :data:`LOW_MIN` of the response tokens in the lowest bin with at least half
 of those decisive; whether a design also learns is read from its GRPO runs, not here. Stored in
 ``results/decisive_frontier.json`` (``python -m tailtheory.lopti.decisive_frontier``).
+
+Claims: L2, L3, L6 (which recipe can carry them where low-probability tokens decide).
 """
 
 from __future__ import annotations

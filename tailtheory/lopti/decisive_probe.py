@@ -27,7 +27,7 @@ from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
 from tailtheory.engine.threads import model_threads
-from tailtheory.engine.trainer import PROBLEM_SEED, rollout_config
+from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.lopti.decisive import branch_values
 from tailtheory.lopti.onestep import ProbeBatch, probe_batch, surrogate_grads
 from tailtheory.lopti.probes import N_BINS, prob_bins
@@ -124,12 +124,9 @@ def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progre
     pb = probe_batch(model, task, cfg, engine, gen, i)
     G = cfg.group_size
     n = min(prompts, cfg.prompts_per_step) * G
-    problems = task.problems(cfg.prompts_per_step, seed=problem_seed(cfg, i))
-    P = int(pb.mask.any(0).nonzero().min())                   # first response column
-    resp_mask = pb.mask[:n, P:]
-    pi_old, adv = pb.pi_old[:n, P:], pb.adv[:n, P:]
-    ids = pb.input_ids[:n, P:]
-    responses = [ids[b][resp_mask[b]].tolist() for b in range(n)]
+    P, resp_mask, pi_old, responses = batch_responses(pb, n)
+    adv = pb.adv[:n, P:]
+    problems = step_problems(i, cfg, task)
     probs = [problems[b // G] for b in range(n)]
     pos, w = probe_positions(pi_old, resp_mask, others,
                              torch.Generator().manual_seed(7919 * cfg.seed + i))
@@ -159,6 +156,15 @@ def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progre
     return toks, counts
 
 
+def batch_responses(pb: ProbeBatch, n: int) -> tuple:
+    """The first ``n`` rows of a probe batch as responses: ``(P, mask (n, T), pi_old (n, T),
+    responses)``, ``P`` the first response column, ``responses`` each row's sampled ids up to
+    and including EOS (the ``mask``)."""
+    P = int(pb.mask.any(0).nonzero().min())
+    mask, pi_old = pb.mask[:n, P:], pb.pi_old[:n, P:]
+    return P, mask, pi_old, [pb.input_ids[b, P:][mask[b]].tolist() for b in range(n)]
+
+
 def split_norms(model, pb: ProbeBatch, P: int, toks: list[dict], tau: float) -> dict:
     """Figure 1(d) split in two: per bin, ``||grad L||`` of the bin's tokens (``bin``), of its
     probed decisive tokens (``D >= tau``) and of its probed free ones, each probed token's
@@ -177,8 +183,3 @@ def split_norms(model, pb: ProbeBatch, P: int, toks: list[dict], tau: float) -> 
         terms += [(pb.adv * w, pb.mask & (bins == b) & (w > 0)) for b in range(N_BINS)]
     g = torch.stack(surrogate_grads(model, pb, terms)).norm(dim=1).tolist()
     return {"bin": g[:N_BINS], "decisive": g[N_BINS:2 * N_BINS], "free": g[2 * N_BINS:]}
-
-
-def problem_seed(cfg, step: int) -> int:
-    """The problem seed of step ``step`` of ``cfg``'s seed (the trainer's)."""
-    return PROBLEM_SEED + 100_000 * cfg.seed + step

@@ -6,12 +6,16 @@ Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a) and (d), each bin spl
 
 Per recipe (:data:`RECIPES`) and policy (its warm start and GRPO half-way,
 :mod:`tailtheory.experiments.policies`): :data:`SEEDS` x one GRPO batch, the responses of its
-first :data:`PROMPTS` prompts probed (:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`),
+first :data:`PROMPTS` prompts probed
+(:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`),
 stored in
 ``results/decisive_<recipe>.json``; ``quick`` reads it, ``thorough`` measures again.
 :func:`decisive_share` is the quantity the ledger and the regime table quote: the weighted share
 of the lowest bin's tokens that are decisive, with the shares that help and hurt and the
 format-breaking share counted apart.
+
+Claims: L1-L6 (the decisive share printed beside each recipe's verdict,
+``tailtheory.lopti.claims``).
 """
 
 from __future__ import annotations

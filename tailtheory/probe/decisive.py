@@ -27,7 +27,7 @@ from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.start.load import load_start
 from tailtheory.engine.tasks.task import TASKS
 from tailtheory.experiments.policies import POLICIES, grpo_config, probed_policy
-from tailtheory.experiments.recipes import RECIPES
+from tailtheory.experiments.recipes import check_recipe
 from tailtheory.lopti import decisive_calibration as cal
 from tailtheory.lopti.decisive_probe import OTHERS, PROBE_PROMPTS, measure_decisiveness
 from tailtheory.lopti.decisive_report import (bin_summary, plot_d_vs_p, plot_split,
@@ -67,8 +67,8 @@ class DecisiveConfig:
             object.__setattr__(self, "tau", cal.TAU)
         if (self.model is None) == (self.recipe is None):
             raise ValueError("give --model PATH (with --task) or --recipe NAME, one of them")
-        if self.recipe is not None and self.recipe not in RECIPES:
-            raise ValueError(f"unknown recipe {self.recipe!r}; valid: {', '.join(RECIPES)}")
+        if self.recipe is not None:
+            check_recipe(self.recipe)
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; valid: {', '.join(POLICIES)}")
         if self.task not in TASKS:

@@ -26,6 +26,9 @@ from typing import Callable
 
 import numpy as np
 
+from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.lopti.decisive_store import RECIPES as DECISIVE_RECIPES
+from tailtheory.lopti.decisive_store import decisive_data, decisive_share
 from tailtheory.regime.quantities import DECISIVE_SHARE, PATHS, RHOS
 
 BIN_KEYS = ("tok_frac", "adv_abs")
@@ -162,10 +165,7 @@ def regime_values(recipe: str) -> dict[str, dict[str, tuple[float, str]]]:
 def decisive_values(recipe: str) -> dict[str, float]:
     """Policy -> the stored decisive share of ``recipe``'s lowest bin
     (``results/decisive_<recipe>.json``); empty where it is not measured."""
-    from tailtheory.core.measurements import StaleMeasurement
-    from tailtheory.lopti.decisive_store import RECIPES, decisive_data, decisive_share
-
-    if recipe not in RECIPES:
+    if recipe not in DECISIVE_RECIPES:
         return {}
     try:
         data = decisive_data("quick", recipe)

@@ -1,5 +1,6 @@
-"""The bins split into decisive and free tokens (``tailtheory/lopti/decisive_report.py``): the
-weighted shares and means on a measurement written by hand, and the figures' tables."""
+"""L1-L6 context: the bins split into decisive and free tokens
+(``tailtheory/lopti/decisive_report.py``): the weighted shares and means on a measurement written
+by hand, and the figures' tables."""
 
 from __future__ import annotations
 

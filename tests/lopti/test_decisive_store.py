@@ -1,5 +1,5 @@
-"""The stored decisiveness of the recipes (``tailtheory/lopti/decisive_store.py``): its key, the
-share it reports, and a stale store refused."""
+"""L1-L6 context: the stored decisiveness of the recipes (``tailtheory/lopti/decisive_store.py``):
+its key, the share it reports, and a stale store refused."""
 
 from __future__ import annotations
 

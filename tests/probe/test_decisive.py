@@ -14,7 +14,7 @@ from tailtheory.probe.decisive import DecisiveConfig
 @pytest.mark.parametrize("kw, message", [
     ({}, "give --model PATH"),
     ({"model": "m", "recipe": "learn"}, "one of them"),
-    ({"recipe": "nope"}, "unknown recipe"),
+    ({"recipe": "nope"}, "unknown recipe 'nope'; valid recipes"),
     ({"recipe": "learn", "policy": "late"}, "unknown policy"),
     ({"model": "m", "task": "sudoku"}, "unknown task"),
     ({"model": "m", "K": 1}, "--K"),

@@ -93,8 +93,17 @@ def sample_inverse_cdf(p: torch.Tensor, generator: torch.Generator | None = None
     """One token a row of probabilities ``p (B, V)`` (rows need not sum to 1): the first index
     whose cumulative sum (float64) exceeds ``u`` times the row's total, ``u ~ U[0, 1)`` one draw a
     row. A token of probability 0 is never drawn. Returns ``(B, 1)`` int64."""
-    c = p.double().cumsum(-1)                                                 # (B, V)
     u = torch.rand(p.shape[0], 1, generator=generator, dtype=torch.float64, device=p.device)
+    return inverse_cdf(p, u)
+
+
+def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token of each row of ``p (B, V)`` (rows need not sum to 1) at its uniform ``u (B, 1)``
+    float64: the first index whose cumulative sum (float64) exceeds ``u`` times the row's total;
+    a token of probability 0 is never drawn. Returns ``(B, 1)`` int64. The draw of
+    :func:`sample_inverse_cdf`, and of given uniforms (the decisiveness probe's common random
+    numbers, ``tailtheory.lopti.decisive``)."""
+    c = p.double().cumsum(-1)                                                 # (B, V)
     tok = torch.searchsorted(c, u * c[:, -1:], right=True)                   # first c > u total
     over = tok[:, 0] >= p.shape[-1]          # u * total rounded up to the total: the last
     if over.any():                           # token of non-zero probability
