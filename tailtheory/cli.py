@@ -229,9 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
              "GRPO training with a method spec on a rollout path.", _train_arguments,
              epilog=TRAIN_EPILOG)
     _command(sub, "methods", _methods, "list the registered training methods")
-    _command(sub, "sft", sft_main, "supervised warm start of a tiny LM on a task (cached)",
+    _command(sub, "sft", sft_main, "supervised warm start of a tiny LM or your model on a task",
              "Supervised warm start of a tiny LM on a task, trained until its sampled accuracy "
-             "enters a window (cached under cache/sft; exit status 1 when it misses the window).",
+             "enters a window (cached under cache/sft; exit status 1 when it misses the window). "
+             "With --model PATH --out DIR: warm-start your checkpoint through its own tokenizer "
+             "and chat template and write a folder `tailtheory train --model DIR` takes.",
              add_sft_arguments)
     _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
              "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "

@@ -80,3 +80,101 @@ def user_checkpoint(path: str | Path, vocab_size: int = 4096, chat: bool = False
 def qwen_vocab_checkpoint(path: str | Path) -> Path:
     """A one-layer, width-32 model at V = 151,936 with the 4,096-id BPE (the memory path)."""
     return user_checkpoint(path, model_vocab=QWEN_VOCAB, hidden=32, layers=1)
+
+
+# --- the families users train: Qwen3, Llama 3.x, a SentencePiece-tokenized Llama --------------
+
+QWEN3_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}")
+"""A ChatML template with Qwen3's thinking switch: off, it writes an empty think block."""
+
+LLAMA3_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>"
+    "\n\n{{ m['content'] }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+"""Llama 3.x instruct's template: a turn ends with ``<|eot_id|>``, not the tokenizer's EOS."""
+
+FAMILY_VOCAB = 3000
+"""Tokenizer size of the family checkpoints."""
+
+
+@lru_cache(maxsize=4)
+def family_tokenizer(family: str):
+    """A byte-level BPE of :data:`FAMILY_VOCAB` ids with ``family``'s special tokens and chat
+    template: ``qwen3`` (EOS ``<|im_end|>``, pad ``<|endoftext|>``, thinking switch) or ``llama3``
+    (BOS ``<|begin_of_text|>``, EOS ``<|end_of_text|>`` as a base tokenizer's, no pad, turns ending
+    with ``<|eot_id|>``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = {"qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
+                "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                           "<|end_header_id|>", "<|eot_id|>"]}[family]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=FAMILY_VOCAB, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    backend.train_from_iterator(list(_texts(200_000)), trainer)
+    if family == "qwen3":
+        tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>",
+                                      pad_token="<|endoftext|>")
+        tok.chat_template = QWEN3_TEMPLATE
+    else:
+        tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<|begin_of_text|>",
+                                      eos_token="<|end_of_text|>")
+        tok.chat_template = LLAMA3_TEMPLATE
+    return tok
+
+
+def family_config(family: str, vocab_size: int, **kw):
+    """A tiny config of ``family``: ``qwen3`` (head_dim 32 apart from width 64 / 4 heads, q/k
+    norms, untied head) or ``llama3`` (llama3 rope scaling over 16 original positions, tied
+    head, theta 500,000); ``kw`` override."""
+    from transformers import LlamaConfig, Qwen3Config
+
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512)
+    if family == "qwen3":
+        return Qwen3Config(**{**common, "head_dim": 32, "tie_word_embeddings": False, **kw})
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+            "rope_theta": 500000.0}
+    return LlamaConfig(**{**common, "rope_parameters": rope, "tie_word_embeddings": True, **kw})
+
+
+def family_checkpoint(path: str | Path, family: str, seed: int = 0) -> Path:
+    """Save a random tiny ``family`` model (``qwen3``, ``llama3`` or ``sentencepiece``: a Llama with
+    default rope speaking ``tests/tokenizers_built.sentencepiece_tokenizer``) and its tokenizer to
+    ``path``. The ``llama3`` folder's generation config lists two EOS ids, ``<|end_of_text|>`` and
+    ``<|eot_id|>``, as Llama 3.x instruct's lists several. Returns ``path``."""
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    path = Path(path)
+    if family == "sentencepiece":
+        from tests.tokenizers_built import sentencepiece_tokenizer
+
+        tok = sentencepiece_tokenizer()
+        config = family_config("llama3", len(tok), rope_parameters=None, rope_theta=10000.0)
+    else:
+        tok = family_tokenizer(family)
+        config = family_config(family, len(tok))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():                       # norms away from 1, so that they matter
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    if family == "llama3":
+        model.generation_config = GenerationConfig(
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.convert_tokens_to_ids(["<|end_of_text|>", "<|eot_id|>"]))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

@@ -169,7 +169,7 @@ def rollout_step(step: int, cfg: TrainConfig, task, model, engine, generator):
     group_ids = group_ids.to(next(model.parameters()).device)
     engine.sync(model, step=step)  # the step seeds the noise paths' draws (resume included)
     try:
-        rb = engine.generate(prompts, eos_id=task.eos_id, pad_id=task.pad_id,
+        rb = engine.generate(prompts, eos_id=task.stop_ids, pad_id=task.pad_id,
                              generator=generator)
     except RuntimeError as exc:  # the sampler met NaN / inf probabilities
         raise TrainingDiverged(f"rollout failed at step {step} ({exc}); the run stopped and its "

@@ -170,8 +170,8 @@ def _chunk(dec, task, problems, responses, pos, K, cap, tau, seed, device):
     first[without] = _draw(pb, u[without, 0])
     B = len(rows)
     out = [first]
-    eos = task.eos_id
-    alive = (first != eos) & (left > 1)
+    stops = torch.tensor(task.stop_ids)
+    alive = ~torch.isin(first, stops) & (left > 1)
     count = torch.ones(B, dtype=torch.long)
     tok = first
     j = 0
@@ -187,7 +187,7 @@ def _chunk(dec, task, problems, responses, pos, K, cap, tau, seed, device):
         tok = torch.where(alive, tok, task.pad_id)
         out.append(tok)
         count += alive.long()
-        alive = alive & (tok != eos) & (count < left)
+        alive = alive & ~torch.isin(tok, stops) & (count < left)
     gen = torch.stack(out, 1)                                                # (B, steps)
     rewards = np.zeros(B)
     for b in range(B):

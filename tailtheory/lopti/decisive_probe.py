@@ -26,6 +26,7 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
+from tailtheory.engine.tasks.chat import before_stop
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.lopti.decisive import branch_values
@@ -62,8 +63,8 @@ def token_roles(task, response: list[int]) -> list[str] | None:
     name = getattr(task, "name", "")
     if not name.startswith("kk"):
         return None
-    eos = task.eos_id
-    body = response[:response.index(eos)] if eos in response else list(response)
+    body = before_stop(list(response), task.stop_ids)
+    body = list(response) if body is None else body
     words = task.decode(body).split() if body else []
     if name in ("kk", "kk_knights"):   # every answer word decides (kk_knights: EOS too)
         ok = ("T", "F") if name == "kk" else tuple(f"P{i}" for i in range(task.n_people))

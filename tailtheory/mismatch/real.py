@@ -147,7 +147,7 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
     problems = task.problems(n, seed=seed)
     rc = RolloutConfig(path="kv", max_new_tokens=task.max_response_len, backend=HF)
     g = torch.Generator().manual_seed(sample_seed)
-    rb = RolloutEngine(model, rc).generate([p.prompt_ids for p in problems], eos_id=task.eos_id,
+    rb = RolloutEngine(model, rc).generate([p.prompt_ids for p in problems], eos_id=task.stop_ids,
                                            pad_id=task.pad_id, generator=g)
     rows = []
     for p, resp, m in zip(problems, rb.response, rb.mask):

@@ -36,7 +36,7 @@ def measure_matched(cfg: TrainedP4Config = TrainedP4Config(), progress: bool = F
             model, task = probed_policy(name.removeprefix("matched_"), "matched", progress)
             prompts = [p.prompt_ids for p in task.problems(cfg.policy_prompts,
                                                             seed=cfg.prompt_seed)]
-            settings[name] = rollout_setting(model, prompts, task.eos_id, task.pad_id,
+            settings[name] = rollout_setting(model, prompts, task.stop_ids, task.pad_id,
                                              task.max_response_len, cfg)
             seconds[name] = round(time.perf_counter() - t0, 1)
     return {"settings": settings, "seconds": seconds}

@@ -202,7 +202,7 @@ def share_summary(shares, mass: str = "mass_share") -> dict:
     return out
 
 
-def _rollout(model, prompts, eos_id: int, pad_id: int, cfg: TrainedP4Config, rho: float,
+def _rollout(model, prompts, eos_id, pad_id: int, cfg: TrainedP4Config, rho: float,
              max_new: int):
     """One engine rollout on ``cfg.path`` pruned at ``rho`` (none at 0): ``(rb, z_train)``."""
 
@@ -240,7 +240,7 @@ def sampled_mismatch(rb, z_train, taus=OUTLIER_TAUS) -> dict:
     return {**out, **full}
 
 
-def rollout_setting(model, prompts, eos_id: int, pad_id: int, max_new: int,
+def rollout_setting(model, prompts, eos_id, pad_id: int, max_new: int,
                     cfg: TrainedP4Config) -> dict:
     """One rollout setting: the per-``rho`` sampled table, and on the unpruned rollout's
     contexts the exact sweep, the mass shares and the sampled-token shares (JSON-ready)."""
@@ -285,7 +285,7 @@ def measure_policy(cfg: TrainedP4Config) -> dict:
     path = warm_model(cfg.policy_preset, progress=False)
     model, task = load_warm_start(path, device="cpu")
     prompts = [p.prompt_ids for p in task.problems(cfg.policy_prompts, seed=cfg.prompt_seed)]
-    roll = rollout_setting(model, prompts, task.eos_id, task.pad_id, task.max_response_len, cfg)
+    roll = rollout_setting(model, prompts, task.stop_ids, task.pad_id, task.max_response_len, cfg)
     rec = read_record(path)
     info = {"hash": rec["hash"], "task": rec["config"]["task"], "accuracy": rec["accuracy"],
             "steps": rec["steps"], "n_params": rec["n_params"],

@@ -90,9 +90,7 @@ FAST_DTYPES = {"exact": "float32", "kv": "float32", "bf16": "bf16", "fp16": "fp1
 
 
 def sample_inverse_cdf(p: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token a row of probabilities ``p (B, V)`` (rows need not sum to 1): the first index
-    whose cumulative sum (float64) exceeds ``u`` times the row's total, ``u ~ U[0, 1)`` one draw a
-    row. A token of probability 0 is never drawn. Returns ``(B, 1)`` int64."""
+    """One token a row of ``p (B, V)``: :func:`inverse_cdf` at ``u ~ U[0, 1)``, one a row."""
     u = torch.rand(p.shape[0], 1, generator=generator, dtype=torch.float64, device=p.device)
     return inverse_cdf(p, u)
 
@@ -281,14 +279,19 @@ class RolloutEngine:
         return tok[:, 0], lp, keep
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]], eos_id: int, pad_id: int,
+    def generate(self, prompts: list[list[int]], eos_id, pad_id: int,
                  generator: torch.Generator | None = None) -> RolloutBatch:
-        """Sample up to ``max_new_tokens`` per prompt; stops early once every row hit EOS.
+        """Sample up to ``max_new_tokens`` per prompt; a row ends at the first of the stop ids
+        ``eos_id`` (one id, or several: ``Task.stop_ids``), and sampling stops once every row
+        has ended. ``pad_id`` fills a row after its end (it may be a stop id: the batch's
+        ``mask`` says where a row ends).
 
         Shapes: prompts B lists -> RolloutBatch with response (B, T), T <= max_new_tokens.
         """
         V = self.model.config.vocab_size
-        _check_token_id(eos_id, "eos_id", V)
+        stops = [eos_id] if isinstance(eos_id, int) else list(eos_id)
+        for i in stops or [None]:
+            _check_token_id(i, "eos_id", V)
         _check_token_id(pad_id, "pad_id", V)
         dev = next(self.infer.parameters()).device
         ids, attn, lens = (t.to(dev) for t in left_pad(prompts, pad_id, V))
@@ -296,12 +299,13 @@ class RolloutEngine:
         self.infer.eval()
         try:  # inference mode: no autograd bookkeeping; _batch's stacks are plain tensors again
             with torch.inference_mode():
-                steps = self._decode(ids, attn, lens, eos_id, pad_id, generator)
+                steps = self._decode(ids, attn, lens, torch.tensor(stops, device=dev), pad_id,
+                                     generator)
         finally:
             self.infer.train(was_training)
         return self._batch(ids, attn, lens, *steps)
 
-    def _decode(self, ids, attn, lens, eos_id: int, pad_id: int, generator):
+    def _decode(self, ids, attn, lens, stops: torch.Tensor, pad_id: int, generator):
         """The KV-cache loop: per-step lists of tokens, masks, logp, keep and raw logits.
 
         ``hf`` samples every row at every step (finished rows too, then replaced by ``pad_id``),
@@ -332,7 +336,7 @@ class RolloutEngine:
             if self.config.return_logits:  # (B, V) per step: keep only when asked for
                 logits.append(z)
                 deltas.append(dz)
-            alive &= tok != eos_id
+            alive &= ~torch.isin(tok, stops)
             if t + 1 == T or not alive.any():
                 break
             src.advance(tok, alive)

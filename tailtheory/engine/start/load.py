@@ -30,16 +30,18 @@ from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.start.sft import SFTConfig
 from tailtheory.engine.start.warm_cache import warm_start
+from tailtheory.engine.tasks.chat import generation_eos_ids
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.engine.tasks.tokenizer import check_tokenizer
 
 
-def load_task(cfg: TrainConfig, tokenizer=None, vocab_size: int | None = None):
+def load_task(cfg: TrainConfig, tokenizer=None, vocab_size: int | None = None, folder=None):
     """The task named by ``cfg``, speaking ``tokenizer`` to a model of ``vocab_size`` rows
     (``None``: the toolkit's word-level tokenizer, the one a warm start saves beside its
-    weights)."""
+    weights); a response also ends at the EOS ids of ``folder``'s generation config
+    (:func:`~tailtheory.engine.tasks.chat.generation_eos_ids`)."""
     return get_task(cfg.task, seed=cfg.seed, tokenizer=tokenizer, vocab_size=vocab_size,
-                    **_task_kwargs(cfg))
+                    stop_ids=generation_eos_ids(folder), **_task_kwargs(cfg))
 
 
 def _task_kwargs(cfg: TrainConfig) -> dict:
@@ -81,7 +83,7 @@ def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> t
 
         check_backend(skeleton_lm(config), FAST, f"the model in {folder}")
     model = load_lm(folder, device="cpu").float().eval()
-    return model, task or load_task(cfg, tokenizer, model.config.vocab_size)
+    return model, task or load_task(cfg, tokenizer, model.config.vocab_size, folder)
 
 
 def _warm_folder(cfg: TrainConfig) -> Path:

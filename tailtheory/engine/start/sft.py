@@ -195,10 +195,12 @@ def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, task = cfg.start(device)
     with torch_threads(resolve_threads(threads, num_params(model), device)):
-        return _train_sft(cfg, model.train(), task, device, progress)
+        return sft_loop(cfg, model.train(), task, device, progress)
 
 
-def _train_sft(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
+def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
+    """:func:`train_sft`'s loop on a given ``model`` (training mode) speaking ``task``:
+    ``(model, task, record)``; ``cfg.model`` and ``cfg.pretrained`` are not read."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -292,6 +294,6 @@ def sampled_accuracy(model, task: Task, problems: list[Problem], temperature: fl
     eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature,
                                              max_new_tokens=task.max_response_len,
                                              backend=backend))
-    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
+    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.stop_ids, pad_id=task.pad_id,
                       generator=torch.Generator(device).manual_seed(seed))
     return sum(task.reward(p, r).correct for p, r in zip(problems, rb.response)) / len(problems)

@@ -24,6 +24,7 @@ from tailtheory.core.models import load_lm
 from tailtheory.core.models import load_tokenizer
 from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.start.sft import TASK_DEFAULTS, SFTConfig, config_hash, train_sft
+from tailtheory.engine.start.sft_model import ModelSFTConfig, sft_model_main
 from tailtheory.engine.tasks.task import TASKS, Task, get_task
 from tailtheory.engine.threads import resolve_threads
 
@@ -158,9 +159,10 @@ def add_sft_arguments(p) -> None:
     p.add_argument("--task", default=d.task, help=f"one of {sorted(TASKS)} (default: {d.task})")
     p.add_argument("--n-people", type=int,
                    help="Knights and Knaves: people per puzzle (default: 3)")
-    p.add_argument("--steps", type=int, default=d.max_steps,
+    p.add_argument("--steps", type=int, default=None,
                    help=f"the budget: most optimiser steps; a run that has not entered the "
-                        f"accuracy window by then stops and is not used (default: {d.max_steps})")
+                        f"accuracy window by then stops and is not used (default: {d.max_steps}; "
+                        f"with --model {ModelSFTConfig.max_steps})")
     p.add_argument("--eval-every", type=int, default=None,
                    help=f"steps between sampled-accuracy evaluations (default: {d.eval_every}, "
                         f"or the task's own: {TASK_DEFAULTS})")
@@ -168,6 +170,18 @@ def add_sft_arguments(p) -> None:
                    help="torch CPU threads; 0 picks one for small models on the CPU, several "
                         "times faster than torch's default on a machine whose cores are busy "
                         "(default: 0)")
+    p.add_argument("--model", metavar="PATH",
+                   help="warm-start this checkpoint (a save_pretrained folder with its tokenizer) "
+                        "instead of a tiny LM, through its own tokenizer and chat template; "
+                        "needs --out")
+    p.add_argument("--out", metavar="DIR", help="with --model: the folder to write (new, or one "
+                                                "an earlier sft --model wrote)")
+    p.add_argument("--lr", type=float, help=f"with --model: AdamW learning rate (default: "
+                                            f"{ModelSFTConfig.lr:g})")
+    p.add_argument("--batch-size", type=int, help=f"with --model: sequences a step (default: "
+                                                  f"{ModelSFTConfig.batch_size})")
+    p.add_argument("--pool-size", type=int, help=f"with --model: training problems generated up "
+                                                 f"front (default: {ModelSFTConfig.pool_size})")
     p.add_argument("--force", action="store_true", help="retrain even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -179,10 +193,16 @@ def sft_main(args) -> int:
     saying what to do).
     """
     resolve_threads(args.threads, 0)  # a bad count fails before any work
+    if args.model is not None:
+        return sft_model_main(args)
+    if any(v is not None for v in (args.out, args.lr, args.batch_size, args.pool_size)):
+        raise ValueError("--out, --lr, --batch-size and --pool-size go with --model PATH (the tiny warm "
+                         "starts are cached under their config; see tailtheory sft --help)")
     people = args.n_people
     kk = args.task.startswith("kk")
     kwargs = {} if people is None or (kk and people == 3) else {"n_people": people}
-    cfg = SFTConfig.for_task(args.task, task_kwargs=kwargs, max_steps=args.steps,
+    cfg = SFTConfig.for_task(args.task, task_kwargs=kwargs,
+                             max_steps=SFTConfig.max_steps if args.steps is None else args.steps,
                              **({} if args.eval_every is None else {"eval_every": args.eval_every}))
     try:
         path = warm_start(cfg, progress=not args.quiet, force=args.force, threads=args.threads)

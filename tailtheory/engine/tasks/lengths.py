@@ -61,9 +61,9 @@ def sampled_lengths(model, task: Task, problems: list[Problem], temperature: flo
     device = next(model.parameters()).device
     eng = RolloutEngine(model, RolloutConfig(path="kv", temperature=temperature, max_new_tokens=T,
                                              backend=HF))
-    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.eos_id, pad_id=task.pad_id,
+    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.stop_ids, pad_id=task.pad_id,
                       generator=torch.Generator(device).manual_seed(seed))
-    ended = ((rb.response == task.eos_id) & rb.mask).any(1)                 # (B,)
+    ended = (torch.isin(rb.response, torch.tensor(task.stop_ids)) & rb.mask).any(1)  # (B,)
     return rb.mask.sum(1).tolist(), ended.tolist()
 
 

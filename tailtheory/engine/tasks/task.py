@@ -35,10 +35,9 @@ speaks its own (``Task(..., tokenizer=load_tokenizer(PATH))``). The renderings:
 - ``chain_sum`` — sums and differences of small integers, one digit per word
   (``<bos> 1 2 + 7 - 3 0 =`` -> ``- 1 1 <eos>``).
 
-Reward (``Task.reward``), on the words of the response up to its first EOS (its ids decoded and
-split on whitespace; an id past the tokenizer's own tokens, a padding row of the model's
-embedding, makes the response unreadable): 1.0 for the correct answer then ``<eos>``, 0.1 for a
-well-formed wrong one then ``<eos>``, 0.0 for anything else (no ``<eos>``, bad words).
+Reward (``Task.reward``), on the words of the response before its first stop id (decoded, split
+on whitespace; an id past the tokenizer's own tokens makes it unreadable): 1.0 for the correct
+answer, 0.1 for a well-formed wrong one, 0.0 for anything else (no stop, bad words).
 
 Correctness is exact match on the rendered answer (tests check it agrees with the generator's
 own ``score_answer`` on the corresponding English answer). Well-formed means: ``kk`` — exactly
@@ -49,19 +48,20 @@ leading zero; ``kk_trace`` — the search above for *some* value expressions (gr
 ``depth_constraint``): hypotheses in order, each ``is`` the value of its expression, each verdict
 consistent with it, every attempt cut at its first ``no``, stopping at the first all-``ok`` one,
 then ``so`` and that hypothesis. Only the expressions, the lookups in the prompt, are free, and
-only the final answer is scored. Tokens after the first ``<eos>`` are ignored (they are padding).
-The puzzles' rendering, search and parsing live in :mod:`tailtheory.engine.tasks.knights_knaves`.
+only the final answer is scored. Rendering, search and parsing: :mod:`.knights_knaves`.
 
 Ids (:class:`Task`): the prompt is the tokenizer's chat template applied to the prompt text as
 one user message, with the generation prompt (``apply_chat_template``), or, without a template,
 BOS (when the tokenizer has one) then the encoded text; the ideal response is the encoded
-``target`` (after a space when there is no template: it follows the prompt's last word) then
-EOS. Padding is the tokenizer's pad token, or EOS when it has none (pad may equal EOS, as in
-Qwen2.5's base tokenizers: lengths and masks are never found by comparing with it). For the
-word-level tokenizer these are exactly the ids the tasks had before they spoke text.
+``target`` (after a space when there is no template: it follows the prompt's last word) then the
+primary stop id. A response ends at the first of the stop ids (:mod:`tailtheory.engine.tasks.chat`:
+the template's end-of-turn token, EOS, a folder's generation-config EOS ids). Padding is the
+tokenizer's pad token, or the primary stop when it has none (pad may be a stop id, as in
+Qwen2.5's: ends are never found by comparing with it). For the word-level tokenizer these are
+exactly the ids the tasks had before they spoke text.
 
-Seeds: ``problems(n, seed)`` reads generator indices ``seed * SEED_STREAM + [0, n)``, so two
-different seeds never share an index (the generators seed each problem by its index).
+Seeds: ``problems(n, seed)`` reads generator indices ``seed * SEED_STREAM + [0, n)``: two seeds
+never share an index (the generators seed each problem by its index).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ from typing import Any
 from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.tasks.knights_knaves import (PROSE_WORDS, kk_value_len, parse_kk_trace,
                                               render_kk_prose, render_kk_trace, render_statement)
+from tailtheory.engine.tasks.chat import before_stop, stop_ids, template_kwargs
 from tailtheory.engine.tasks.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, WORDS,
                                                as_id_list, build_tokenizer, check_tokenizer,
                                                tokens_per_word)
@@ -81,9 +82,8 @@ from tailtheory.engine.tasks.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
 
-CORRECT_REWARD = 1.0
-FORMAT_REWARD = 0.1
-"""Reward for a well-formed but wrong answer: a small format term, well below a correct one."""
+CORRECT_REWARD, FORMAT_REWARD = 1.0, 0.1
+"""Rewards of a correct answer and of a well-formed wrong one (a small format term)."""
 
 KK_TRACE_MAX_PEOPLE = 4
 """Largest ``kk_trace`` puzzle: its search writes up to 2^n attempts (about 680 words for 4)."""
@@ -118,8 +118,7 @@ class Task:
     pass :func:`~tailtheory.engine.tasks.tokenizer.check_tokenizer`.
     """
 
-    name: str = ""
-    rg_name: str = ""
+    name, rg_name = "", ""
     words: tuple[str, ...] = WORDS
     """Every word a response may use: the word-level tokenizer holds them, a given tokenizer must
     write them back, and :attr:`tokens_per_word` is measured over them."""
@@ -138,10 +137,12 @@ class Task:
         if not own:
             check_tokenizer(tokenizer, self.vocab_size, words=self.words)
         self.n_tokens = len(tokenizer)  # ids it knows; [n_tokens, vocab_size): padding rows
-        self.eos_id = tokenizer.eos_token_id
+        self.stop_ids = stop_ids(tokenizer)     # a response ends at the first; [0]: primary
+        self.eos_id = self.stop_ids[0]          # what a target ends with
         self.pad_id = self.eos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
         self.bos_id = tokenizer.bos_token_id
         self.chat = bool(getattr(tokenizer, "chat_template", None))  # prompts via the template
+        self.chat_kwargs = template_kwargs(tokenizer)   # Qwen3's: thinking off (.chat)
         # a response's first word follows the prompt's last word (a space), or a chat template's
         # generation prompt, which ends in a newline (nothing)
         self.response_prefix = "" if self.chat else " "
@@ -202,7 +203,7 @@ class Task:
         if self.chat:
             out = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                      add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
+                                                     return_dict=False, **self.chat_kwargs)
             return [int(i) for i in (out["input_ids"] if hasattr(out, "keys") else out)]
         return ([] if self.bos_id is None else [self.bos_id]) + self.encode(text)
 
@@ -220,15 +221,18 @@ class Task:
         """The ideal response: ``target`` ids then EOS (the supervised warm-start target)."""
         return self.encode(self.response_prefix + self.target(problem)) + [self.eos_id]
 
+    def add_stop_ids(self, ids) -> None:
+        """Also end responses at ``ids`` (e.g. a folder's generation-config EOS ids)."""
+        self.stop_ids = tuple(dict.fromkeys([*self.stop_ids, *as_id_list(
+            list(ids), self.vocab_size, "stop ids")]))
+
     def response_words(self, response_ids) -> list[str] | None:
-        """The words of a response: its ids up to the first EOS, decoded and split on whitespace;
-        None without an EOS or with an id the tokenizer does not know (a padding row of the
+        """The words of a response: its ids up to the first stop id, decoded and split on
+        whitespace; None without one or with an id the tokenizer does not know (a padding row of the
         model's embedding: it decodes to nothing, so it must not vanish from the answer)."""
-        ids = as_id_list(response_ids, self.vocab_size, "response_ids")
-        if self.eos_id not in ids:
-            return None
-        ids = ids[: ids.index(self.eos_id)]
-        if any(i >= self.n_tokens for i in ids):
+        ids = before_stop(as_id_list(response_ids, self.vocab_size, "response_ids"),
+                          self.stop_ids)
+        if ids is None or any(i >= self.n_tokens for i in ids):
             return None
         return self.tokenizer.decode(ids, skip_special_tokens=False,
                                      clean_up_tokenization_spaces=False).split()
@@ -257,8 +261,7 @@ class KnightsKnaves(Task):
         check_positive_int(width_constraint, "width_constraint")
         super().__init__(seed, vocab_size, tokenizer=tokenizer, n_people=n_people,
                          depth_constraint=depth_constraint, width_constraint=width_constraint)
-        self.n_people = n_people
-        self.max_response_words = n_people
+        self.n_people = self.max_response_words = n_people
         self.chance_accuracy = 2.0 ** -n_people
 
     def render(self, entry: dict) -> tuple[str, str, dict]:
@@ -383,12 +386,15 @@ TASKS = {t.name: t for t in (KnightsKnaves, KnightsKnavesTrace, KnightsKnavesPro
 """Task registry: name -> class."""
 
 
-def get_task(name: str, seed: int = 0, **kwargs: Any) -> Task:
-    """The task called ``name`` (one of ``TASKS``); ``kwargs`` go to its constructor."""
+def get_task(name: str, seed: int = 0, stop_ids=(), **kwargs: Any) -> Task:
+    """The task called ``name`` (one of ``TASKS``); ``kwargs`` go to its constructor;
+    ``stop_ids``: more ids that end a response (:meth:`Task.add_stop_ids`)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}")
     accepted = set(inspect.signature(TASKS[name]).parameters) - {"seed"}
     if set(kwargs) - accepted:
         raise ValueError(f"task {name!r} takes no argument(s) {sorted(set(kwargs) - accepted)}; "
                          f"it accepts {sorted(accepted)}")
-    return TASKS[name](seed=seed, **kwargs)
+    task = TASKS[name](seed=seed, **kwargs)
+    task.add_stop_ids(stop_ids)
+    return task
