@@ -77,7 +77,7 @@ from tailtheory.engine.tasks.knights_knaves import (PROSE_WORDS, kk_value_len, p
 from tailtheory.engine.tasks.chat import before_stop, stop_ids, template_kwargs
 from tailtheory.engine.tasks.tokenizer import (DEFAULT_VOCAB_SIZE, KK_MAX_PEOPLE, WORDS,
                                                as_id_list, build_tokenizer, check_tokenizer,
-                                               tokens_per_word)
+                                               marks_text_start, tokens_per_word)
 
 SEED_STREAM = 2**20
 """Generator indices per seed: ``problems(n, seed)`` needs ``n <= SEED_STREAM``."""
@@ -144,8 +144,8 @@ class Task:
         self.chat = bool(getattr(tokenizer, "chat_template", None))  # prompts via the template
         self.chat_kwargs = template_kwargs(tokenizer)   # Qwen3's: thinking off (.chat)
         # a response's first word follows the prompt's last word (a space), or a chat template's
-        # generation prompt, which ends in a newline (nothing)
-        self.response_prefix = "" if self.chat else " "
+        # generation prompt, which ends in a newline, or a tokenizer that writes the space (none)
+        self.response_prefix = "" if self.chat or marks_text_start(tokenizer, self.words) else " "
         self.tokens_per_word = tokens_per_word(tokenizer, self.words)
 
     # --- rendering (subclasses) ---
