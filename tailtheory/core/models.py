@@ -1,8 +1,8 @@
 """Tiny Hugging Face causal LMs built from a config, and loading of local checkpoints.
 
-Nothing is downloaded: ``tiny_lm`` builds a randomly initialised Qwen2- or Llama-architecture
-model from a ``transformers`` config; ``load_lm`` reads any causal LM saved in Hugging Face
-format at a local path, ``load_tokenizer`` the tokenizer saved beside it, and
+Nothing is downloaded: ``tiny_lm`` builds a randomly initialised Qwen2-, Llama- or
+Qwen3-architecture model from a ``transformers`` config; ``load_lm`` reads any causal LM saved
+in Hugging Face format at a local path, ``load_tokenizer`` the tokenizer saved beside it, and
 ``checkpoint_fingerprint`` names what such a folder holds (weights, config and tokenizer).
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-ARCHS = ("qwen2", "llama")
+ARCHS = ("qwen2", "llama", "qwen3")
+"""``TinyLMConfig.arch`` values: the ``transformers`` model type built."""
 
 TORCH_DEFAULT = torch.get_num_threads()
 """torch's own intra-op thread count when this module was imported (one per core, or
@@ -40,13 +41,15 @@ class TinyLMConfig:
     """MLP width; defaults to 2 x hidden."""
     max_positions: int = 256
     arch: str = "qwen2"
-    """``qwen2`` or ``llama``."""
+    """``qwen2``, ``llama`` or ``qwen3`` (q/k norms; ``head_dim`` = hidden / heads here, no
+    biases). Rope scaling, another ``head_dim`` or biases: build the ``transformers`` config
+    directly (fields added here would change the hashes that ``asdict`` of this config enters)."""
     tie_embeddings: bool = False
 
 
 def hf_config(cfg: TinyLMConfig):
     """The ``transformers`` config for ``cfg`` (eager attention: deterministic on CPU)."""
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     if cfg.arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {cfg.arch!r}")
@@ -60,6 +63,8 @@ def hf_config(cfg: TinyLMConfig):
               num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
               num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
               tie_word_embeddings=cfg.tie_embeddings, attn_implementation=ATTENTION)
+    if cfg.arch == "qwen3":  # its own default head_dim is 128, whatever the width
+        return Qwen3Config(**kw, head_dim=cfg.hidden // cfg.heads)
     return (Qwen2Config if cfg.arch == "qwen2" else LlamaConfig)(**kw)
 
 

@@ -1,4 +1,4 @@
-"""Inference engine: a plain-torch forward of Qwen2 / Llama causal LMs for the rollouts.
+"""Inference engine: a plain-torch forward of Qwen2 / Llama / Qwen3 causal LMs for the rollouts.
 
 Source: RL-for-LLM stacks sample with a serving engine (vLLM, SGLang) that runs the policy in
 its own forward, apart from the trainer's, with the weights pushed to it at every step; TIM
@@ -16,11 +16,19 @@ dispatch, ``repeat_kv`` copies of the cache); here a step is a few dozen tensor 
   bfloat16. q/k/v form one matrix, gate/up another. A sync may also be given replacement
   values for some weights (the ``weight_noise`` path's, ``tailtheory.engine.rollout.noise``).
 - **The forward** follows the Hugging Face eager code op for op: RMSNorm in float32 then cast,
-  default rotary embeddings (``cos`` / ``sin`` of ``position * inv_freq`` in float32, cast to
-  the dtype; a 16-bit engine rounds ``inv_freq`` to its dtype first, as the cast copy of
-  ``copies.inference_copy`` does with that buffer), grouped-query attention with additive
-  ``finfo.min`` masks and a float32 softmax, SiLU-gated MLP, q/k/v (and Llama's optional)
-  biases, tied or untied ``lm_head``. Its logits are the model's up to reduction order.
+  Qwen3's per-head RMSNorm of q and k (``q_norm`` / ``k_norm`` over ``head_dim``) before the
+  rotary embedding, rotary embeddings (``cos`` / ``sin`` of ``position * inv_freq`` in float32,
+  times the rope's attention scaling, cast to the dtype; ``inv_freq`` and the scaling from
+  ``tailtheory.engine.rollout.families.rope_frequencies``: the default formula or
+  ``transformers``' own initialiser for ``llama3``; a 16-bit engine rounds ``inv_freq`` to its
+  dtype first, as the cast copy of ``copies.inference_copy`` does with that buffer),
+  grouped-query attention with additive ``finfo.min`` masks and a float32 softmax, SiLU-gated
+  MLP, the biases the model has (Qwen2's q/k/v; Llama's ``attention_bias`` q/k/v/o and
+  ``mlp_bias``; Qwen3's ``attention_bias`` q/k/v/o), a ``head_dim`` other than
+  ``hidden / heads``, tied or untied ``lm_head``. Its logits are the model's up to reduction
+  order. The models it runs and the config fields it refuses:
+  ``tailtheory.engine.rollout.families`` (``unsupported`` / ``supports`` / ``ARCHS``, importable
+  from here too).
 - **16-bit GEMMs**: the weights and the KV cache of a 16-bit engine hold that dtype's values in
   float32 tensors; a product runs in float32 and is rounded to the dtype: a 16-bit GEMM with
   float32 accumulation, as the GPU kernels compute it. Elementwise ops run in the dtype. On this
@@ -76,12 +84,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tailtheory.core.forward import logit_transforms, position_ids
+from tailtheory.core.forward import position_ids
 from tailtheory.engine.rollout.copies import (FP8_SCALING, fp8_dequantize, fp8_quantize, fp8_dtype,
                                         fp8_weight_names)
-
-ARCHS = ("qwen2", "llama")
-"""``config.model_type`` values the engine runs."""
+from tailtheory.engine.rollout.families import head_dim, rope_frequencies, unsupported
+from tailtheory.engine.rollout.families import ARCHS, supports  # noqa: F401 (importers of fast)
 
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
           "fp8": torch.bfloat16}
@@ -95,53 +102,6 @@ finished rows ride along (their logits unused). B = 256, rows finishing at lengt
 (1) 9.5k / 8.4k (``bench_rollout.py --ablate``). A compaction copies the filled cache of the
 live rows, so doing it at every finish costs more than it saves; at 0.25 the copies sum to a
 few full-cache copies."""
-
-def _rope(config) -> tuple[str, float | None]:
-    """``(rope type, theta)`` from a transformers 5 ``rope_parameters`` or a 4.x config."""
-    params = getattr(config, "rope_parameters", None) or {}
-    scaling = getattr(config, "rope_scaling", None) or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    return kind, params.get("rope_theta", getattr(config, "rope_theta", None))
-
-
-def unsupported(model) -> str | None:
-    """Why the engine cannot run ``model``, or ``None`` when it can: a Qwen2 or Llama causal LM
-    with default rotary embeddings, SiLU MLP, full attention and logits ``h W^T (+ b)``."""
-    config = getattr(model, "config", None)
-    arch = getattr(config, "model_type", None)
-    if arch not in ARCHS:
-        return f"model_type {arch!r} is not one of {ARCHS}"
-    kind, theta = _rope(config)
-    if kind != "default" or theta is None:
-        return f"rope type {kind!r} (theta {theta}); only the default rotary embedding runs"
-    if getattr(config, "partial_rotary_factor", 1.0) not in (None, 1, 1.0):
-        return "partial rotary embeddings are not supported"
-    if getattr(config, "hidden_act", None) != "silu":
-        return f"hidden_act {getattr(config, 'hidden_act', None)!r} is not silu"
-    if getattr(config, "use_sliding_window", False) or any(
-            t != "full_attention" for t in getattr(config, "layer_types", None) or ()):
-        return "sliding-window attention is not supported"
-    if logit_transforms(model):
-        return f"logits are not h W^T + b ({logit_transforms(model)})"
-    need = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
-            "post_attention_layernorm")
-    try:
-        backbone = model.get_decoder()
-        for layer in backbone.layers:
-            for name in need:
-                layer.get_submodule(name)
-        if backbone.norm is None or model.get_output_embeddings() is None:
-            raise AttributeError("no final norm or no output layer")
-    except AttributeError as exc:
-        return f"unexpected module layout: {exc}"
-    return None
-
-
-def supports(model) -> bool:
-    """Whether :class:`InferenceEngine` can run ``model`` (see :func:`unsupported`)."""
-    return unsupported(model) is None
-
 
 def _cat_bias(*mods) -> torch.Tensor | None:
     biases = [m.bias for m in mods]
@@ -171,10 +131,8 @@ class InferenceEngine:
         self.name, self.dtype, self.fp8_scaling = dtype, DTYPES[dtype], fp8_scaling
         c = model.config
         self.n_heads, self.n_kv = c.num_attention_heads, c.num_key_value_heads
-        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        self.eps = float(c.rms_norm_eps)
-        d, theta = self.head_dim, float(_rope(c)[1])
-        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))  # as HF's
+        self.head_dim, self.eps = head_dim(c), float(c.rms_norm_eps)
+        inv_freq, self.rope_scaling = rope_frequencies(c)              # as the model's rotary
         self.inv_freq = inv_freq.to(self.dtype).float()  # a cast copy rounds the buffer too
         self._cos = self._sin = None
         self._buffers: dict[str, torch.Tensor] = {}
@@ -204,6 +162,13 @@ class InferenceEngine:
         def b(t):
             return None if t is None else w(t)
 
+        def qk_norm(a):  # Qwen3: (h + k, d), the q_norm weight for h heads, k_norm's for k
+            if getattr(a, "q_norm", None) is None:
+                return None
+            h, k, d = self.n_heads, self.n_kv, self.head_dim
+            return torch.cat([w(a.q_norm.weight, False).expand(h, d),
+                              w(a.k_norm.weight, False).expand(k, d)])
+
         self.layers = []
         for layer in model.get_decoder().layers:
             a, m = layer.self_attn, layer.mlp
@@ -213,7 +178,8 @@ class InferenceEngine:
                 torch.cat([w(a.q_proj.weight), w(a.k_proj.weight), w(a.v_proj.weight)]),
                 b(_cat_bias(a.q_proj, a.k_proj, a.v_proj)), w(a.o_proj.weight), b(a.o_proj.bias),
                 torch.cat([w(m.gate_proj.weight), w(m.up_proj.weight)]),
-                b(_cat_bias(m.gate_proj, m.up_proj)), w(m.down_proj.weight), b(m.down_proj.bias)))
+                b(_cat_bias(m.gate_proj, m.up_proj)), w(m.down_proj.weight), b(m.down_proj.bias),
+                qk_norm(a)))
         backbone = model.get_decoder()
         self.embed = w(model.get_input_embeddings().weight, False)
         self.norm = w(backbone.norm.weight, False)
@@ -232,7 +198,8 @@ class InferenceEngine:
         if self._cos is None or self._cos.shape[0] < n or self._cos.device != device:
             freqs = torch.arange(n, device=device).float()[:, None] * self.inv_freq.to(device)
             emb = torch.cat((freqs, freqs), -1)
-            self._cos, self._sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+            cos, sin = emb.cos() * self.rope_scaling, emb.sin() * self.rope_scaling
+            self._cos, self._sin = cos.to(self.dtype), sin.to(self.dtype)
         return self._cos, self._sin
 
     def _mm(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None):
@@ -261,9 +228,11 @@ class InferenceEngine:
         K, V = cache
         cos, sin = self._rotary(int(pos.max()) + 1, x.device)
         cos, sin = cos[pos][:, :, None], sin[pos][:, :, None]       # (N, q, 1, d)
-        for li, (ln1, ln2, wqkv, bqkv, wo, bo, wgu, bgu, wd, bd) in enumerate(self.layers):
+        for li, (ln1, ln2, wqkv, bqkv, wo, bo, wgu, bgu, wd, bd, qkn) in enumerate(self.layers):
             y = self._mm(self._rms(x, ln1), wqkv, bqkv).view(N, q, h + 2 * k, d)
             qk = y[:, :, :h + k]                                    # rotary on q and k at once
+            if qkn is not None:                                     # Qwen3: q/k norm first
+                qk = self._rms(qk, qkn)
             qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), -1) * sin
             K[li, :N, :, col:end] = qk[:, :, h:].transpose(1, 2)
             V[li, :N, :, col:end] = y[:, :, h + k:].transpose(1, 2)

@@ -1,0 +1,71 @@
+"""The checkpoints users train, end to end: tiny Qwen3, Llama 3.x (llama3 rope, two EOS ids in
+its generation config, turns ending with ``<|eot_id|>``) and a SentencePiece-tokenized Llama,
+each built here from its ``transformers`` config (``tests/checkpoints.family_checkpoint``), run
+``sft --model``, ``train --model`` on the ``fast`` engine on every rollout path, and ``probe``.
+
+The engine's logits against each family's own forward: ``tests/engine/rollout/test_families.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tailtheory.cli import main
+from tailtheory.core.models import load_tokenizer
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.rollout.engine import PATHS
+from tailtheory.engine.start.load import load_start
+from tailtheory.engine.start.sft_model import ModelSFTConfig, sft_model
+from tests.checkpoints import family_checkpoint
+
+FAMILIES = ("qwen3", "llama3", "sentencepiece")
+SMALL = dict(task="kk", task_kwargs={"n_people": 2}, lr=1e-3, batch_size=4, max_steps=2,
+             eval_every=1, eval_n=8, pool_size=32)
+RUN = ["--task", "kk", "--n-people", "2", "--prompts-per-step", "2", "--group-size", "2",
+       "--steps", "1", "--device", "cpu", "--quiet"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def warm(request, tmp_path_factory):
+    """``(family, warm-started folder)``: the family's checkpoint after two SFT steps."""
+    root = tmp_path_factory.mktemp(request.param)
+    source = family_checkpoint(root / "model", request.param)
+    out, _ = sft_model(ModelSFTConfig(model=str(source), out=str(root / "warm"), **SMALL),
+                       progress=False)
+    return request.param, out
+
+
+def test_sft_writes_what_the_family_needs(warm):
+    family, out = warm
+    rec = json.loads((out / "sft.json").read_text())
+    tok = load_tokenizer(out)
+    ids = tok.convert_tokens_to_ids
+    expected = {"qwen3": [ids("<|im_end|>")],
+                "llama3": [ids("<|eot_id|>"), ids("<|end_of_text|>")],   # turn end, EOS, config
+                "sentencepiece": [tok.eos_token_id]}[family]
+    assert rec["stop_ids"] == expected
+    assert rec["chat_kwargs"] == ({"enable_thinking": False} if family == "qwen3" else {})
+    if family == "llama3":
+        gen = json.loads((out / "generation_config.json").read_text())
+        assert gen["eos_token_id"] == [ids("<|end_of_text|>"), ids("<|eot_id|>")]
+
+
+def test_train_on_the_fast_engine_on_every_rollout_path(warm, tmp_path):
+    family, out = warm
+    _, task = load_start(TrainConfig(task="kk", n_people=2, model=str(out)))
+    for path in PATHS:
+        noise = ["--rollout-noise", "0.05"] if "noise" in path else []
+        run = tmp_path / path
+        assert main(["train", "--model", str(out), *RUN, "--rollout", path, *noise,
+                     "--out", str(run)]) == 0, (family, path)
+        line = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+        assert line["step"] in (0, 1)
+        assert 0 < line["rollout/len_mean"] <= task.max_response_len
+
+
+def test_probe(warm, tmp_path):
+    _, out = warm
+    assert main(["probe", "mismatch", "--model", str(out), "--device", "cpu", "--batch", "2",
+                 "--length", "16", "--out", str(tmp_path / "probe")]) == 0
