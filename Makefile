@@ -92,7 +92,7 @@ test-verl: $(VERL_STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'   # TRL, for the side-by-side step benchmark
 	@for b in $(sort $(wildcard benchmarks/bench_*.py)); do echo "== $$b"; $(PY) $$b || exit 1; done
-	@for w in recipe text; do echo "== benchmarks/bench_step.py --workload $$w"; \
+	@for w in recipe text qwen3; do echo "== benchmarks/bench_step.py --workload $$w"; \
 		$(PY) benchmarks/bench_step.py --workload $$w || exit 1; done
 
 ## sync: re-pair notebooks/*.ipynb with their py:percent sources

@@ -48,10 +48,11 @@ SMALL = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layer
 PROBES = ("mismatch", "pruning", "gradient")
 
 
-def build_checkpoint(path: Path, shape: dict, tokenizer_vocab: int) -> dict:
-    """Save a random Qwen2 model of ``shape`` and a BPE tokenizer to ``path``; its facts."""
+def build_checkpoint(path: Path, shape: dict, tokenizer_vocab: int, family: str = "qwen2") -> dict:
+    """Save a random ``family`` (``qwen2`` or ``qwen3``) model of ``shape`` and a BPE tokenizer
+    to ``path``; its facts."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
 
     from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_files, train_tokenizer
 
@@ -59,7 +60,7 @@ def build_checkpoint(path: Path, shape: dict, tokenizer_vocab: int) -> dict:
     files, _ = corpus_files(CorpusLMConfig(corpus_bytes=2_000_000))
     tok = train_tokenizer([f.read_text(encoding="utf-8") for f in files], tokenizer_vocab)
     torch.manual_seed(0)
-    cfg = Qwen2Config(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    cfg = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}[family](**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.save_pretrained(path)

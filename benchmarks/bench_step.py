@@ -173,6 +173,34 @@ The sampler alone, timed side by side in one process under that load (two rollou
 256 x 150 tokens, alternating): 31.9-33.5 s with ``multinomial`` against 18.8-19.2 s with
 ``inverse-cdf``, 1.7x. (d'')'s gain over (b'') is smaller than that in this run: one timed
 step each, on a loaded machine.
+
+Workload ``qwen3``: a step on a user's shape. Qwen3-0.6B's architecture (``QWEN3_06B``: q/k
+RMSNorm per head, ``head_dim`` 128 apart from width / heads, tied head) with random weights; on a
+CPU scaled down (``QWEN3_CPU``: width 256, 4 layers, 4 query and 2 key-value heads of 128, MLP
+768, V 8,192; 6.03M parameters, all but 3,328 in matmuls), on a GPU the 0.6B shape itself; the
+same 8,192-id byte-level BPE, ``kk`` prompts, 150-token responses (EOS never sampled) and
+contenders' settings as ``text``. Contenders: (b'') the engine with the micro-batch update, (d'')
+the same with the inverse-CDF sampler, and TRL.
+
+Measured on 2026-11-28, AMD EPYC (2 cores, torch 2.13 CPU build, transformers 5.24, TRL 1.16, one
+thread), load average 1.0-1.1 (one core busy besides); the one-thread matmul peak of this CPU is
+76.6 GFLOP/s (2048^3 float32), under half the Intel Xeon's 165-173 of the tables above, so read
+the percentages against their own peak; see ``step_qwen3.json``.
+
+=====================================  ======  ========  ============  ============  ======  ======  =======
+contender                              step s  tokens/s  rollout s     update s      vs (c)  % peak  peak MB
+=====================================  ======  ========  ============  ============  ======  ======  =======
+(b'') engine, micro-batch update        88.78       433  26.75 (1435)  62.02 (619)     1.28    35.1    5,359
+(d'') (b'') with the inverse-cdf sampler 83.36      461  19.10 (2011)  65.03 (591)     1.37    37.4    4,921
+(c) TRL GRPOTrainer                    114.05       337  30.91 (1242)  83.14 (462)     1.00    27.4    4,225
+=====================================  ======  ========  ============  ============  ======  ======  =======
+
+- A step is ~2.39 TFLOP (rollout 0.51, update 1.88). The engine leads TRL by 1.28x (1.37x with
+  the inverse-CDF sampler): its rollout 1.16x (1.62x), its update 1.34x. Its update reaches 40%
+  of the peak, TRL's 29%; its peak memory is 1.27x TRL's (the micro-batch update keeps no graph
+  across micro-batches).
+- The ``fast`` engine runs Qwen3's q/k norms in its own forward (``engine/rollout/families.py``);
+  before it did, this shape could sample only with the Hugging Face decoder.
 """
 
 from __future__ import annotations
@@ -199,7 +227,8 @@ import torch  # noqa: E402
 from bench_trl import LR  # noqa: E402
 from tailtheory.core.io import atomic_write_json  # noqa: E402
 from step_contenders import (CONTENDERS, G, OUT_RECIPE, OUT_TEXT, PEAK_N,  # noqa: E402
-                             PEAK_REPEATS, PROMPTS, QWEN05_CONTENDERS, RECIPE,
+                             PEAK_REPEATS, PROMPTS, QWEN05_CONTENDERS, QWEN3_06B,
+                             QWEN3_CONTENDERS, QWEN3_CPU, RECIPE,
                              RECIPE_CONTENDERS, RESULTS, SMOKE, STEPS, TEXT_CONTENDERS,
                              TEXT_MAX_NEW, TEXT_SHAPE, WARMUP, Workload, cpu_model,
                              in_own_process, make_model, recipe_model, step_problems,
@@ -309,14 +338,15 @@ def main() -> None:
     import trl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("fixed", "recipe", "text", "qwen05"),
+    parser.add_argument("--workload", choices=("fixed", "recipe", "text", "qwen05", "qwen3"),
                         default="fixed",
                         help="fixed: a random model, every response 100 tokens (step.json); "
                              f"recipe: the {RECIPE!r} recipe's warm start and task, natural "
                              "lengths (step_recipe.json); text: a random Qwen2-style model of "
                              "width 256, 6 layers, 8,192 BPE ids, every response 150 tokens "
                              "(step_text.json); qwen05: Qwen2.5-0.5B's shape, random, 150 "
-                             "tokens (a GPU only)")
+                             "tokens (a GPU only); qwen3: Qwen3-0.6B's shape on a GPU, scaled "
+                             "down on a CPU (QWEN3_CPU), random, 150 tokens (step_qwen3.json)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
                         help="where every contender runs (default cpu, one thread); a GPU's "
                              "report is named after it")
@@ -353,15 +383,19 @@ def main() -> None:
         if args.workload == "fixed":
             model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
             w = Workload("fixed", model_dir, "kk")
-        elif args.workload in ("text", "qwen05"):
+        elif args.workload in ("text", "qwen05", "qwen3"):
             from bench_any_model import QWEN25_05B
 
-            text = args.workload == "text"
-            model_dir, n_params, n_matmul = text_model(shape=TEXT_SHAPE if text else QWEN25_05B)
-            w = Workload(args.workload, model_dir, "kk", max_new=TEXT_MAX_NEW,
-                         out=OUT_TEXT if text else RESULTS / "step_qwen05.json",
-                         contenders=TEXT_CONTENDERS if text else QWEN05_CONTENDERS,
-                         own_tokenizer=True)
+            shape, family, out, contenders = {
+                "text": (TEXT_SHAPE, "qwen2", OUT_TEXT, TEXT_CONTENDERS),
+                "qwen05": (QWEN25_05B, "qwen2", RESULTS / "step_qwen05.json", QWEN05_CONTENDERS),
+                "qwen3": (QWEN3_CPU if device == "cpu" else QWEN3_06B, "qwen3",
+                          RESULTS / "step_qwen3.json", QWEN3_CONTENDERS)}[args.workload]
+            if SMOKE and args.workload == "qwen3":
+                shape = dict(shape, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+            model_dir, n_params, n_matmul = text_model(shape=shape, family=family)
+            w = Workload(args.workload, model_dir, "kk", max_new=TEXT_MAX_NEW, out=out,
+                         contenders=contenders, own_tokenizer=True)
         else:
             model_dir, n_params, n_matmul, kwargs = recipe_model()
             w = Workload("recipe", model_dir, "kk_trace", kwargs, contenders=RECIPE_CONTENDERS,
@@ -421,7 +455,8 @@ def main() -> None:
                  "max_new_tokens": w.max_new, "eos": "never sampled (model weights)",
                  "params": n_params, "matmul_params": n_matmul, "vocab": config.vocab_size,
                  "warmup_steps": WARMUP, "timed_steps": STEPS, "lr": LR, "task": w.task,
-                 **({"shape": {k: getattr(config, k, None) for k in TEXT_SHAPE},
+                 **({"shape": {k: getattr(config, k, None) for k in (*TEXT_SHAPE, "head_dim")},
+                     "model_type": config.model_type,
                      "tokenizer": "byte-level BPE, 8,192 ids, trained on the Python standard "
                      "library"} if w.name != "fixed" else {})}
     else:

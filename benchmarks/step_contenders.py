@@ -59,6 +59,21 @@ QWEN05_CONTENDERS = ("b_micro_kv", "b_icdf_micro_kv", "c_trl")
 V = 151,936 rows, an 8,192-id tokenizer), 150-token responses; the engine only with its
 micro-batch update (the whole batch's graph of a 0.5B model at 256 x ~175 tokens, at ~30k saved
 floats a token a layer, would be ~130 GB)."""
+QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, vocab_size=151_936,
+                 max_position_embeddings=40_960, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                 tie_word_embeddings=True, hidden_act="silu")
+"""Qwen3-0.6B's ``config.json`` fields that decide its shape and cost (its model card): q/k
+RMSNorm per head, ``head_dim`` 128 apart from width / heads = 64."""
+QWEN3_CPU = dict(QWEN3_06B, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, vocab_size=8192,
+                 max_position_embeddings=2048)
+"""``--workload qwen3`` on a CPU: Qwen3-0.6B's shape scaled down (width 256, 4 layers, 4 query
+and 2 key-value heads of 128: ``head_dim`` still twice width / heads; MLP 768; tied head over
+8,192 rows); on a GPU the 0.6B shape itself."""
+QWEN3_CONTENDERS = ("b_micro_kv", "b_icdf_micro_kv", "c_trl")
+"""``--workload qwen3``'s contenders: the engine with its micro-batch update, with and without the
+inverse-CDF sampler, and TRL."""
 TEXT_MAX_NEW = 12 if SMOKE else 150
 """``--workload text``'s response length (EOS never sampled: every response runs to it)."""
 TEXT_CONTENDERS = ("b_today_kv", "b_micro_kv", "b_icdf_kv", "b_icdf_micro_kv", "c_trl")
@@ -179,7 +194,8 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     return folder, num_params(model), n_matmul, kwargs
 
 
-def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE) -> tuple[Path, int, int]:
+def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE,
+               family: str = "qwen2") -> tuple[Path, int, int]:
     """``shape`` (:data:`TEXT_SHAPE`) with random weights beside a byte-level BPE tokenizer of
     8,192 ids trained on the Python standard library (``bench_any_model.build_checkpoint``), EOS
     never sampled as in :func:`make_model`, saved in ``folder`` (default
@@ -190,10 +206,11 @@ def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE) -> tuple[Pa
     from tailtheory.core.io import cache_dir
     from tailtheory.core.models import load_lm, load_tokenizer
 
-    folder = folder or cache_dir(f"bench_{shape['hidden_size']}x{shape['num_hidden_layers']}"
-                                 f"_{shape['vocab_size']}")
+    tag = "" if family == "qwen2" else f"{family}_"
+    folder = folder or cache_dir(f"bench_{tag}{shape['hidden_size']}x"
+                                 f"{shape['num_hidden_layers']}_{shape['vocab_size']}")
     if not (folder / "config.json").exists():
-        build_checkpoint(folder, shape, TEXT_SHAPE["vocab_size"])
+        build_checkpoint(folder, shape, TEXT_SHAPE["vocab_size"], family)
         eos = load_tokenizer(folder).eos_token_id
         model = load_lm(folder, device="cpu")
         with torch.no_grad():

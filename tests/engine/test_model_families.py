@@ -52,20 +52,27 @@ def test_sft_writes_what_the_family_needs(warm):
         assert gen["eos_token_id"] == [ids("<|end_of_text|>"), ids("<|eot_id|>")]
 
 
-def test_train_on_the_fast_engine_on_every_rollout_path(warm, tmp_path):
+QUICK_PATHS = ("kv", "bf16")
+"""The float32 and a 16-bit engine in ``make test``; every other path under ``make test-thorough``."""
+
+
+@pytest.mark.parametrize("path", [p if p in QUICK_PATHS else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in PATHS])
+def test_train_on_the_fast_engine(warm, path, tmp_path):
     family, out = warm
     _, task = load_start(TrainConfig(task="kk", n_people=2, model=str(out)))
-    for path in PATHS:
-        noise = ["--rollout-noise", "0.05"] if "noise" in path else []
-        run = tmp_path / path
-        assert main(["train", "--model", str(out), *RUN, "--rollout", path, *noise,
-                     "--out", str(run)]) == 0, (family, path)
-        line = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-        assert line["step"] in (0, 1)
-        assert 0 < line["rollout/len_mean"] <= task.max_response_len
+    noise = ["--rollout-noise", "0.05"] if "noise" in path else []
+    assert main(["train", "--model", str(out), *RUN, "--rollout", path, *noise,
+                 "--out", str(tmp_path / "run")]) == 0, (family, path)
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert line["step"] in (0, 1)
+    assert 0 < line["rollout/len_mean"] <= task.max_response_len
 
 
+@pytest.mark.slow
 def test_probe(warm, tmp_path):
+    """The text probes read windows through each family's tokenizer (``make test`` probes a
+    user's checkpoint in ``tests/probe``)."""
     _, out = warm
     assert main(["probe", "mismatch", "--model", str(out), "--device", "cpu", "--batch", "2",
                  "--length", "16", "--out", str(tmp_path / "probe")]) == 0
