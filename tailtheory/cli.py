@@ -216,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
     from tailtheory.experiments.plot import add_plot_arguments, plot_main
     from tailtheory.engine.start.warm_cache import add_sft_arguments, sft_main
+    from tailtheory.experiments.ladder import add_ladder_arguments, ladder_main
     from tailtheory.probe.cli import add_probe_arguments, probe_main
 
     p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],
@@ -235,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
              "With --model PATH --out DIR: warm-start your checkpoint through its own tokenizer "
              "and chat template and write a folder `tailtheory train --model DIR` takes.",
              add_sft_arguments)
+    _command(sub, "ladder", ladder_main, "the model-size ladder of the matched testbed",
+             "The model-size ladder: named rungs of the matched recipe's architecture, each "
+             "pretrained on the standard library and warm-started on kk_prose (cached); list "
+             "prints the rung table, build trains what the cache lacks and records each rung in "
+             "results/ladder.json.", add_ladder_arguments)
     _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
              "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "
              "against step; runs that differ only in seed form one band.", add_plot_arguments)

@@ -32,7 +32,8 @@ def test_version(capsys):
     assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"tailtheory {__version__}"
 
 
-@pytest.mark.parametrize("command", [[], ["verify"], ["train"], ["sft"], ["methods"], ["study"]])
+@pytest.mark.parametrize("command", [[], ["verify"], ["train"], ["sft"], ["methods"], ["study"],
+                                     ["ladder"]])
 def test_help_is_self_contained_and_shows_defaults(command, capsys):
     with pytest.raises(SystemExit):
         main([*command, "--help"])

@@ -1,0 +1,251 @@
+"""The model-size ladder of the ``matched`` testbed: named rungs of one architecture.
+
+Every trained-model verdict of ``matched`` rests on one size (the base rung: width 128, 4 layers,
+1.64M parameters, 0.59M of them outside the input embedding and the output head); the papers'
+models have 1.5B to 7B. A rung is the same pipeline at another size: the corpus LM pretrained on
+the Python standard library (:mod:`tailtheory.engine.start.corpus_lm`), then the ``kk_prose``
+warm start into the recipe's accuracy window (:mod:`tailtheory.engine.start.sft`), both cached
+under their config hashes. The base rung's configs are today's, so its hashes, and every stored
+row keyed by them, are unchanged.
+
+The rule, one place (:func:`rung`):
+
+- **Shape**: width ``w`` and depth ``L`` grow together; heads of 32 (``w / 32`` query heads,
+  half as many key-value heads), MLP ``2w``, untied head, vocabulary 4,096 (the corpus BPE).
+  Non-embedding parameters (everything but the input embedding and the output head) are
+  ``L (9 w^2 + 4w)`` plus the final norm's ``w`` (:func:`non_embedding_params`).
+- **Tokens**: the base rung's 1,228,800 (600 steps of 16 windows of 128) times the square root
+  of the rung's non-embedding ratio to the base, in steps of the same batch; the corpus holds
+  about 1.02M training tokens, so the larger rungs repeat it (epochs in :func:`facts`). Size is
+  thereby confounded with training state: every rung records its held-out perplexity, and every
+  trend is read beside it.
+- **Learning rates**: the corpus LM's peak rate (3e-3 at the base) and the warm start's (1e-3)
+  times ``128 / w`` (a wider model takes smaller steps), warm-up a twentieth of the steps.
+
+``tailtheory ladder list`` prints the rungs, ``tailtheory ladder build`` builds them (cached) and
+records each in ``results/ladder.json``; ``verify`` reads that record and never builds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+
+from tailtheory.core.measurements import measurement_path, update_measurement
+from tailtheory.core.models import TinyLMConfig
+from tailtheory.core.provenance import cpu_model
+from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_lm
+from tailtheory.engine.start.sft import SFTConfig
+from tailtheory.engine.start.warm_cache import read_record, warm_start
+
+TASK, TASK_KWARGS = "kk_prose", {"n_people": 2}
+"""The ``matched`` recipe's task: its warm start is the one every rung builds."""
+
+BASE_TOKENS = CorpusLMConfig().steps * CorpusLMConfig().batch_size * CorpusLMConfig().seq_len
+"""The base rung's pretraining tokens (600 steps x 16 windows x 128 tokens)."""
+
+CORPUS_TRAIN_TOKENS = 1_019_611
+"""Training tokens of the corpus on Python 3.11's standard library (the base rung's record):
+the epochs of :func:`facts` divide by it; another Python's corpus differs by a few percent."""
+
+BASE_SECONDS = {"corpus": 498.0, "warm": 1090.0}
+"""The base rung's measured build, one thread of this 2-core CPU (AMD EPYC): corpus LM training
+498 s, ``kk_prose`` warm start 1,090 s; :func:`facts` scales them by parameters x tokens for an
+estimate (the larger rungs' matrix products run closer to the peak, so it is an upper bound)."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: a name, a width and a depth; everything else follows the module's rule."""
+
+    name: str
+    hidden: int
+    layers: int
+
+    @property
+    def model(self) -> TinyLMConfig:
+        base = CorpusLMConfig().model
+        heads = self.hidden // 32
+        return replace(base, hidden=self.hidden, layers=self.layers, heads=heads,
+                       kv_heads=max(1, heads // 2))
+
+    @property
+    def ratio(self) -> float:
+        """Non-embedding parameters over the base rung's."""
+        return non_embedding_params(self.model) / non_embedding_params(CorpusLMConfig().model)
+
+    def corpus(self) -> CorpusLMConfig:
+        """The corpus LM of this rung (the base rung's: ``CorpusLMConfig()`` itself)."""
+        base = CorpusLMConfig()
+        if self.model == base.model:
+            return base
+        steps = round(base.steps * math.sqrt(self.ratio))
+        return replace(base, model=self.model, steps=steps, warmup=steps // 20,
+                       lr=base.lr * 128 / self.hidden)
+
+    def warm(self) -> SFTConfig:
+        """The ``kk_prose`` warm start of this rung (the base rung's: the ``matched`` recipe's)."""
+        base = SFTConfig.for_task(TASK, task_kwargs=dict(TASK_KWARGS))
+        if self.model == base.model:
+            return base
+        return replace(base, model=self.model, pretrained=self.corpus(),
+                       lr=base.lr * 128 / self.hidden)
+
+
+RUNGS = (Rung("base", 128, 4), Rung("w192", 192, 6), Rung("w256", 256, 8),
+         Rung("w384", 384, 8), Rung("w448", 448, 10))
+"""The ladder, smallest first: 0.59M to 18.1M non-embedding parameters (30.5x), 1.6M to 21.8M in
+all."""
+
+
+def rung(name: str) -> Rung:
+    """The rung called ``name`` (one of :data:`RUNGS`)."""
+    for r in RUNGS:
+        if r.name == name:
+            return r
+    raise ValueError(f"unknown rung {name!r}; the ladder: {', '.join(r.name for r in RUNGS)}")
+
+
+def params(cfg: TinyLMConfig) -> int:
+    """Parameters of the model ``cfg`` builds (Qwen2's q/k/v biases included)."""
+    return non_embedding_params(cfg) + embedding_params(cfg)
+
+
+def embedding_params(cfg: TinyLMConfig) -> int:
+    """The input embedding's and the output head's parameters (one matrix when tied)."""
+    return (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.hidden
+
+
+def non_embedding_params(cfg: TinyLMConfig) -> int:
+    """Parameters outside the input embedding and the output head: per layer q and o ``w^2``
+    each, k and v ``w x kv_heads x head_dim`` each, the MLP's three ``w x intermediate``, two
+    norms, and Qwen2's q/k/v biases; then the final norm."""
+    w, d = cfg.hidden, cfg.hidden // cfg.heads
+    kv = cfg.kv_heads * d
+    bias = w + 2 * kv if cfg.arch == "qwen2" else 0
+    layer = 2 * w * w + 2 * w * kv + 3 * w * (cfg.intermediate or 2 * w) + 2 * w + bias
+    return cfg.layers * layer + w
+
+
+def facts(r: Rung) -> dict:
+    """The rung table's row of ``r``: shape, parameters, tokens, epochs, fp32 MB and the
+    estimated CPU-minutes of its build (module docstring)."""
+    c, base = r.corpus(), RUNGS[0]
+    tokens = c.steps * c.batch_size * c.seq_len
+    n, n0 = params(r.model), params(base.model)
+    scale = n * tokens / (n0 * BASE_TOKENS)
+    return {"rung": r.name, "hidden": r.hidden, "layers": r.layers, "heads": r.model.heads,
+            "kv_heads": r.model.kv_heads, "params": n,
+            "non_embedding_params": non_embedding_params(r.model),
+            "non_embedding_ratio": round(r.ratio, 2), "pretrain_tokens": tokens,
+            "tokens_per_param": round(tokens / n, 2),
+            "epochs": round(tokens / CORPUS_TRAIN_TOKENS, 2), "fp32_mb": round(4 * n / 1e6, 1),
+            "corpus_lr": c.lr, "warm_lr": r.warm().lr,
+            "cpu_minutes_estimate": round((BASE_SECONDS["corpus"] * scale
+                                           + BASE_SECONDS["warm"] * n / n0) / 60)}
+
+
+LADDER = "ladder"
+"""``results/ladder.json``: every rung's :func:`facts`, and for a built rung what its build
+measured (held-out perplexity, the warm start's accuracy, seconds, cache keys, CPU)."""
+
+COMMAND = "tailtheory ladder build"
+
+
+def build(names: list[str] | None = None, progress: bool = True, threads: int = 0) -> list[dict]:
+    """Build the rungs ``names`` (default: all, smallest first): the corpus LM, then the warm
+    start, each found in its cache or trained; each built rung is stored in
+    ``results/ladder.json`` as it finishes (a later rung's failure loses nothing). Returns the
+    built rows. A warm start that misses its window raises
+    :class:`~tailtheory.engine.start.warm_cache.WarmStartMissed` (saying what to do) after
+    the rungs before it are stored."""
+    todo = [rung(n) for n in names] if names else list(RUNGS)
+    rows = []
+    for r in todo:
+        t0 = time.perf_counter()
+        corpus = corpus_lm(r.corpus(), progress=progress, threads=threads)
+        c = json.loads((corpus / RECORD).read_text())
+        warm = warm_start(r.warm(), progress=progress, threads=threads)
+        w = read_record(warm)
+        row = {**facts(r), "built": True, "heldout_loss": c["heldout_loss"],
+               "heldout_ppl": c["heldout_ppl"], "corpus_key": corpus.name,
+               "corpus_seconds": c["seconds"], "warm_key": warm.name,
+               "warm_accuracy": w["accuracy"], "warm_steps": w["steps"],
+               "warm_window": w["window"], "warm_seconds": w["seconds"],
+               "seconds_here": round(time.perf_counter() - t0, 1), "cpu": cpu_model()}
+        rows.append(row)
+        _store(row)
+    return rows
+
+
+def _store(row: dict) -> None:
+    """Merge ``row`` into ``results/ladder.json`` by rung name, under the store's lock."""
+    def merged():
+        try:
+            old = json.loads(measurement_path(LADDER).read_text())["data"]["rungs"]
+        except (OSError, ValueError, KeyError, TypeError):
+            old = []
+        built = {x["rung"]: x for x in old if isinstance(x, dict) and x.get("built")}
+        built[row["rung"]] = row
+        rows = [built.get(r.name, {**facts(r), "built": False}) for r in RUNGS]
+        return {"rungs": [facts(r) for r in RUNGS]}, {"rungs": rows}
+
+    update_measurement(LADDER, merged, COMMAND)
+
+
+def stored() -> dict[str, dict]:
+    """The built rungs of ``results/ladder.json`` by name (none when it is missing)."""
+    try:
+        rows = json.loads(measurement_path(LADDER).read_text())["data"]["rungs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {x["rung"]: x for x in rows if isinstance(x, dict) and x.get("built")}
+
+
+def table() -> str:
+    """The rung table as text: each rung's facts, and its held-out perplexity and warm-start
+    accuracy where ``results/ladder.json`` has them."""
+    built = stored()
+    head = (f"{'rung':6s} {'width':>5s} {'depth':>5s} {'params':>11s} {'non-emb':>11s} "
+            f"{'x base':>6s} {'tokens':>10s} {'tok/param':>9s} {'epochs':>6s} {'fp32 MB':>7s} "
+            f"{'CPU-min':>7s} {'ppl':>6s} {'warm acc':>8s}")
+    lines = [head]
+    for r in RUNGS:
+        f, b = facts(r), built.get(r.name, {})
+        ppl = f"{b['heldout_ppl']:.1f}" if b else "-"
+        acc = f"{b['warm_accuracy']:.3f}" if b else "-"
+        lines.append(f"{r.name:6s} {f['hidden']:5d} {f['layers']:5d} {f['params']:11,d} "
+                     f"{f['non_embedding_params']:11,d} {f['non_embedding_ratio']:6.2f} "
+                     f"{f['pretrain_tokens']:10,d} {f['tokens_per_param']:9.2f} "
+                     f"{f['epochs']:6.2f} {f['fp32_mb']:7.1f} {f['cpu_minutes_estimate']:7d} "
+                     f"{ppl:>6s} {acc:>8s}")
+    return "\n".join(lines)
+
+
+def add_ladder_arguments(p) -> None:
+    """Options of ``tailtheory ladder`` on the ``argparse`` parser ``p``."""
+    p.add_argument("action", choices=("list", "build"),
+                   help="list: the rung table (built rungs with their held-out perplexity and "
+                        "warm-start accuracy); build: train what the cache lacks")
+    p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
+                   help="a rung to build (repeatable; default: every rung, smallest first)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads; 0 picks the toolkit's choice for the model's size "
+                        "(default: 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def ladder_main(args) -> int:
+    """``tailtheory ladder list|build``."""
+    if args.action == "list":
+        print(table())
+        return 0
+    rows = build(args.rung, progress=not args.quiet, threads=args.threads)
+    for row in rows:
+        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
+              f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
+    print(f"wrote results/{LADDER}.json")
+    return 0
