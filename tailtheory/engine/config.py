@@ -21,6 +21,7 @@ from tailtheory.engine.devices import DEVICES
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
 from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, HF, PATHS, SAMPLERS
 from tailtheory.engine.rollout.noise import check_noise
+from tailtheory.engine.start.rungs import BASE, TASK, TASK_KWARGS, rung
 from tailtheory.engine.tasks.task import TASKS
 from tailtheory.engine.threads import check_threads
 from tailtheory.engine.types import MethodParams
@@ -45,7 +46,8 @@ cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
                                       "rollout_backend": HF, "rollout_noise": 0.0,
-                                      "update_memory": "batch", "sampler": "multinomial"}
+                                      "update_memory": "batch", "sampler": "multinomial",
+                                      "rung": BASE}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""
@@ -75,6 +77,10 @@ class TrainConfig(MethodParams):
     path to a causal LM saved with its tokenizer beside it (``save_pretrained``); the task's text
     goes through that tokenizer (and its chat template), and the run cache keys on what the
     folder holds."""
+    rung: str = BASE
+    """The model-size ladder's rung (``tailtheory.engine.start.rungs``) whose warm start a
+    ``warm`` run of ``kk_prose`` (2 people) starts from: ``base`` (today's ``matched`` model) or a
+    larger one (``tailtheory ladder list``)."""
     method: str = "grpo"
     """Method spec, e.g. ``grpo``, ``ar+lopti``, ``tis+mis`` (``tailtheory methods``)."""
     rollout: str = "bf16"
@@ -196,6 +202,12 @@ def _validate(c: TrainConfig) -> MethodSpec:
     """Every check of ``c``, run once when it is built; returns the parsed method spec."""
     if c.task not in TASKS:
         raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
+    if c.rung != BASE:
+        rung(c.rung)                                   # an unknown name lists the ladder
+        if (c.task, c.n_people, c.model) != (TASK, TASK_KWARGS["n_people"], "warm"):
+            raise ValueError(f"rung {c.rung!r} is a size of the matched recipe's warm start: it "
+                             f"needs task {TASK!r}, n_people {TASK_KWARGS['n_people']} and model "
+                             f"'warm' (got {c.task!r}, {c.n_people}, {c.model!r})")
     spec = parse_methods(c.method)
     if c.rollout not in PATHS:
         raise ValueError(f"unknown rollout {c.rollout!r}; valid rollout paths: {', '.join(PATHS)}")

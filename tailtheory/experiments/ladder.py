@@ -8,19 +8,11 @@ warm start into the recipe's accuracy window (:mod:`tailtheory.engine.start.sft`
 under their config hashes. The base rung's configs are today's, so its hashes, and every stored
 row keyed by them, are unchanged.
 
-The rule, one place (:func:`rung`):
-
-- **Shape**: width ``w`` and depth ``L`` grow together; heads of 32 (``w / 32`` query heads,
-  half as many key-value heads), MLP ``2w``, untied head, vocabulary 4,096 (the corpus BPE).
-  Non-embedding parameters (everything but the input embedding and the output head) are
-  ``L (9 w^2 + 4w)`` plus the final norm's ``w`` (:func:`non_embedding_params`).
-- **Tokens**: the base rung's 1,228,800 (600 steps of 16 windows of 128) times the square root
-  of the rung's non-embedding ratio to the base, in steps of the same batch; the corpus holds
-  about 1.02M training tokens, so the larger rungs repeat it (epochs in :func:`facts`). Size is
-  thereby confounded with training state: every rung records its held-out perplexity, and every
-  trend is read beside it.
-- **Learning rates**: the corpus LM's peak rate (3e-3 at the base) and the warm start's (1e-3)
-  times ``128 / w`` (a wider model takes smaller steps), warm-up a twentieth of the steps.
+The rungs and the rule that sizes them: :mod:`tailtheory.engine.start.rungs` (width and depth
+together; pretraining tokens the base rung's times the square root of the non-embedding ratio;
+learning rates times ``128 / w``). The corpus holds about 1.02M training tokens, so the larger
+rungs repeat it (epochs in :func:`facts`): size is confounded with training state, so every
+rung records its held-out perplexity, and every trend is read beside it.
 
 ``tailtheory ladder list`` prints the rungs, ``tailtheory ladder build`` builds them (cached) and
 records each in ``results/ladder.json``; ``verify`` reads that record and never builds.
@@ -29,20 +21,14 @@ records each in ``results/ladder.json``; ``verify`` reads that record and never 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
-from dataclasses import dataclass, replace
 
 from tailtheory.core.measurements import measurement_path, update_measurement
-from tailtheory.core.models import TinyLMConfig
 from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_lm
-from tailtheory.engine.start.sft import SFTConfig
+from tailtheory.engine.start.rungs import RUNGS, Rung, non_embedding_params, params, rung
 from tailtheory.engine.start.warm_cache import read_record, warm_start
-
-TASK, TASK_KWARGS = "kk_prose", {"n_people": 2}
-"""The ``matched`` recipe's task: its warm start is the one every rung builds."""
 
 BASE_TOKENS = CorpusLMConfig().steps * CorpusLMConfig().batch_size * CorpusLMConfig().seq_len
 """The base rung's pretraining tokens (600 steps x 16 windows x 128 tokens)."""
@@ -55,79 +41,6 @@ BASE_SECONDS = {"corpus": 498.0, "warm": 1090.0}
 """The base rung's measured build, one thread of this 2-core CPU (AMD EPYC): corpus LM training
 498 s, ``kk_prose`` warm start 1,090 s; :func:`facts` scales them by parameters x tokens for an
 estimate (the larger rungs' matrix products run closer to the peak, so it is an upper bound)."""
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung: a name, a width and a depth; everything else follows the module's rule."""
-
-    name: str
-    hidden: int
-    layers: int
-
-    @property
-    def model(self) -> TinyLMConfig:
-        base = CorpusLMConfig().model
-        heads = self.hidden // 32
-        return replace(base, hidden=self.hidden, layers=self.layers, heads=heads,
-                       kv_heads=max(1, heads // 2))
-
-    @property
-    def ratio(self) -> float:
-        """Non-embedding parameters over the base rung's."""
-        return non_embedding_params(self.model) / non_embedding_params(CorpusLMConfig().model)
-
-    def corpus(self) -> CorpusLMConfig:
-        """The corpus LM of this rung (the base rung's: ``CorpusLMConfig()`` itself)."""
-        base = CorpusLMConfig()
-        if self.model == base.model:
-            return base
-        steps = round(base.steps * math.sqrt(self.ratio))
-        return replace(base, model=self.model, steps=steps, warmup=steps // 20,
-                       lr=base.lr * 128 / self.hidden)
-
-    def warm(self) -> SFTConfig:
-        """The ``kk_prose`` warm start of this rung (the base rung's: the ``matched`` recipe's)."""
-        base = SFTConfig.for_task(TASK, task_kwargs=dict(TASK_KWARGS))
-        if self.model == base.model:
-            return base
-        return replace(base, model=self.model, pretrained=self.corpus(),
-                       lr=base.lr * 128 / self.hidden)
-
-
-RUNGS = (Rung("base", 128, 4), Rung("w192", 192, 6), Rung("w256", 256, 8),
-         Rung("w384", 384, 8), Rung("w448", 448, 10))
-"""The ladder, smallest first: 0.59M to 18.1M non-embedding parameters (30.5x), 1.6M to 21.8M in
-all."""
-
-
-def rung(name: str) -> Rung:
-    """The rung called ``name`` (one of :data:`RUNGS`)."""
-    for r in RUNGS:
-        if r.name == name:
-            return r
-    raise ValueError(f"unknown rung {name!r}; the ladder: {', '.join(r.name for r in RUNGS)}")
-
-
-def params(cfg: TinyLMConfig) -> int:
-    """Parameters of the model ``cfg`` builds (Qwen2's q/k/v biases included)."""
-    return non_embedding_params(cfg) + embedding_params(cfg)
-
-
-def embedding_params(cfg: TinyLMConfig) -> int:
-    """The input embedding's and the output head's parameters (one matrix when tied)."""
-    return (1 if cfg.tie_embeddings else 2) * cfg.vocab_size * cfg.hidden
-
-
-def non_embedding_params(cfg: TinyLMConfig) -> int:
-    """Parameters outside the input embedding and the output head: per layer q and o ``w^2``
-    each, k and v ``w x kv_heads x head_dim`` each, the MLP's three ``w x intermediate``, two
-    norms, and Qwen2's q/k/v biases; then the final norm."""
-    w, d = cfg.hidden, cfg.hidden // cfg.heads
-    kv = cfg.kv_heads * d
-    bias = w + 2 * kv if cfg.arch == "qwen2" else 0
-    layer = 2 * w * w + 2 * w * kv + 3 * w * (cfg.intermediate or 2 * w) + 2 * w + bias
-    return cfg.layers * layer + w
 
 
 def facts(r: Rung) -> dict:

@@ -28,6 +28,7 @@ from tailtheory.core.provenance import cpu_model, provenance, weights_fingerprin
 from tailtheory.engine.checkpoint import CHECKPOINT
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
+from tailtheory.engine.start.rungs import BASE, rung
 from tailtheory.engine.start.sft import SFTConfig
 from tailtheory.engine.start.warm_cache import warm_start
 from tailtheory.engine.tasks.chat import generation_eos_ids
@@ -50,7 +51,10 @@ def _task_kwargs(cfg: TrainConfig) -> dict:
 
 
 def warm_config(cfg: TrainConfig):
-    """The :class:`~tailtheory.engine.start.sft.SFTConfig` of the warm start ``model="warm"`` uses."""
+    """The :class:`~tailtheory.engine.start.sft.SFTConfig` of the warm start ``model="warm"`` uses:
+    the task's, or the rung's (``cfg.rung``, :mod:`tailtheory.engine.start.rungs`)."""
+    if cfg.rung != BASE:
+        return rung(cfg.rung).warm()
     return SFTConfig.for_task(cfg.task, task_kwargs=_task_kwargs(cfg))
 
 
