@@ -211,12 +211,51 @@ def _study_arguments(st) -> None:
                     help="train nothing: store the runs the cache holds finished")
 
 
+def _ladder_arguments(p) -> None:
+    from tailtheory.engine.start.rungs import RUNGS
+
+    p.add_argument("action", choices=("list", "build", "batch-shape"),
+                   help="list: the rung table (built rungs with their held-out perplexity and "
+                        "warm-start accuracy); build: train what the cache lacks; batch-shape: "
+                        "measure V8 (batch-shape mismatch) on built rungs")
+    p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
+                   help="a rung to build or measure (repeatable; default: every rung, smallest "
+                        "first; batch-shape: every built one)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads; 0 picks the toolkit's choice for the model's size "
+                        "(default: 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _ladder(args) -> int:
+    """``tailtheory ladder list|build|batch-shape``."""
+    from tailtheory.experiments import ladder
+
+    if args.action == "list":
+        print(ladder.table())
+        return 0
+    if args.action == "batch-shape":
+        from tailtheory.mismatch.batch_shape import BATCH_SHAPE, measure_batch_shape
+
+        for name, rows in measure_batch_shape(args.rung, threads=args.threads or 1).items():
+            top = next(r for r in rows if (r["decoder"], r["dtype"], r["batch"]) ==
+                       ("hf", "bf16", 32))
+            print(f"{name}: hf bf16 batch 32: |Delta| > 1e-3 on {top['over_1e3']:.4f} of "
+                  f"{top['tokens']} tokens, outside [0.9, 1.1] {top['outside']:.4f}")
+        print(f"wrote results/{BATCH_SHAPE}.json")
+        return 0
+    for row in ladder.build(args.rung, progress=not args.quiet, threads=args.threads):
+        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
+              f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
+    print(f"wrote results/{ladder.LADDER}.json")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
     from tailtheory.experiments.plot import add_plot_arguments, plot_main
     from tailtheory.engine.start.warm_cache import add_sft_arguments, sft_main
-    from tailtheory.experiments.ladder import add_ladder_arguments, ladder_main
     from tailtheory.probe.cli import add_probe_arguments, probe_main
 
     p = argparse.ArgumentParser(prog="tailtheory", description=__doc__.splitlines()[0],
@@ -236,11 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
              "With --model PATH --out DIR: warm-start your checkpoint through its own tokenizer "
              "and chat template and write a folder `tailtheory train --model DIR` takes.",
              add_sft_arguments)
-    _command(sub, "ladder", ladder_main, "the model-size ladder of the matched testbed",
+    _command(sub, "ladder", _ladder, "the model-size ladder of the matched testbed",
              "The model-size ladder: named rungs of the matched recipe's architecture, each "
              "pretrained on the standard library and warm-started on kk_prose (cached); list "
              "prints the rung table, build trains what the cache lacks and records each rung in "
-             "results/ladder.json.", add_ladder_arguments)
+             "results/ladder.json; batch-shape measures the batch-shape mismatch (V8) on the "
+             "built rungs.", _ladder_arguments)
     _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
              "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "
              "against step; runs that differ only in seed form one band.", add_plot_arguments)

@@ -21,7 +21,6 @@ records each in ``results/ladder.json``; ``verify`` reads that record and never 
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 from tailtheory.core.measurements import measurement_path, update_measurement
@@ -136,29 +135,3 @@ def table() -> str:
                      f"{f['epochs']:6.2f} {f['fp32_mb']:7.1f} {f['cpu_minutes_estimate']:7d} "
                      f"{ppl:>6s} {acc:>8s}")
     return "\n".join(lines)
-
-
-def add_ladder_arguments(p) -> None:
-    """Options of ``tailtheory ladder`` on the ``argparse`` parser ``p``."""
-    p.add_argument("action", choices=("list", "build"),
-                   help="list: the rung table (built rungs with their held-out perplexity and "
-                        "warm-start accuracy); build: train what the cache lacks")
-    p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
-                   help="a rung to build (repeatable; default: every rung, smallest first)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads; 0 picks the toolkit's choice for the model's size "
-                        "(default: 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def ladder_main(args) -> int:
-    """``tailtheory ladder list|build``."""
-    if args.action == "list":
-        print(table())
-        return 0
-    rows = build(args.rung, progress=not args.quiet, threads=args.threads)
-    for row in rows:
-        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
-              f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
-    print(f"wrote results/{LADDER}.json")
-    return 0

@@ -86,3 +86,42 @@ def test_ragged_windows():
     assert w == ragged_windows(stream, 8, 5, 9, seed=1)
     with pytest.raises(ValueError, match="min_len <= max_len"):
         ragged_windows(stream, 8, 9, 5)
+
+
+# --- V8 on the ladder's rungs: what is stored ----------------------------------------------------
+
+def _fake_rungs(monkeypatch, tmp_path, model):
+    """Built rungs whose corpus LM is the tiny model and whose held-out stream is random ids."""
+    from types import SimpleNamespace
+
+    from tailtheory.mismatch import batch_shape as bs
+
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "corpus_lm.json").write_text("{}")
+    monkeypatch.setattr(bs, "stored", lambda: {"base": {"non_embedding_params": 1},
+                                               "w192": {"non_embedding_params": 2}})
+    monkeypatch.setattr(bs, "corpus_root", lambda: tmp_path)
+    monkeypatch.setattr(bs, "corpus_key", lambda cfg: "corpus")
+    monkeypatch.setattr(bs, "load_corpus_lm", lambda path: (model, SimpleNamespace(pad_token_id=1)))
+    monkeypatch.setattr(bs, "heldout_stream", lambda path: torch.randint(
+        2, 64, (1000,), generator=torch.Generator().manual_seed(0)))
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
+    return bs
+
+
+def test_rungs_are_stored_one_by_one(monkeypatch, tmp_path, model):
+    import json
+
+    bs = _fake_rungs(monkeypatch, tmp_path, model)
+    bs.measure_batch_shape(["base"])
+    bs.measure_batch_shape(["w192"])
+    data = json.loads((tmp_path / "results" / "batch_shape_ladder.json").read_text())["data"]
+    assert list(data) == ["base", "w192"]
+    assert len(data["base"]) == 2 * 3 * 2 and data["w192"][0]["non_embedding_params"] == 2
+    assert all(r["tokens"] > 1000 for r in data["base"])      # 32 windows of 16-128 tokens
+
+
+def test_a_rung_not_built_names_the_build(monkeypatch, tmp_path, model):
+    bs = _fake_rungs(monkeypatch, tmp_path, model)
+    with pytest.raises(ValueError, match="tailtheory ladder build --rung w256"):
+        bs.measure_batch_shape(["w256"])
