@@ -214,10 +214,11 @@ def _study_arguments(st) -> None:
 def _ladder_arguments(p) -> None:
     from tailtheory.engine.start.rungs import RUNGS
 
-    p.add_argument("action", choices=("list", "build", "batch-shape"),
+    p.add_argument("action", choices=("list", "build", "batch-shape", "precision"),
                    help="list: the rung table (built rungs with their held-out perplexity and "
                         "warm-start accuracy); build: train what the cache lacks; batch-shape: "
-                        "measure V8 (batch-shape mismatch) on built rungs")
+                        "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
+                        "V7 (bf16 against fp16) on built rungs' warm starts")
     p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
                    help="a rung to build or measure (repeatable; default: every rung, smallest "
                         "first; batch-shape: every built one)")
@@ -228,7 +229,7 @@ def _ladder_arguments(p) -> None:
 
 
 def _ladder(args) -> int:
-    """``tailtheory ladder list|build|batch-shape``."""
+    """``tailtheory ladder list|build|batch-shape|precision``."""
     from tailtheory.experiments import ladder
 
     if args.action == "list":
@@ -243,6 +244,16 @@ def _ladder(args) -> int:
             print(f"{name}: hf bf16 batch 32: |Delta| > 1e-3 on {top['over_1e3']:.4f} of "
                   f"{top['tokens']} tokens, outside [0.9, 1.1] {top['outside']:.4f}")
         print(f"wrote results/{BATCH_SHAPE}.json")
+        return 0
+    if args.action == "precision":
+        from tailtheory.tim.precision import PRECISION, measure_precision
+
+        for name, row in measure_precision(args.rung, threads=args.threads or 1).items():
+            for setting, x in row["settings"].items():
+                print(f"{name} {setting}: k3 bf16 {x['k3']['bf16']:.3g}, fp16 "
+                      f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
+                      f"{x['high']:.1f})")
+        print(f"wrote results/{PRECISION}.json")
         return 0
     for row in ladder.build(args.rung, progress=not args.quiet, threads=args.threads):
         print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
@@ -280,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
              "pretrained on the standard library and warm-started on kk_prose (cached); list "
              "prints the rung table, build trains what the cache lacks and records each rung in "
              "results/ladder.json; batch-shape measures the batch-shape mismatch (V8) on the "
-             "built rungs.", _ladder_arguments)
+             "built rungs, precision the bf16 / fp16 mismatch ratio (V7).", _ladder_arguments)
     _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
              "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "
              "against step; runs that differ only in seed form one band.", add_plot_arguments)

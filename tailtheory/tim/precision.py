@@ -1,0 +1,164 @@
+"""FP16 against BF16 (claim V7): the same sampled tokens scored in float32 and in 16 bits.
+
+Source: Qi et al. (arXiv 2510.26788) report that reverting RL rollouts from BF16 to FP16 removes
+most of the training-inference mismatch BF16 creates. BF16 keeps 8 significand bits, FP16 11:
+BF16's unit roundoff is 8x FP16's, so a mismatch KL that grows as the square of the rounding
+error (k3 ~ eps^2 for small log-ratios) predicts a BF16 / FP16 ratio of about 64.
+
+:func:`precision_mismatch` samples responses with the float32 ``kv`` path (so every comparison
+scores the same tokens), then scores every response token with the float32 trainer (the model's
+own forward), the model cast to bf16 and to fp16 (``copies.inference_copy``: the Hugging Face
+forward in that dtype) and the engine's own forward in bf16 and fp16
+(:class:`~tailtheory.engine.rollout.fast.InferenceEngine`), and measures the per-token
+``k3 = exp(d) - 1 - d`` of two settings:
+
+- ``vs_float32``: the 16-bit engine against the float32 trainer (the toolkit's rollout paths);
+- ``same_dtype``: the engine against the model's own forward in the same dtype (the paper's
+  setting: trainer and sampler both in the 16-bit dtype, two implementations of one forward).
+
+Per setting: the mean k3 of each dtype, their ratio bf16 / fp16 with a percentile bootstrap
+interval over responses (:func:`ratio_interval`), and the mean k3 within the bins of ``1 - p``
+(``p`` the float32 probability of the token). Shapes: ``B`` responses, ``T`` response tokens.
+
+On the ladder (:func:`measure_precision`, ``tailtheory ladder precision``): each rung's warm
+start, its numbers stored per rung; the criterion is the ledger's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from tailtheory.core.checks import check_positive_int
+from tailtheory.core.estimators import k3
+from tailtheory.core.forward import full_forward
+from tailtheory.core.measurements import measurement_path, update_measurement
+from tailtheory.core.provenance import cpu_model
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.rollout.copies import inference_copy
+from tailtheory.engine.rollout.engine import FAST, RolloutConfig, RolloutEngine
+from tailtheory.engine.rollout.fast import InferenceEngine
+from tailtheory.engine.start.load import load_start
+from tailtheory.engine.start.rungs import RUNGS, TASK, TASK_KWARGS, rung
+from tailtheory.engine.start.sft import config_hash
+from tailtheory.engine.start.warm_cache import cache_root as warm_root
+from tailtheory.engine.threads import torch_threads
+from tailtheory.experiments.ladder import COMMAND, stored
+
+DTYPES = ("bf16", "fp16")
+SETTINGS = ("vs_float32", "same_dtype")
+PREDICTED_RATIO = 64.0
+"""``(2^-8 / 2^-11)^2``: the BF16 / FP16 ratio of a k3 that scales with the unit roundoff squared."""
+
+ONE_MINUS_P_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Bins of ``1 - p`` the k3 is split by (right-closed, 0 in the first)."""
+
+
+def _response_logprobs(logits: torch.Tensor, rb) -> torch.Tensor:
+    """``(B, T)`` log-probs of the response tokens from full-sequence ``logits (B, P+T, V)``."""
+    P = rb.prompt_len
+    z = logits[:, P - 1:-1].float()
+    return torch.log_softmax(z, -1).gather(-1, rb.response[..., None])[..., 0]
+
+
+@torch.no_grad()
+def scored(model, rb) -> dict[str, torch.Tensor]:
+    """The response tokens' log-probs ``(B, T)`` under ``float32`` (the trainer), ``hf_<dtype>``
+    and ``fast_<dtype>`` for each of :data:`DTYPES`."""
+    ids, attn = rb.input_ids, rb.attention_mask
+    out = {"float32": _response_logprobs(full_forward(model, ids, attn), rb)}
+    for d in DTYPES:
+        out[f"hf_{d}"] = _response_logprobs(full_forward(inference_copy(model, d), ids, attn), rb)
+        out[f"fast_{d}"] = _response_logprobs(InferenceEngine(model, d).full_logits(ids, attn), rb)
+    return out
+
+
+def ratio_interval(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
+                   n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> tuple:
+    """``(ratio, low, high)``: the ratio of the mean per-token ``num`` to the mean ``den`` over
+    ``mask`` (``(B, T)`` each), and its percentile bootstrap interval resampling responses
+    (rows). ``nan`` when ``den`` sums to 0 (two forwards that agree bitwise), and ``nan`` bounds
+    when it does in some resample."""
+    check_positive_int(n_boot, "n_boot")
+    sn, sd = (num * mask).sum(1).double(), (den * mask).sum(1).double()   # (B,)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(len(sn), (n_boot, len(sn)), generator=g)
+    boot = sn[idx].sum(1) / sd[idx].sum(1)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    low, high = torch.quantile(boot, q).tolist() if torch.isfinite(boot).all() else \
+        (float("nan"), float("nan"))
+    return float(sn.sum() / sd.sum()), low, high
+
+
+def precision_mismatch(model, task, n_prompts: int = 64, seed: int = 0,
+                       prompt_seed: int = 101) -> dict:
+    """V7's one-step numbers on ``model`` speaking ``task`` (module docstring): responses to
+    ``n_prompts`` problems of generator seed ``prompt_seed`` sampled in float32 (temperature 1,
+    generator seed ``seed``). -> JSON-ready dict."""
+    problems = task.problems(check_positive_int(n_prompts, "n_prompts"), seed=prompt_seed)
+    eng = RolloutEngine(model, RolloutConfig(path="kv", backend=FAST, temperature=1.0,
+                                             max_new_tokens=task.max_response_len))
+    rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.stop_ids, pad_id=task.pad_id,
+                      generator=torch.Generator().manual_seed(seed))
+    lp = scored(model, rb)
+    mask = rb.mask.double()
+    one_minus_p = 1 - lp["float32"].exp().double()
+    bins = torch.bucketize(one_minus_p, torch.tensor(ONE_MINUS_P_EDGES[1:-1], dtype=torch.float64))
+    out = {"responses": int(rb.mask.shape[0]), "tokens": int(rb.mask.sum()),
+           "bins": list(ONE_MINUS_P_EDGES), "settings": {}}
+    for setting in SETTINGS:
+        k = {d: k3((lp[f"fast_{d}"] - (lp["float32"] if setting == "vs_float32"
+                                      else lp[f"hf_{d}"])).double()) for d in DTYPES}
+        ratio, low, high = ratio_interval(k["bf16"], k["fp16"], mask, seed=seed)
+        per_bin = {d: [float((k[d] * mask * (bins == b)).sum()
+                             / ((mask * (bins == b)).sum().clamp_min(1)))
+                       for b in range(len(ONE_MINUS_P_EDGES) - 1)] for d in DTYPES}
+        out["settings"][setting] = {
+            "k3": {d: float((k[d] * mask).sum() / mask.sum()) for d in DTYPES},
+            "ratio": ratio, "low": low, "high": high, "k3_by_bin": per_bin,
+            "tokens_by_bin": [int((mask * (bins == b)).sum())
+                              for b in range(len(ONE_MINUS_P_EDGES) - 1)]}
+    return out
+
+
+PRECISION = "precision_ladder"
+"""``results/precision_ladder.json``: V7's one-step numbers per rung of the ladder."""
+
+N_PROMPTS = 64
+"""Held-out ``kk_prose`` prompts a rung's warm start answers for V7 (the ledger's criterion)."""
+
+
+def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[str, dict]:
+    """V7 on the warm starts of the built rungs ``names`` (default: every rung
+    ``results/ladder.json`` holds built), stored per rung in ``results/precision_ladder.json`` as
+    each finishes. A rung whose warm start is not in the cache here is a ``ValueError`` naming
+    the command that builds it (nothing is trained here)."""
+    built = stored()
+    names = names or [r.name for r in RUNGS if r.name in built]
+    out = {}
+    for name in names:
+        warm = warm_root() / config_hash(rung(name).warm())
+        if name not in built or not (warm / "sft.json").exists():
+            raise ValueError(f"rung {name!r} is not built here; build it first: {COMMAND} "
+                             f"--rung {name}")
+        cfg = TrainConfig(task=TASK, n_people=TASK_KWARGS["n_people"], model="warm", rung=name)
+        model, task = load_start(cfg, warm=warm)
+        with torch_threads(threads):
+            out[name] = {**precision_mismatch(model, task, N_PROMPTS), "rung": name,
+                         "non_embedding_params": built[name]["non_embedding_params"],
+                         "warm_key": warm.name, "cpu": cpu_model()}
+        update_measurement(PRECISION, lambda: _merged(name, out[name]),
+                           f"tailtheory ladder precision --rung {name}")
+    return out
+
+
+def _merged(name: str, row: dict) -> tuple[dict, dict]:
+    try:
+        old = json.loads(measurement_path(PRECISION).read_text())["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        old = {}
+    data = {k: v for k, v in old.items() if k in {r.name for r in RUNGS}}
+    data[name] = row
+    return ({"n_prompts": N_PROMPTS, "rungs": [r.name for r in RUNGS]},
+            {r.name: data[r.name] for r in RUNGS if r.name in data})
