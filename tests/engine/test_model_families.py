@@ -27,14 +27,23 @@ RUN = ["--task", "kk", "--n-people", "2", "--prompts-per-step", "2", "--group-si
        "--steps", "1", "--device", "cpu", "--quiet"]
 
 
+_WARM: dict = {}
+
+
+def _warm(family: str, tmp_path_factory):
+    """The family's checkpoint after two SFT steps (built once a session)."""
+    if family not in _WARM:
+        root = tmp_path_factory.mktemp(family)
+        source = family_checkpoint(root / "model", family)
+        _WARM[family], _ = sft_model(ModelSFTConfig(model=str(source), out=str(root / "warm"),
+                                                    **SMALL), progress=False)
+    return _WARM[family]
+
+
 @pytest.fixture(scope="module", params=FAMILIES)
 def warm(request, tmp_path_factory):
-    """``(family, warm-started folder)``: the family's checkpoint after two SFT steps."""
-    root = tmp_path_factory.mktemp(request.param)
-    source = family_checkpoint(root / "model", request.param)
-    out, _ = sft_model(ModelSFTConfig(model=str(source), out=str(root / "warm"), **SMALL),
-                       progress=False)
-    return request.param, out
+    """``(family, warm-started folder)``."""
+    return request.param, _warm(request.param, tmp_path_factory)
 
 
 def test_sft_writes_what_the_family_needs(warm):
@@ -52,12 +61,7 @@ def test_sft_writes_what_the_family_needs(warm):
         assert gen["eos_token_id"] == [ids("<|end_of_text|>"), ids("<|eot_id|>")]
 
 
-QUICK_PATHS = ("kv", "bf16")
-"""The float32 and a 16-bit engine in ``make test``; every other path under ``make test-thorough``."""
-
-
-@pytest.mark.parametrize("path", [p if p in QUICK_PATHS else pytest.param(p, marks=pytest.mark.slow)
-                                  for p in PATHS])
+@pytest.mark.parametrize("path", PATHS)
 def test_train_on_the_fast_engine(warm, path, tmp_path):
     family, out = warm
     _, task = load_start(TrainConfig(task="kk", n_people=2, model=str(out)))
@@ -69,10 +73,11 @@ def test_train_on_the_fast_engine(warm, path, tmp_path):
     assert 0 < line["rollout/len_mean"] <= task.max_response_len
 
 
-@pytest.mark.slow
-def test_probe(warm, tmp_path):
-    """The text probes read windows through each family's tokenizer (``make test`` probes a
-    user's checkpoint in ``tests/probe``)."""
-    _, out = warm
+@pytest.mark.parametrize("family", [f if f == "qwen3" else pytest.param(f, marks=pytest.mark.slow)
+                                    for f in FAMILIES])
+def test_probe(family, tmp_path, tmp_path_factory):
+    """The text probes read windows through each family's tokenizer (Qwen3's in ``make test``,
+    the others under ``make test-thorough``)."""
+    out = _warm(family, tmp_path_factory)
     assert main(["probe", "mismatch", "--model", str(out), "--device", "cpu", "--batch", "2",
                  "--length", "16", "--out", str(tmp_path / "probe")]) == 0
