@@ -39,21 +39,29 @@ def _texts(n_bytes: int = 600_000) -> tuple[str, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=4)
-def bpe_tokenizer(vocab_size: int = 4096, chat: bool = False):
-    """A byte-level BPE of ``vocab_size`` ids (``<|endoftext|>`` = EOS = pad, no BOS; with ``chat``
-    also ``<|im_start|>`` / ``<|im_end|>`` and a ChatML template, EOS then ``<|im_end|>``)."""
+def _byte_bpe(vocab_size: int, specials: list[str], n_bytes: int):
+    """A byte-level BPE backend of ``vocab_size`` ids (``specials`` first) trained on the first
+    ``n_bytes`` of standard-library source."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    specials = ["<|endoftext|>"] + (["<|im_start|>", "<|im_end|>"] if chat else [])
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    backend.train_from_iterator(list(_texts()), trainer)
+    backend.train_from_iterator(list(_texts(n_bytes)), trainer)
+    return backend
+
+
+@lru_cache(maxsize=4)
+def bpe_tokenizer(vocab_size: int = 4096, chat: bool = False):
+    """A byte-level BPE of ``vocab_size`` ids (``<|endoftext|>`` = EOS = pad, no BOS; with ``chat``
+    also ``<|im_start|>`` / ``<|im_end|>`` and a ChatML template, EOS then ``<|im_end|>``)."""
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>"] + (["<|im_start|>", "<|im_end|>"] if chat else [])
+    backend = _byte_bpe(vocab_size, specials, 600_000)
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=specials[-1],
                                   pad_token="<|endoftext|>")
     if chat:
@@ -107,19 +115,12 @@ def family_tokenizer(family: str):
     template: ``qwen3`` (EOS ``<|im_end|>``, pad ``<|endoftext|>``, thinking switch) or ``llama3``
     (BOS ``<|begin_of_text|>``, EOS ``<|end_of_text|>`` as a base tokenizer's, no pad, turns ending
     with ``<|eot_id|>``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = {"qwen3": ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"],
                 "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                            "<|end_header_id|>", "<|eot_id|>"]}[family]
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=FAMILY_VOCAB, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    backend.train_from_iterator(list(_texts(200_000)), trainer)
+    backend = _byte_bpe(FAMILY_VOCAB, specials, 200_000)
     if family == "qwen3":
         tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>",
                                       pad_token="<|endoftext|>")
