@@ -61,7 +61,8 @@ def facts(r: Rung) -> dict:
 
 
 LADDER = "ladder"
-"""``results/ladder.json``: every rung's :func:`facts`, and for a built rung what its build
+"""``results/ladder.json``: in its config every rung's :func:`facts` (``params``,
+``non_embedding_params``, ...), in its data each built rung's row: the facts and what its build
 measured (held-out perplexity, the warm start's accuracy, seconds, cache keys, CPU)."""
 
 COMMAND = "tailtheory ladder build"
@@ -93,28 +94,45 @@ def build(names: list[str] | None = None, progress: bool = True, threads: int = 
     return rows
 
 
-def _store(row: dict) -> None:
-    """Merge ``row`` into ``results/ladder.json`` by rung name, under the store's lock."""
+def store_rung(store: str, name: str, value, config: dict, command: str) -> None:
+    """Put ``value`` under rung ``name`` in ``results/<store>.json`` (data: rung -> value, in
+    the ladder's order), keeping the other rungs' values, under the store's lock: what each
+    ladder measurement stores as a rung finishes."""
+    names = {r.name for r in RUNGS}
+
     def merged():
         try:
-            old = json.loads(measurement_path(LADDER).read_text())["data"]["rungs"]
+            old = json.loads(measurement_path(store).read_text())["data"]
         except (OSError, ValueError, KeyError, TypeError):
-            old = []
-        built = {x["rung"]: x for x in old if isinstance(x, dict) and x.get("built")}
-        built[row["rung"]] = row
-        rows = [built.get(r.name, {**facts(r), "built": False}) for r in RUNGS]
-        return {"rungs": [facts(r) for r in RUNGS]}, {"rungs": rows}
+            old = {}
+        data = {k: v for k, v in (old.items() if isinstance(old, dict) else ()) if k in names}
+        data[name] = value
+        return config, {r.name: data[r.name] for r in RUNGS if r.name in data}
 
-    update_measurement(LADDER, merged, COMMAND)
+    update_measurement(store, merged, command)
+
+
+def _store(row: dict) -> None:
+    """Record a built rung in ``results/ladder.json`` (config: every rung's :func:`facts`)."""
+    store_rung(LADDER, row["rung"], row, {"rungs": [facts(r) for r in RUNGS]}, COMMAND)
 
 
 def stored() -> dict[str, dict]:
     """The built rungs of ``results/ladder.json`` by name (none when it is missing)."""
     try:
-        rows = json.loads(measurement_path(LADDER).read_text())["data"]["rungs"]
+        data = json.loads(measurement_path(LADDER).read_text())["data"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    return {x["rung"]: x for x in rows if isinstance(x, dict) and x.get("built")}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) \
+        else {}
+
+
+def require_built(name: str, *paths) -> None:
+    """A ``ValueError`` naming the build command unless rung ``name`` is recorded built and each
+    of ``paths`` (its cached files) exists here: the ladder's measurements never train."""
+    if name not in stored() or not all(p.exists() for p in paths):
+        raise ValueError(f"rung {name!r} is not built here; build it first: {COMMAND} "
+                         f"--rung {name}")
 
 
 def table() -> str:

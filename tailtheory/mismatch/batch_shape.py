@@ -29,14 +29,11 @@ ladder (:func:`measure_batch_shape`, ``tailtheory ladder batch-shape``).
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
 from tailtheory.core.forward import full_forward, left_pad
-from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.fast import InferenceEngine
@@ -45,7 +42,7 @@ from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_strea
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.rungs import RUNGS, rung
 from tailtheory.engine.threads import torch_threads
-from tailtheory.experiments.ladder import COMMAND, stored
+from tailtheory.experiments.ladder import require_built, store_rung, stored
 
 BATCHES = (1, 8, 32)
 """Batch sizes the sequences are scored in; 1 (alone, no padding) is the reference."""
@@ -143,38 +140,21 @@ criterion)."""
 
 def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dict[str, list]:
     """V8 on the built rungs ``names`` (default: every rung ``results/ladder.json`` holds built):
-    :func:`~tailtheory.mismatch.batch_shape.batch_shape_mismatch` of the rung's corpus LM on
-    :data:`SHAPE_WINDOWS`, stored per rung in ``results/batch_shape_ladder.json`` as each
-    finishes. A rung not built is a ``ValueError`` naming the command that builds it."""
+    :func:`batch_shape_mismatch` of the rung's corpus LM on :data:`SHAPE_WINDOWS`, stored per
+    rung in ``results/batch_shape_ladder.json`` as each finishes. A rung not built here is a
+    ``ValueError`` naming the command that builds it."""
     built = stored()
     names = names or [r.name for r in RUNGS if r.name in built]
     out = {}
     for name in names:
-        r = rung(name)
-        path = corpus_root() / corpus_key(r.corpus())
-        if name not in built or not (path / RECORD).exists():
-            raise ValueError(f"rung {name!r} is not built here; build it first: {COMMAND} "
-                             f"--rung {name}")
+        path = corpus_root() / corpus_key(rung(name).corpus())
+        require_built(name, path / RECORD)
         model, tok = load_corpus_lm(path)
         seqs = ragged_windows(heldout_stream(path), **SHAPE_WINDOWS)
         with torch_threads(threads):
             rows = batch_shape_mismatch(model.float().eval(), seqs, pad_id=tok.pad_token_id)
         out[name] = [{**row, "rung": name, "non_embedding_params": built[name][
             "non_embedding_params"], "cpu": cpu_model()} for row in rows]
-        _store_rows(BATCH_SHAPE, name, out[name])
+        store_rung(BATCH_SHAPE, name, out[name], {"windows": SHAPE_WINDOWS},
+                   f"tailtheory ladder batch-shape --rung {name}")
     return out
-
-
-def _store_rows(store: str, name: str, rows: list[dict]) -> None:
-    """Replace rung ``name``'s rows of ``results/<store>.json``, keeping the other rungs'."""
-    def merged():
-        try:
-            old = json.loads(measurement_path(store).read_text())["data"]
-        except (OSError, ValueError, KeyError, TypeError):
-            old = {}
-        data = {k: v for k, v in old.items() if k != name and k in {r.name for r in RUNGS}}
-        data[name] = rows
-        return {"windows": SHAPE_WINDOWS, "rungs": [r.name for r in RUNGS]}, \
-            {r.name: data[r.name] for r in RUNGS if r.name in data}
-
-    update_measurement(store, merged, f"tailtheory ladder batch-shape --rung {name}")

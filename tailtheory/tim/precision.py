@@ -26,16 +26,13 @@ start, its numbers stored per rung; the criterion is the ledger's.
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
-from tailtheory.core.forward import full_forward
-from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.engine import FAST, RolloutConfig, RolloutEngine
 from tailtheory.engine.rollout.fast import InferenceEngine
@@ -44,7 +41,7 @@ from tailtheory.engine.start.rungs import RUNGS, TASK, TASK_KWARGS, rung
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.threads import torch_threads
-from tailtheory.experiments.ladder import COMMAND, stored
+from tailtheory.experiments.ladder import require_built, store_rung, stored
 
 DTYPES = ("bf16", "fp16")
 SETTINGS = ("vs_float32", "same_dtype")
@@ -55,22 +52,22 @@ ONE_MINUS_P_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Bins of ``1 - p`` the k3 is split by (right-closed, 0 in the first)."""
 
 
-def _response_logprobs(logits: torch.Tensor, rb) -> torch.Tensor:
-    """``(B, T)`` log-probs of the response tokens from full-sequence ``logits (B, P+T, V)``."""
-    P = rb.prompt_len
-    z = logits[:, P - 1:-1].float()
-    return torch.log_softmax(z, -1).gather(-1, rb.response[..., None])[..., 0]
+def _logp(z: torch.Tensor, rb) -> torch.Tensor:
+    """``(B, T)`` log-probs of the response tokens from their logits ``z (B, T, V)``."""
+    return torch.log_softmax(z.float(), -1).gather(-1, rb.response[..., None])[..., 0]
 
 
 @torch.no_grad()
 def scored(model, rb) -> dict[str, torch.Tensor]:
-    """The response tokens' log-probs ``(B, T)`` under ``float32`` (the trainer), ``hf_<dtype>``
-    and ``fast_<dtype>`` for each of :data:`DTYPES`."""
-    ids, attn = rb.input_ids, rb.attention_mask
-    out = {"float32": _response_logprobs(full_forward(model, ids, attn), rb)}
+    """The response tokens' log-probs ``(B, T)`` under ``float32`` (the trainer's own forward,
+    ``response_logits``), ``hf_<dtype>`` (the same forward of the cast copy) and ``fast_<dtype>``
+    for each of :data:`DTYPES`."""
+    P, T = rb.prompt_len, rb.response.shape[1]
+    out = {"float32": _logp(response_logits(model, rb), rb)}
     for d in DTYPES:
-        out[f"hf_{d}"] = _response_logprobs(full_forward(inference_copy(model, d), ids, attn), rb)
-        out[f"fast_{d}"] = _response_logprobs(InferenceEngine(model, d).full_logits(ids, attn), rb)
+        out[f"hf_{d}"] = _logp(response_logits(inference_copy(model, d), rb), rb)
+        z = InferenceEngine(model, d).full_logits(rb.input_ids, rb.attention_mask)
+        out[f"fast_{d}"] = _logp(z[:, P - 1:P + T - 1], rb)
     return out
 
 
@@ -139,26 +136,13 @@ def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[
     out = {}
     for name in names:
         warm = warm_root() / config_hash(rung(name).warm())
-        if name not in built or not (warm / "sft.json").exists():
-            raise ValueError(f"rung {name!r} is not built here; build it first: {COMMAND} "
-                             f"--rung {name}")
+        require_built(name, warm / "sft.json")
         cfg = TrainConfig(task=TASK, n_people=TASK_KWARGS["n_people"], model="warm", rung=name)
         model, task = load_start(cfg, warm=warm)
         with torch_threads(threads):
             out[name] = {**precision_mismatch(model, task, N_PROMPTS), "rung": name,
                          "non_embedding_params": built[name]["non_embedding_params"],
                          "warm_key": warm.name, "cpu": cpu_model()}
-        update_measurement(PRECISION, lambda: _merged(name, out[name]),
-                           f"tailtheory ladder precision --rung {name}")
+        store_rung(PRECISION, name, out[name], {"n_prompts": N_PROMPTS},
+                   f"tailtheory ladder precision --rung {name}")
     return out
-
-
-def _merged(name: str, row: dict) -> tuple[dict, dict]:
-    try:
-        old = json.loads(measurement_path(PRECISION).read_text())["data"]
-    except (OSError, ValueError, KeyError, TypeError):
-        old = {}
-    data = {k: v for k, v in old.items() if k in {r.name for r in RUNGS}}
-    data[name] = row
-    return ({"n_prompts": N_PROMPTS, "rungs": [r.name for r in RUNGS]},
-            {r.name: data[r.name] for r in RUNGS if r.name in data})

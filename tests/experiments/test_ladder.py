@@ -6,10 +6,19 @@ rungs themselves: ``tests/engine/start/test_rungs.py``)."""
 from __future__ import annotations
 
 import json
+
+import pytest
+
 from tailtheory.cli import main
 from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.experiments import ladder
 from tailtheory.experiments.ladder import facts
+
+
+def test_a_measurement_names_the_build_of_a_rung_not_built(monkeypatch, tmp_path):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
+    with pytest.raises(ValueError, match="build it first: tailtheory ladder build --rung w256"):
+        ladder.require_built("w256")
 
 
 def test_the_table_spans_what_a_size_trend_needs():
@@ -45,11 +54,14 @@ def test_build_records_each_rung_and_keeps_the_others(monkeypatch, tmp_path, cap
     _fake_builds(monkeypatch, tmp_path)
     assert main(["ladder", "build", "--rung", "base", "--quiet"]) == 0
     assert main(["ladder", "build", "--rung", "w192", "--quiet"]) == 0
-    data = json.loads((tmp_path / "results" / "ladder.json").read_text())["data"]["rungs"]
-    assert [r["rung"] for r in data] == [r.name for r in RUNGS]
-    assert [r["built"] for r in data] == [True, True] + [False] * (len(RUNGS) - 2)
-    assert all({"params", "non_embedding_params"} <= set(r) for r in data)
-    assert data[0]["heldout_ppl"] == 54.6 and data[1]["warm_accuracy"] == 0.4
+    record = json.loads((tmp_path / "results" / "ladder.json").read_text())
+    assert [r["rung"] for r in record["config"]["rungs"]] == [r.name for r in RUNGS]
+    assert list(record["data"]) == ["base", "w192"]                    # built, in ladder order
+    rows = [*record["config"]["rungs"], *record["data"].values()]
+    assert all({"params", "non_embedding_params"} <= set(r) for r in rows)
+    assert record["data"]["base"]["heldout_ppl"] == 54.6
+    assert record["data"]["w192"]["warm_accuracy"] == 0.4
+    assert ladder.stored().keys() == {"base", "w192"}
     capsys.readouterr()
     assert main(["ladder", "list"]) == 0
     out = capsys.readouterr().out.splitlines()

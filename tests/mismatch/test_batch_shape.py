@@ -1,7 +1,7 @@
-"""Batch-shape mismatch (``tailtheory/mismatch/batch_shape.py``): the measures from ``Delta``, the
-per-sequence log-probs at any batch size, and the rows of the comparison. Across batch shapes the
-comparisons use an absolute floor, never bitwise equality (kernels may block other shapes
-otherwise on another CPU)."""
+"""Batch-shape mismatch (``tailtheory/mismatch/batch_shape.py``, claim V8): the measures from
+``Delta``, the per-sequence log-probs at any batch size, and the rows of the comparison. Across
+batch shapes the comparisons use an absolute floor, never bitwise equality (kernels may block
+other shapes otherwise on another CPU)."""
 
 from __future__ import annotations
 
@@ -94,12 +94,15 @@ def _fake_rungs(monkeypatch, tmp_path, model):
     """Built rungs whose corpus LM is the tiny model and whose held-out stream is random ids."""
     from types import SimpleNamespace
 
+    from tailtheory.experiments import ladder
     from tailtheory.mismatch import batch_shape as bs
 
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "corpus_lm.json").write_text("{}")
-    monkeypatch.setattr(bs, "stored", lambda: {"base": {"non_embedding_params": 1},
-                                               "w192": {"non_embedding_params": 2}})
+    built = lambda: {"base": {"non_embedding_params": 1},  # noqa: E731
+                     "w192": {"non_embedding_params": 2}}
+    monkeypatch.setattr(bs, "stored", built)
+    monkeypatch.setattr(ladder, "stored", built)
     monkeypatch.setattr(bs, "corpus_root", lambda: tmp_path)
     monkeypatch.setattr(bs, "corpus_key", lambda cfg: "corpus")
     monkeypatch.setattr(bs, "load_corpus_lm", lambda path: (model, SimpleNamespace(pad_token_id=1)))

@@ -50,6 +50,6 @@ def test_one_step_numbers_on_a_tiny_model():
 
 
 def test_a_rung_not_built_names_the_build(monkeypatch, tmp_path):
-    monkeypatch.setattr(precision, "stored", lambda: {})
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))   # no rung recorded
     with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
         precision.measure_precision(["w192"])
