@@ -38,6 +38,8 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
 from tailtheory.core.models import TinyLMConfig, damaged_weights, load_lm, num_params, tiny_lm
+from tailtheory.engine.start.pretrain import heldout_loss, pretrain, windows
+from tailtheory.engine.start.resume import Resume, digest, partial_folder
 from tailtheory.engine.threads import resolve_threads, torch_threads
 
 CORPUS_VOCAB = 4096
@@ -198,28 +200,6 @@ def encode_stream(tokenizer, texts: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _windows(stream: torch.Tensor, L: int, n: int | None = None) -> torch.Tensor:
-    """The first ``n`` (all when None) non-overlapping windows of ``L`` tokens. -> (n, L)."""
-    k = stream.numel() // L if n is None else n
-    if k < 1 or k * L > stream.numel():
-        raise ValueError(f"the held-out stream has {stream.numel()} tokens: fewer than "
-                         f"{max(k, 1)} window(s) of {L}; use fewer or shorter windows")
-    return stream[:k * L].view(k, L)
-
-
-@torch.no_grad()
-def heldout_loss(model, stream: torch.Tensor, L: int, n: int) -> float:
-    """Mean next-token cross-entropy (nats) over the first ``n`` held-out windows of ``L``."""
-    dev = next(model.parameters()).device
-    x = _windows(stream, L, n)
-    was = model.training
-    model.eval()
-    total = sum(model(input_ids=b.to(dev), labels=b.to(dev)).loss.item() * len(b)
-                for b in x.split(16))                     # every row has L - 1 predictions
-    model.train(was)
-    return total / len(x)
-
-
 def unigram_loss(train: torch.Tensor, heldout: torch.Tensor, V: int) -> float:
     """Cross-entropy (nats) of the add-one unigram of ``train`` on ``heldout``: the no-context
     baseline the trained model must beat."""
@@ -227,17 +207,10 @@ def unigram_loss(train: torch.Tensor, heldout: torch.Tensor, V: int) -> float:
     return float(-(counts / counts.sum()).log()[heldout].mean())
 
 
-def _lr_factor(cfg: CorpusLMConfig):
-    def f(step: int) -> float:
-        if step < cfg.warmup:
-            return (step + 1) / cfg.warmup
-        t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
-    return f
-
-
-def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0):
-    """Tokenise the corpus and pretrain; returns ``(model, tokenizer, heldout_stream, record)``."""
+def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0,
+                    checkpoints: Path | None = None):
+    """Tokenise the corpus and pretrain; returns ``(model, tokenizer, heldout_stream, record)``.
+    ``checkpoints``: a folder to checkpoint into and continue from (:mod:`.resume`)."""
     t0 = time.perf_counter()
     root = stdlib_dir()
     train_files, held_files = corpus_files(cfg, root)
@@ -247,16 +220,18 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
         raise RuntimeError(f"BPE gave {len(tokenizer)} ids for a {cfg.model.vocab_size} vocab")
     train = encode_stream(tokenizer, texts)
     held = encode_stream(tokenizer, [f.read_text(encoding="utf-8") for f in held_files])
-    _windows(held, cfg.seq_len, cfg.eval_windows)          # too little held-out text fails here
+    windows(held, cfg.seq_len, cfg.eval_windows)          # too little held-out text fails here
     t_tok = time.perf_counter() - t0
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = tiny_lm(cfg.model, seed=cfg.seed)
+    files = corpus_digest(train_files + held_files, root)
+    resume = Resume(checkpoints, f"{config_hash(cfg, files)}:{digest(train, held)}",
+                    progress=progress)
     with torch_threads(resolve_threads(threads, num_params(model), device)):
-        history, t_train = _train(cfg, model.to(device).train(), train, held, progress)
+        history, t_train = pretrain(cfg, model.to(device).train(), train, held, progress, resume)
         loss = heldout_loss(model, held, cfg.seq_len, cfg.eval_windows)
-    digest = corpus_digest(train_files + held_files, root)
-    record = {"config": asdict(cfg), "hash": config_hash(cfg, digest),
-              "corpus": {"python": sys.version.split()[0], "stdlib": str(root), "digest": digest,
+    record = {"config": asdict(cfg), "hash": config_hash(cfg, files),
+              "corpus": {"python": sys.version.split()[0], "stdlib": str(root), "digest": files,
                          "files_train": len(train_files), "files_heldout": len(held_files),
                          "bytes_train": sum(len(t.encode()) for t in texts),
                          "tokens_train": train.numel(), "tokens_heldout": held.numel(),
@@ -266,39 +241,9 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
               "history": history, "n_params": num_params(model), "device": device,
               "threads": torch.get_num_threads(), "tokenizer_seconds": round(t_tok, 2),
               "train_seconds": round(t_train, 2),
-              "seconds": round(time.perf_counter() - t0, 2)}
+              "seconds": round(time.perf_counter() - t0, 2),
+              **({"resumed_from": resume.resumed_from} if resume.resumed_from else {})}
     return model.eval(), tokenizer, held, record
-
-
-def _train(cfg: CorpusLMConfig, model, train: torch.Tensor, held: torch.Tensor, progress: bool):
-    """AdamW on random windows of ``train``; ``(history, seconds)``."""
-    from tqdm.auto import tqdm
-
-    if train.numel() <= cfg.seq_len:
-        raise ValueError(f"the training stream has {train.numel()} tokens, not more than "
-                         f"seq_len = {cfg.seq_len}; raise corpus_bytes")
-    dev = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_factor(cfg))
-    g = torch.Generator().manual_seed(cfg.seed)
-    offsets = torch.arange(cfg.seq_len)
-    history, t0 = [], time.perf_counter()
-    bar = tqdm(range(1, cfg.steps + 1), desc="corpus lm", unit="step", disable=not progress,
-               file=sys.stderr)
-    for step in bar:
-        start = torch.randint(train.numel() - cfg.seq_len + 1, (cfg.batch_size, 1), generator=g)
-        x = train[start + offsets].to(dev)                                   # (B, L)
-        loss = model(input_ids=x, labels=x).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            ev = heldout_loss(model, held, cfg.seq_len, cfg.eval_windows)
-            history.append({"step": step, "train_loss": loss.item(), "heldout_loss": ev})
-            bar.set_postfix(loss=f"{loss.item():.3f}", heldout=f"{ev:.3f}")
-    bar.close()
-    return history, time.perf_counter() - t0
 
 
 def corpus_lm(cfg: CorpusLMConfig | None = None, progress: bool = True, force: bool = False,
@@ -310,8 +255,11 @@ def corpus_lm(cfg: CorpusLMConfig | None = None, progress: bool = True, force: b
     final = cache_root() / corpus_key(cfg)
     if (final / RECORD).exists() and not force:
         return final
-    model, tokenizer, held, record = train_corpus_lm(cfg, progress, threads)
+    if force:
+        Resume(partial_folder(final), "").clear()
+    model, tokenizer, held, record = train_corpus_lm(cfg, progress, threads, partial_folder(final))
     _save(final, model, tokenizer, held, record)
+    Resume(partial_folder(final), "").clear()
     return final
 
 
@@ -387,7 +335,7 @@ def heldout_batch(path: str | Path, B: int, L: int, seed: int = 0) -> torch.Tens
     if L > rec["config"]["model"]["max_positions"]:
         raise ValueError(f"L = {L} exceeds the model's max_positions "
                          f"({rec['config']['model']['max_positions']})")
-    wins = _windows(heldout_stream(path), L)                          # (n, L)
+    wins = windows(heldout_stream(path), L)                          # (n, L)
     if B > len(wins):
         raise ValueError(f"the held-out stream holds {len(wins)} windows of {L} tokens, "
                          f"fewer than B = {B}")

@@ -22,12 +22,14 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.models import TinyLMConfig, num_params, tiny_lm
 from tailtheory.engine.start.corpus_lm import CorpusLMConfig, corpus_lm, load_corpus_lm
+from tailtheory.engine.start.resume import Resume, digest
 from tailtheory.engine.rollout.engine import HF, RolloutConfig, RolloutEngine
 from tailtheory.engine.tasks.task import TASKS, Problem, Task, get_task
 from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -183,24 +185,28 @@ def sft_data(cfg: SFTConfig, task: Task):
     return X, Y, held_out
 
 
-def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0):
+def train_sft(cfg: SFTConfig, progress: bool = True, threads: int = 0,
+              checkpoints: Path | None = None):
     """Train until the sampled accuracy enters the window; returns ``(model, task, record)``.
 
     ``record["stop"]``: ``window`` (accuracy inside ``record["window"]``), ``overshoot``
     (above ``acc_high`` at the first evaluation past the floor: evaluate more often),
     ``max_steps``, or ``fixed_steps`` (``stop_in_window`` off); ``record["usable"]`` is true for
     ``window`` and ``fixed_steps``. ``threads``: torch CPU
-    threads (0: one for a model this small on the CPU).
+    threads (0: one for a model this small on the CPU); ``checkpoints``: a folder to checkpoint
+    into and continue from (:mod:`tailtheory.engine.start.resume`).
     """
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, task = cfg.start(device)
     with torch_threads(resolve_threads(threads, num_params(model), device)):
-        return sft_loop(cfg, model.train(), task, device, progress)
+        return sft_loop(cfg, model.train(), task, device, progress, checkpoints)
 
 
-def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
+def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool,
+             checkpoints: Path | None = None):
     """:func:`train_sft`'s loop on a given ``model`` (training mode) speaking ``task``:
-    ``(model, task, record)``; ``cfg.model`` and ``cfg.pretrained`` are not read."""
+    ``(model, task, record)``; ``cfg.model`` and ``cfg.pretrained`` are not read. A checkpoint
+    in ``checkpoints`` of the same config and data is continued."""
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -210,9 +216,13 @@ def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     low = cfg.acc_floor(task)
-    history, stop, t_train = [], "max_steps", time.perf_counter()
-    bar = tqdm(range(1, cfg.max_steps + 1), desc=f"sft {cfg.task}", unit="step",
-               disable=not progress, file=sys.stderr)
+    start = digest(*model.state_dict().values()) if checkpoints is not None else ""
+    resume = Resume(checkpoints, f"{config_hash(cfg)}:{digest(X, Y)}:{start}", progress=progress)
+    done, history, spent = resume.restore(model, opt, g)
+    stop, t_train = "max_steps", time.perf_counter() - spent
+    t0 -= spent
+    bar = tqdm(range(done + 1, cfg.max_steps + 1), initial=done, total=cfg.max_steps,
+               desc=f"sft {cfg.task}", unit="step", disable=not progress, file=sys.stderr)
     for step in bar:
         idx = torch.randint(len(X), (cfg.batch_size,), generator=g)        # (batch,) on the CPU
         width = int(lengths[idx].max())     # the batch's longest sequence: no all-pad columns
@@ -225,10 +235,10 @@ def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
             bar.set_postfix(loss=f"{loss:.3f}", acc=f"{acc:.2f}")
             if not cfg.stop_in_window:
                 stop = "fixed_steps"
-                continue
-            stop = stop_reason(acc, low, cfg.acc_high) or stop
-            if stop != "max_steps":
+            elif (stop := stop_reason(acc, low, cfg.acc_high) or stop) != "max_steps":
                 break
+        if step < cfg.max_steps:                        # the last step is always evaluated
+            resume.maybe_save(step, model, opt, g, history, time.perf_counter() - t_train)
     bar.close()
     record = {"config": asdict(cfg), "hash": config_hash(cfg), "steps": step, "accuracy": acc,
               "in_window": low <= acc <= cfg.acc_high,
@@ -238,7 +248,8 @@ def sft_loop(cfg: SFTConfig, model, task: Task, device: str, progress: bool):
               "train_seconds": round(time.perf_counter() - t_train, 2),
               "threads": torch.get_num_threads(),
               "train_problems": len(X), "held_out": len(held_out),
-              "n_params": num_params(model), "device": device, "history": history}
+              "n_params": num_params(model), "device": device, "history": history,
+              **({"resumed_from": resume.resumed_from} if resume.resumed_from else {})}
     return model.eval(), task, record
 
 

@@ -35,6 +35,7 @@ from tailtheory.core.models import (checkpoint_fingerprint, lm_config, load_lm, 
                                     num_params)
 from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.devices import resolve_device
+from tailtheory.engine.start.resume import Resume, partial_folder
 from tailtheory.engine.start.sft import SFTConfig, sft_loop
 from tailtheory.engine.tasks.chat import generation_eos_ids
 from tailtheory.engine.tasks.task import get_task
@@ -115,14 +116,17 @@ def sft_model(cfg: ModelSFTConfig, progress: bool = True) -> tuple[Path, dict]:
     device = resolve_device(cfg.device)
     model = load_lm(cfg.model, device=device).float()
     with torch_threads(resolve_threads(cfg.threads, num_params(model), device)):
-        model, task, rec = sft_loop(training, model.train(), task, device, progress)
+        model, task, rec = sft_loop(training, model.train(), task, device, progress,
+                                    partial_folder(Path(cfg.out)))
     rec.pop("hash", None)
     rec = {"made_by": MADE_BY, **rec, "config": asdict(cfg),
            "source": {"path": str(Path(cfg.model).resolve()),
                       "fingerprint": checkpoint_fingerprint(cfg.model)},
            "chat_kwargs": task.chat_kwargs, "stop_ids": list(task.stop_ids),
            "weights": weights_fingerprint(model.float().cpu()), "cpu": cpu_model()}
-    return _write(Path(cfg.out), model, task, rec), rec
+    out = _write(Path(cfg.out), model, task, rec)
+    Resume(partial_folder(out), "").clear()
+    return out, rec
 
 
 def _write(out: Path, model, task, record: dict) -> Path:

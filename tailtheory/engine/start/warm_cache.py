@@ -23,6 +23,7 @@ from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: 
 from tailtheory.core.models import load_lm
 from tailtheory.core.models import load_tokenizer
 from tailtheory.core.provenance import cpu_model, weights_fingerprint
+from tailtheory.engine.start.resume import Resume, partial_folder
 from tailtheory.engine.start.sft import TASK_DEFAULTS, SFTConfig, config_hash, train_sft
 from tailtheory.engine.start.sft_model import ModelSFTConfig, sft_model_main
 from tailtheory.engine.tasks.task import TASKS, Task, get_task
@@ -54,9 +55,13 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
             return final
         if not _more_budget(cached, cfg):
             raise WarmStartMissed(missed_message(cached, final))
-    model, task, record = train_sft(cfg, progress, threads=threads)
+    if force:
+        Resume(partial_folder(final), "").clear()
+    model, task, record = train_sft(cfg, progress, threads=threads,
+                                    checkpoints=partial_folder(final))
     if usable(record) or cached is None or not usable(cached):  # a miss never replaces a usable
         _save(final, model, task, record)
+    Resume(partial_folder(final), "").clear()
     if not usable(record):
         raise WarmStartMissed(missed_message(record, final))
     return final

@@ -159,7 +159,7 @@ def test_stopping_rule(monkeypatch, accs, stop, steps):
 def test_small_model_trains_on_one_thread_and_restores_the_count(monkeypatch):
     """The tiny model trains on one CPU thread unless told otherwise; the caller's count is back
     afterwards. (Training itself is replaced: two threads on a busy test machine are slow.)"""
-    monkeypatch.setattr(sft, "sft_loop", lambda cfg, model, task, device, progress:
+    monkeypatch.setattr(sft, "sft_loop", lambda cfg, model, task, device, *a:
                         (model, None, {"threads": torch.get_num_threads()}))
     before = torch.get_num_threads()
     for threads, used in ((0, 1), (1, 1), (3, 3)):
