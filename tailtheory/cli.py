@@ -214,11 +214,18 @@ def _study_arguments(st) -> None:
 def _ladder_arguments(p) -> None:
     from tailtheory.engine.start.rungs import RUNGS
 
-    p.add_argument("action", choices=("list", "build", "batch-shape", "precision"),
+    p.add_argument("action", choices=("list", "build", "batch-shape", "precision", "effects"),
                    help="list: the rung table (built rungs with their held-out perplexity and "
                         "warm-start accuracy); build: train what the cache lacks; batch-shape: "
                         "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
-                        "V7 (bf16 against fp16) on built rungs' warm starts")
+                        "V7 (bf16 against fp16) on built rungs' warm starts; effects: measure "
+                        "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
+                        "and print each effect's trend over the rungs")
+    p.add_argument("--part", action="append", choices=("tail", "p4", "lopti"),
+                   help="effects: a part to measure (repeatable; default all three: tail = M7 "
+                        "and V2, p4, lopti = L1, L4 and L5)")
+    p.add_argument("--seed", action="append", type=int, choices=(1, 2, 3),
+                   help="effects: a seed to measure (repeatable; default 1, 2 and 3)")
     p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
                    help="a rung to build or measure (repeatable; default: every rung, smallest "
                         "first; batch-shape: every built one)")
@@ -254,6 +261,15 @@ def _ladder(args) -> int:
                       f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
                       f"{x['high']:.1f})")
         print(f"wrote results/{PRECISION}.json")
+        return 0
+    if args.action == "effects":
+        from tailtheory.regime import size
+
+        size.measure_effects(args.rung, tuple(args.part or size.PARTS),
+                             tuple(args.seed or size.SEEDS), threads=args.threads or 1,
+                             progress=not args.quiet)
+        print(size.trend_table())
+        print(f"wrote results/{size.STORE}.json")
         return 0
     for row in ladder.build(args.rung, progress=not args.quiet, threads=args.threads):
         print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "

@@ -69,22 +69,26 @@ CLOSE_MAX, FAR_MIN = 0.5, 1.0
 (above 1, i.e. no closer than no change at all)."""
 
 
-def _check_sizes(seeds, batches: int, lr: float) -> tuple[tuple[int, ...], int, float]:
+def _check_sizes(seeds, batches: int, lr: float,
+                 min_seeds: int = 2) -> tuple[tuple[int, ...], int, float]:
     if (isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__")
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         raise ValueError(f"seeds must be a sequence of integers >= 0, got {seeds!r}")
     seeds = tuple(seeds)
-    if len(set(seeds)) < 2:
-        raise ValueError(f"need >= 2 distinct seeds (verdicts compare seeds), got {seeds!r}")
+    if len(set(seeds)) < min_seeds or len(set(seeds)) < len(seeds):
+        raise ValueError(f"need >= {min_seeds} distinct seeds (verdicts compare seeds), got "
+                         f"{seeds!r}")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     return seeds, check_positive_int(batches, "batches"), float(lr)
 
 
 def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
-            l1_per_bin: int = L1_PER_BIN, progress: bool = True) -> dict:
+            l1_per_bin: int = L1_PER_BIN, progress: bool = True, min_seeds: int = 2) -> dict:
     """``batches`` GRPO batches per seed from ``model`` (sizes, rollout path and temperature of
     the :class:`~tailtheory.engine.config.TrainConfig` ``cfg``), :func:`batch_stats` of each.
+    ``min_seeds``: 1 for one seed of a measurement whose seeds are pooled elsewhere (the
+    model-size ladder's, where a seed may be its own warm start).
 
     Returns ``{"seeds": [...], "batches": [{"seed", "batch", **batch_stats}, ...]}``.
     """
@@ -93,7 +97,7 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
     from tqdm.auto import tqdm
 
 
-    seeds, batches, lr = _check_sizes(seeds, batches, lr)
+    seeds, batches, lr = _check_sizes(seeds, batches, lr, min_seeds)
     model = model.float().eval()
     out = []
     bar = tqdm(total=len(seeds) * batches, desc="lopti probes", unit="batch", disable=not progress)
@@ -227,6 +231,26 @@ def _rel(a: np.ndarray, b: np.ndarray, size: bool = False) -> float:
     ok = np.isfinite(a) & np.isfinite(b)
     den = np.linalg.norm(b[ok])  # 0 when no advantage was non-zero (the quick warm start)
     return float(np.linalg.norm(a[ok] - (0 if size else b[ok])) / den) if den > 0 else np.nan
+
+
+def seed_effects(data: dict) -> dict:
+    """Seed -> the one number per effect that the model-size ladder follows across rungs, each
+    computed as its claim's evidence computes it: ``l1_rho`` (Spearman of ``1 - pi_old`` and the
+    gradient norm), ``l1_slope`` (its log-log slope), ``l4_d`` (the lowest bin's norm over all
+    tokens'), ``l4_e`` (``||v_low - v_all|| / ||v_all||`` on bins 1-3), ``l4_f`` (``||v_high|| /
+    ||v_all||``), ``l5_AR`` and ``l5_Lopti`` (top-bin rise fraction minus GRPO's)."""
+    out = {}
+    for seed, v in seed_values(data).items():
+        out[seed] = {"l1_rho": float(v["l1"]["rho"]), "l1_slope": float(v["l1"]["slope"]),
+                     "l4_d": float(v["norm_bins"][0] / v["norm_all"]) if v["norm_all"] > 0
+                     else float("nan"),
+                     "l4_e": _rel(_dpi_vector(v, "lowest", range(1, N_BINS)),
+                                  _dpi_vector(v, "all", range(1, N_BINS))),
+                     "l4_f": _rel(_dpi_vector(v, "highest", range(N_BINS)),
+                                  _dpi_vector(v, "all", range(N_BINS)), size=True),
+                     **{f"l5_{m}": float(v["rise"][m][-1] - v["rise"]["GRPO"][-1])
+                        for m in ("AR", "Lopti")}}
+    return out
 
 
 def l1_evidence(data: dict) -> Evidence:

@@ -270,7 +270,7 @@ def _m7_numbers(model, ids) -> dict:
             numbers[f"{path}/{key}"] = s[key]
         # eps is measured from the same delta: M3's theorem, a consistency check, not evidence
         numbers[f"{path}/m3_consistency_frac_under_exact"] = s["frac_under_exact"]
-        slope, n_bins = _envelope_slope(z_train, z_inf)
+        slope, n_bins = envelope_slope(z_train, z_inf)
         numbers.update({f"{path}/envelope_slope": slope, f"{path}/envelope_slope_bins": n_bins})
     return numbers
 
@@ -336,7 +336,7 @@ def _m7_matched(profile: str) -> dict:
                     "tailtheory verify --only M7 --profile thorough")
 
 
-def _envelope_slope(z_train, z_inf) -> tuple[float, int]:
+def envelope_slope(z_train, z_inf) -> tuple[float, int]:
     """Least-squares slope of ``log10 mean|Delta|`` against ``log10 median(1-p)`` over the
     :data:`M7_Q_BINS` log-spaced bins of ``1-p`` in :data:`M7_Q_RANGE` holding at least
     :data:`M7_MIN_COUNT` tokens (NaN with fewer than 3 such bins); the bins used."""

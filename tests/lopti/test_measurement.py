@@ -138,3 +138,29 @@ def test_stored_measurement_round_trip_and_stale_one_refused(tmp_path, monkeypat
     save_measurement("lopti_probes", stale, data, ms.COMMAND)
     with pytest.raises(StaleMeasurement, match="another config"):
         ms.probe_data("quick")
+
+
+def test_seed_effects_are_the_evidence_numbers_seed_by_seed():
+    """The ladder's per-seed effects (``seed_effects``) average to the evidence's own numbers."""
+    data = fake_data()
+    eff = ms.seed_effects(data)
+    assert set(eff) == set(data["seeds"])
+    mean = lambda k: float(np.mean([e[k] for e in eff.values()]))  # noqa: E731
+    l4, l5 = ms.l4_evidence(data).numbers, ms.l5_evidence(data).numbers
+    assert mean("l4_e") == pytest.approx(l4["e_rel_dist"])
+    assert mean("l4_f") == pytest.approx(l4["f_rel_size"])
+    assert mean("l5_AR") == pytest.approx(l5["delta_AR"]) and mean("l5_Lopti") == pytest.approx(
+        l5["delta_Lopti"])
+    assert mean("l1_rho") == pytest.approx(ms.l1_evidence(data).numbers["rho_mean"])
+    sv = ms.seed_values(data)
+    assert all(eff[s]["l4_d"] == pytest.approx(sv[s]["norm_bins"][0] / sv[s]["norm_all"])
+               for s in eff)
+
+
+def test_one_seed_is_measured_when_asked_for():
+    cfg, task = tiny_config(), DenseKK()
+    model = load_model(cfg, task)
+    data = ms.measure(model, task, cfg, seeds=(3,), batches=1, progress=False, min_seeds=1)
+    assert data["seeds"] == [3] and len(data["batches"]) == 1
+    with pytest.raises(ValueError, match="distinct"):
+        ms.measure(model, task, cfg, seeds=(3, 3), batches=1, progress=False, min_seeds=1)

@@ -88,13 +88,13 @@ def test_m7_envelope_slope_is_one_for_small_noise_and_can_fail(monkeypatch):
 
     pair = rm.paired_logits(rm.m7_model(), rm.random_input_ids(V, 8, 24, seed=0), "bf16")
     lo, hi = claims_mismatch.M7_SLOPE_RANGE
-    slope, n_bins = claims_mismatch._envelope_slope(*pair)
+    slope, n_bins = claims_mismatch.envelope_slope(*pair)
     assert n_bins >= 3 and lo <= slope <= hi
     def flat(z, z_prime):
         return torch.ones_like(torch.as_tensor(z, dtype=torch.float64))
 
     monkeypatch.setattr(claims_mismatch.mm, "logprob_mismatch", flat)
-    slope, _ = claims_mismatch._envelope_slope(*pair)
+    slope, _ = claims_mismatch.envelope_slope(*pair)
     assert abs(slope) < 1e-9
 
 

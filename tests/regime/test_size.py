@@ -1,0 +1,128 @@
+"""The model-size ladder's per-rung effects (``tailtheory/regime/size.py``; L1, L4, L5, M7, V2,
+P4 against size): each part's numbers on a tiny model, the fixed bins of ``1 - p`` by hand,
+storing per (rung, part, seed) and skipping what is stored, the seeds' warm starts, and the
+trend verdicts on data built to reach each one. Tests use no rung above the base."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tailtheory.core.models import tiny_lm
+from tailtheory.engine.start.rungs import RUNGS
+from tailtheory.engine.tasks.task import get_task
+from tailtheory.experiments.policies import grpo_config
+from tailtheory.regime import size
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setattr(size, "PROMPTS", 6)
+    monkeypatch.setattr(size, "WINDOWS", (4, 12))
+    model = tiny_lm(vocab_size=512, hidden=32, layers=1, heads=2, kv_heads=1, seed=0)
+    return model, get_task("kk", n_people=2)
+
+
+def test_q_bins_by_hand():
+    q = torch.tensor([5e-5, 1e-4, 5e-4, 1e-3, 0.05, 0.1, 0.5, 1.0])
+    d = torch.tensor([9.0, 1.0, 3.0, 2.0, -4.0, 5.0, -7.0, 9.0])
+    bins = size.q_bins(d, q)
+    assert [b["tokens"] for b in bins] == [2, 1, 1, 3]                 # 5e-5 is in no bin
+    assert [b["mean_abs"] for b in bins] == [2.0, 2.0, 4.0, 7.0]
+    assert size.q_bins(d[:1], q[:1])[0]["tokens"] == 0 and math.isnan(
+        size.q_bins(d[:1], q[:1])[0]["mean_abs"])
+
+
+def test_tail_numbers_on_a_tiny_model(tiny):
+    out = size.tail_numbers(*tiny, seed=1)
+    assert set(out["paths"]) == set(size.TAIL_PATHS)
+    for path, x in out["paths"].items():
+        assert x["tokens"] > 0 and x["k3"] >= 0 and x["max_abs"] >= x["mean_abs"] >= 0
+        assert sum(b["tokens"] for b in x["bins"]) <= x["tokens"]
+    assert out["paths"]["kv"]["mean_abs"] < out["paths"]["bf16"]["mean_abs"]   # float32 noise
+    assert out["m7_slope"] == out["paths"]["bf16"]["envelope_slope"] or math.isnan(out["m7_slope"])
+    low = out["paths"]["bf16"]["bins"][-1]["mean_abs"]
+    assert out["v2_low"] == pytest.approx(math.log10(low))
+
+
+def test_p4_and_lopti_numbers_on_a_tiny_model(tiny):
+    p4 = size.p4_numbers(*tiny, seed=1)
+    assert 0.0 <= p4["p4_removed"] <= 1.0 and p4["knee"]["mass_mean"] <= 1e-3
+    cfg = replace(grpo_config("learn"), prompts_per_step=2, group_size=2)
+    lo = size.lopti_numbers(*tiny, seed=1, batches=1, cfg=cfg)
+    assert {k for _, k, _ in size.EFFECTS.values() if k.startswith(("l1", "l4", "l5"))} == set(lo)
+
+
+def test_effects_are_stored_per_seed_and_never_measured_twice(tmp_path, monkeypatch, tiny):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(size, "policy", lambda name, seed, progress=True: (*tiny, "key"))
+    monkeypatch.setattr(size, "MEASURE", {p: (lambda m, t, s, p=p: calls.append((p, s)) or
+                                              {"v2_low": float(s)}) for p in size.PARTS})
+    monkeypatch.setattr(size, "cpu_model", lambda: "cpu")
+    size.measure_effects(["base"], parts=("tail",), seeds=(1, 2))
+    size.measure_effects(["base"], parts=("tail", "p4"), seeds=(1, 2))
+    assert calls == [("tail", 1), ("tail", 2), ("p4", 1), ("p4", 2)]
+    data = size.read()
+    assert set(data) == {"base"} and set(data["base"]) == {"tail", "p4"}
+    assert data["base"]["tail"]["2"] == {"v2_low": 2.0, "warm_key": "key", "cpu": "cpu"}
+    with pytest.raises(ValueError, match="unknown part"):
+        size.measure_effects(["base"], parts=("gradients",))
+
+
+def test_a_rung_not_built_names_the_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
+        size.policy("w192", 1)
+
+
+def test_independent_warm_starts_at_the_base_and_top_rungs(monkeypatch):
+    assert size.independent(RUNGS[0].name) and size.independent(RUNGS[-1].name)
+    assert not any(size.independent(r.name) for r in RUNGS[1:-1])
+    seen = []
+
+    def warm_start(cfg, progress=True):
+        seen.append(cfg.seed)
+        raise LookupError
+    monkeypatch.setattr(size, "require_built", lambda *a: None)
+    monkeypatch.setattr(size, "warm_start", warm_start)
+    for name in (RUNGS[0].name, RUNGS[1].name):
+        for seed in size.SEEDS:
+            with pytest.raises(LookupError):
+                size.policy(name, seed)
+    assert seen == [0, 1, 2, 0, 0, 0]
+
+
+def _data(values_by_rung: dict, key: str = "v2_low", part: str = "tail") -> dict:
+    return {name: {part: {str(s): {key: v} for s, v in enumerate(vals, 1)}}
+            for name, vals in values_by_rung.items()}
+
+
+@pytest.fixture
+def built(monkeypatch):
+    rows = {r.name: {"non_embedding_params": p} for r, p in
+            zip(RUNGS, (1e6, 1e7, 1e8, 1e9, 1e10))}
+    monkeypatch.setattr(size, "stored", lambda: rows)
+    return rows
+
+
+@pytest.mark.parametrize("rule, verdict", [
+    (lambda i: 0.2 * i, "GROWS"), (lambda i: -0.2 * i, "SHRINKS"), (lambda i: 0.002 * (-1) ** i, "FLAT")])
+def test_trend_verdicts_on_built_data(built, rule, verdict):
+    names = [r.name for r in RUNGS[:4]]
+    data = _data({n: [rule(i) + d for d in (-0.001, 0.0, 0.001)] for i, n in enumerate(names)})
+    t = size.trends(data)["V2 low-p"]
+    assert t["verdict"] == verdict and len(t["rungs"]) == 4 and t["delta"] == 0.05
+    assert verdict in size.trend_table(data)
+
+
+def test_a_trend_needs_four_rungs_with_three_seeds(built):
+    names = [r.name for r in RUNGS]
+    data = _data({names[0]: [1, 2, 3], names[1]: [1, 2, 3], names[2]: [1, 2, 3],
+                  names[3]: [1, 2]})                                   # the fourth has 2 seeds
+    t = size.trends(data)["V2 low-p"]
+    assert t["verdict"] == "PENDING (3 of 4 rungs measured)" and "slope" not in t
+    assert size.trends({})["L1 Spearman"]["verdict"].startswith("PENDING (0 of 4")
