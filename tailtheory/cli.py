@@ -39,6 +39,10 @@ def _verify(args: argparse.Namespace) -> int:
             bar.set_postfix_str(claim.id)
             results.append(run_claim(claim, args.profile))
     print(table(results))
+    if only is None:
+        from tailtheory.regime.size import size_report
+
+        print("\n" + size_report())
     write_claims_json(results, out, args.profile)
     print(f"\nwrote {out}")
     failed = [r for r in results if r.failed]

@@ -187,11 +187,7 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
 
 def read() -> dict:
     """``results/ladder_effects.json``'s data: rung -> part -> seed (a string) -> numbers."""
-    try:
-        data = json.loads(measurement_path(STORE).read_text())["data"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return _stored_data(STORE)
 
 
 def _store(name: str, part: str, seed: int, row: dict) -> None:
@@ -237,3 +233,75 @@ def trend_table(data: dict | None = None) -> str:
                  f"delta {t['delta']:g}" if "slope" in t else "")
         lines.append(f"{effect:11s} {t['verdict']}{slope}: {cells}")
     return "\n".join(lines)
+
+
+V8_DELTA = 0.005
+"""V8's ``delta`` per decade: the share of ``hf`` bf16 batch-32 tokens with ``|Delta| > 1e-3``."""
+
+V7_RANGE = (32.0, 128.0)
+"""V7: the bf16 / fp16 k3 ratio's interval must lie inside this range (64 predicted)."""
+
+
+def _stored_data(store: str) -> dict:
+    try:
+        data = json.loads(measurement_path(store).read_text())["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def v8_trend() -> dict:
+    """V8 against size: each measured rung's ``hf`` bf16 batch-32 share of tokens with
+    ``|Delta| > 1e-3`` (``results/batch_shape_ladder.json``) and its trend over at least
+    :data:`MIN_RUNGS` rungs (one deterministic measurement a rung: the rungs are the units)."""
+    data, rows = _stored_data("batch_shape_ladder"), []
+    for r in RUNGS:
+        hit = [x for x in data.get(r.name, []) if isinstance(x, dict) and
+               (x.get("decoder"), x.get("dtype"), x.get("batch")) == ("hf", "bf16", 32)]
+        if hit:
+            rows.append({"rung": r.name, "params": hit[0]["non_embedding_params"],
+                         "value": float(hit[0]["over_1e3"])})
+    out = {"delta": V8_DELTA, "rungs": rows}
+    if len(rows) >= MIN_RUNGS:
+        t = size_trend([x["params"] for x in rows], [x["value"] for x in rows], V8_DELTA)
+        return {**out, "verdict": t.verdict, "slope": t.slope, "low": t.low, "high": t.high}
+    return {**out, "verdict": f"PENDING ({len(rows)} of {MIN_RUNGS} rungs measured)"}
+
+
+def v7_verdict() -> dict:
+    """V7's one-step verdict (ledger): per rung HOLDS when the ratio's interval lies inside
+    :data:`V7_RANGE` in both settings, REFUTED when one lies outside it entirely; the claim over
+    at least :data:`MIN_RUNGS` rungs: HOLDS at every one, REFUTED at any, else NOT-REPRODUCED."""
+    data, rows = _stored_data("precision_ladder"), []
+    lo, hi = V7_RANGE
+    for r in RUNGS:
+        settings = data.get(r.name, {}).get("settings") if isinstance(data.get(r.name), dict) \
+            else None
+        if not settings:
+            continue
+        ivs = {k: (v["ratio"], v["low"], v["high"]) for k, v in settings.items()}
+        inside = all(lo <= a and b <= hi for _, a, b in ivs.values())
+        outside = any(b < lo or a > hi for _, a, b in ivs.values())
+        rows.append({"rung": r.name, "intervals": ivs,
+                     "verdict": "HOLDS" if inside else "REFUTED" if outside else "NOT-REPRODUCED"})
+    if len(rows) < MIN_RUNGS:
+        return {"rungs": rows, "verdict": f"PENDING ({len(rows)} of {MIN_RUNGS} rungs measured)"}
+    verdicts = {x["verdict"] for x in rows}
+    return {"rungs": rows, "verdict": "REFUTED" if "REFUTED" in verdicts else
+            "HOLDS" if verdicts == {"HOLDS"} else "NOT-REPRODUCED"}
+
+
+def size_report() -> str:
+    """What ``tailtheory verify`` prints after its table: every effect's trend over the ladder
+    (read from the stored measurements; nothing is built or measured), V8's trend, V7's verdict."""
+    v8, v7 = v8_trend(), v7_verdict()
+    cells8 = ", ".join(f"{x['rung']} {x['value']:.4f}" for x in v8["rungs"]) or "none"
+    cells7 = "; ".join(f"{x['rung']} {x['verdict']} (" + ", ".join(
+        f"{k} {r:.0f} [{a:.0f}, {b:.0f}]" for k, (r, a, b) in x["intervals"].items()) + ")"
+        for x in v7["rungs"]) or "none"
+    slope8 = (f"; slope {v8['slope']:+.3g} per decade ({v8['low']:+.3g} to {v8['high']:+.3g})"
+              if "slope" in v8 else "")
+    return ("Against model size (the ladder: results/ladder_effects.json, batch_shape_ladder.json, "
+            "precision_ladder.json; criteria in paper_repro.md):\n" + trend_table()
+            + f"\nV8 (hf bf16 batch 32, |Delta| > 1e-3) {v8['verdict']}{slope8}: {cells8}"
+            + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}")
