@@ -3,6 +3,7 @@ stopped and ends with the weights of a build that never stopped (same machine, s
 a foreign, torn or code-carrying checkpoint is set aside, never continued or run."""
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -79,15 +80,12 @@ def test_a_stopped_corpus_build_continues_to_the_same_weights(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("spoil", ["foreign", "torn", "code"])
-def test_a_bad_checkpoint_is_set_aside_and_the_build_starts_over(spoil, tmp_path, monkeypatch,
-                                                                 corpus_whole):
-    _use_cache(monkeypatch, tmp_path)
-    final = tmp_path / "corpus_lm" / clm.corpus_key(CORPUS)
-    state = partial_folder(final) / STATE
-    state.parent.mkdir(parents=True)
+def test_a_bad_checkpoint_is_set_aside_and_nothing_in_it_runs(spoil, tmp_path):
+    state = tmp_path / "key.partial" / STATE
+    state.parent.mkdir()
     ran = []
+    model = torch.nn.Linear(2, 2)
     if spoil == "foreign":
-        model = torch.nn.Linear(2, 2)
         torch.save({"identity": "another build", "step": 5, "seconds": 1.0, "history": [],
                     "model": model.state_dict(), "opt": {}, "rng": torch.Generator().get_state(),
                     "sched": None}, state)
@@ -97,22 +95,25 @@ def test_a_bad_checkpoint_is_set_aside_and_the_build_starts_over(spoil, tmp_path
         class Payload:                                     # unpickling it would call ran.append
             def __reduce__(self):
                 return (ran.append, ("ran",))
-        torch.save({"identity": "x", "payload": Payload()}, state)
+        torch.save({"identity": "this build", "payload": Payload()}, state)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = Resume(state.parent, "this build", progress=False)
     with pytest.warns(RuntimeWarning, match="starting over"):
-        path = corpus_lm(CORPUS, progress=False)
-    assert not ran
-    _same(_weights(path), corpus_whole[0])
-    assert "resumed_from" not in read_corpus_record(path) and not state.parent.exists()
+        assert r.restore(model, torch.optim.AdamW(model.parameters()), torch.Generator()) == (
+            0, [], 0.0)
+    assert not ran and r.resumed_from == 0 and not state.parent.exists()
+    _same(model.state_dict(), before)
 
 
 def test_force_discards_a_checkpoint(tmp_path, monkeypatch, corpus_whole):
     _use_cache(monkeypatch, tmp_path)
-    with monkeypatch.context() as m:
-        _stop_after(m, 3)
-        with pytest.raises(Stopped):
-            corpus_lm(CORPUS, progress=False)
-    path = corpus_lm(CORPUS, progress=False, force=True)
-    assert "resumed_from" not in read_corpus_record(path)
+    final = tmp_path / "corpus_lm" / clm.corpus_key(CORPUS)
+    partial_folder(final).mkdir(parents=True)
+    (partial_folder(final) / STATE).write_bytes(b"a checkpoint force must not read")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*starting over")   # force never reads it
+        path = corpus_lm(CORPUS, progress=False, force=True)
+    assert "resumed_from" not in read_corpus_record(path) and not partial_folder(final).exists()
     _same(_weights(path), corpus_whole[0])
 
 
