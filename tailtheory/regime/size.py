@@ -50,6 +50,7 @@ from tailtheory.engine.threads import torch_threads
 from tailtheory.experiments.ladder import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.measurement import measure, seed_effects
+from tailtheory.lopti.probes import N_BINS, prob_bins
 from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
@@ -117,10 +118,21 @@ def q_bins(delta: torch.Tensor, q: torch.Tensor) -> list[dict]:
     return out
 
 
+def policy_facts(p: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor) -> dict:
+    """A rung's regime: the share of sampled response tokens per LOPTI ``pi_old`` bin (``p``:
+    the trainer's probability of each, (N,)), their mean entropy (nats) and the mean response
+    length (``mask``: (B, T))."""
+    counts = torch.bincount(prob_bins(p.double()), minlength=N_BINS).double()
+    return {"bin_fractions": (counts / counts.sum()).tolist(),
+            "entropy": float(entropy.double().mean()),
+            "length": float(mask.sum(1).double().mean())}
+
+
 def tail_numbers(model, task, seed: int) -> dict:
     """The ``tail`` part of one seed: per path of :data:`TAIL_PATHS` the sampled tokens'
     ``|Delta|`` (mean, max, per fixed bin of ``1 - p``), mean ``k3`` and M7's envelope slope;
-    ``m7_slope`` (bf16's) and ``v2_low`` (``log10`` of bf16's mean ``|Delta|`` in the last bin)."""
+    ``m7_slope`` (bf16's) and ``v2_low`` (``log10`` of bf16's mean ``|Delta|`` in the last bin);
+    ``policy``: :func:`policy_facts` of the float32 (``kv``) sampler's tokens."""
     prompts, out = _prompts(task), {"paths": {}}
     ids = policy_windows(model, task, *WINDOWS, sample_seed=seed)
     for path in TAIL_PATHS:
@@ -128,8 +140,11 @@ def tail_numbers(model, task, seed: int) -> dict:
         rb = RolloutEngine(model, rc).generate(prompts, eos_id=task.stop_ids, pad_id=task.pad_id,
                                                generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            train = token_stats(response_logits(model, rb), rb.response)["logp"].double()
+            st = token_stats(response_logits(model, rb), rb.response)
+        train = st["logp"].double()
         delta = (rb.logp.double() - train)[rb.mask]                      # (N,) roll - train
+        if path == "kv":                      # the float32 sampler: the policy's own regime
+            out["policy"] = policy_facts(train[rb.mask].exp(), st["entropy"][rb.mask], rb.mask)
         slope, n_bins = envelope_slope(*paired_logits(model, ids, path))
         out["paths"][path] = {"tokens": int(delta.numel()), "mean_abs": float(delta.abs().mean()),
                               "max_abs": float(delta.abs().max()), "k3": float(k3(-delta).mean()),

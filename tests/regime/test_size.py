@@ -37,6 +37,14 @@ def test_q_bins_by_hand():
         size.q_bins(d[:1], q[:1])[0]["mean_abs"])
 
 
+def test_policy_facts_by_hand():
+    p = torch.tensor([0.1, 0.25, 0.3, 0.8, 0.9, 1.0])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]]).bool()
+    f = size.policy_facts(p, torch.tensor([1.0, 2.0, 3.0, 0.0, 0.0, 0.0]), mask)
+    assert f["bin_fractions"] == pytest.approx([2 / 6, 1 / 6, 0.0, 3 / 6])
+    assert f["entropy"] == pytest.approx(1.0) and f["length"] == 3.0
+
+
 def test_tail_numbers_on_a_tiny_model(tiny):
     out = size.tail_numbers(*tiny, seed=1)
     assert set(out["paths"]) == set(size.TAIL_PATHS)
@@ -45,6 +53,9 @@ def test_tail_numbers_on_a_tiny_model(tiny):
         assert sum(b["tokens"] for b in x["bins"]) <= x["tokens"]
     assert out["paths"]["kv"]["mean_abs"] < out["paths"]["bf16"]["mean_abs"]   # float32 noise
     assert out["m7_slope"] == out["paths"]["bf16"]["envelope_slope"] or math.isnan(out["m7_slope"])
+    facts = out["policy"]
+    assert len(facts["bin_fractions"]) == 4 and sum(facts["bin_fractions"]) == pytest.approx(1)
+    assert facts["entropy"] > 0 and facts["length"] > 0
     low = out["paths"]["bf16"]["bins"][-1]["mean_abs"]
     assert out["v2_low"] == pytest.approx(math.log10(low))
 
