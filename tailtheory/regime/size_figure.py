@@ -1,0 +1,114 @@
+"""Notebook 08's figure: each effect against model size, one panel per claim.
+
+Per panel: every stored seed (small points), each rung's mean with its seed standard deviation,
+the fitted trend line over the measured rungs once :func:`tailtheory.regime.size.trends` gives a
+verdict, its extrapolation to 1B parameters dashed (nothing says the trend stays linear in
+``log10`` of the size), and the paper's value or the claim's criterion as a grey line. The x axis
+is non-embedding parameters (everything but the input embedding and the output head).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tailtheory.core.trend import size_trend
+from tailtheory.engine.start.rungs import RUNGS, non_embedding_params
+from tailtheory.regime import size
+
+EXTRAPOLATE_TO = 1e9
+"""Where the dashed extrapolation ends (parameters)."""
+
+REFERENCE = {"L1 Spearman": (0.5, "criterion 0.5"), "L1 slope": (1.0, "S4: 1"),
+             "L4 (d)": (0.87, "paper 0.87"), "L4 (e)": (0.5, "claim < 0.5"),
+             "L4 (f)": (0.5, "claim < 0.5"), "L5 AR": (0.0, "GRPO"), "L5 Lopti": (0.0, "GRPO"),
+             "M7 slope": (1.0, "M3: 1"), "P4 removed": (0.5, "knee >= 0.5"),
+             "V7 ratio": (64.0, "predicted 64")}
+"""Effect -> (value, label) of its grey line: LOPTI Fig. 1(d)'s lowest bin over all tokens
+(0.71 / 0.82, arXiv 2505.12929), the first-order predictions of S4 and M3, and the claims'
+criteria. V2 and V8 have no paper value on this scale."""
+
+PARAMS = {r.name: non_embedding_params(r.model) for r in RUNGS}
+
+
+def size_frame(data: dict | None = None):
+    """One row per (effect, rung, seed): ``effect``, ``rung``, ``params``, ``seed``, ``value``;
+    the stored effects of ``results/ladder_effects.json`` and V7's / V8's per-rung numbers."""
+    import pandas as pd
+
+    data = size.read() if data is None else data
+    rows = []
+    for effect, (part, key, _) in size.EFFECTS.items():
+        for r in RUNGS:
+            for seed, v in sorted(data.get(r.name, {}).get(part, {}).items()):
+                if isinstance(v, dict) and math.isfinite(v.get(key, math.nan)):
+                    rows.append({"effect": effect, "rung": r.name, "params": PARAMS[r.name],
+                                 "seed": int(seed), "value": float(v[key])})
+    for x in size.v8_trend()["rungs"]:
+        rows.append({"effect": "V8 hf bf16", "rung": x["rung"], "params": PARAMS[x["rung"]],
+                     "seed": 0, "value": x["value"]})
+    for x in size.v7_verdict()["rungs"]:
+        for setting, (ratio, _, _) in x["intervals"].items():
+            rows.append({"effect": f"V7 ratio ({setting})", "rung": x["rung"],
+                         "params": PARAMS[x["rung"]], "seed": 0, "value": ratio})
+    return pd.DataFrame(rows, columns=["effect", "rung", "params", "seed", "value"])
+
+
+def _panel(ax, df, effect: str, delta: float | None) -> None:
+    sub = df[df.effect == effect]
+    ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2, label="seed")
+    means = sub.groupby("params").value.agg(["mean", "std", "size"]).reset_index()
+    ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o", ms=5,
+                color="C0", capsize=3, zorder=3, label="rung mean (sd)")
+    enough = means[means["size"] >= (size.MIN_SEEDS if not effect.startswith("V") else 1)]
+    if len(enough) >= size.MIN_RUNGS and delta is not None:
+        t = size_trend(enough.params, enough["mean"], delta)
+        xs = np.array([enough.params.min(), enough.params.max(), EXTRAPOLATE_TO])
+        ys = t.intercept + t.slope * np.log10(xs)
+        ax.plot(xs[:2], ys[:2], color="C1", label=f"trend: {t.verdict}")
+        ax.plot(xs[1:], ys[1:], color="C1", ls="--", label="extrapolated")
+    ref = REFERENCE.get(effect.split(" (")[0] if effect.startswith("V7") else effect)
+    if ref:
+        ax.axhline(ref[0], color="0.5", lw=0.8, ls=":", label=ref[1])
+    if effect.startswith("V7"):
+        ax.axhspan(*size.V7_RANGE, color="0.9", zorder=0, label="holds inside")
+    ax.set_xscale("log")
+    ax.set_xlim(2e5, 2 * EXTRAPOLATE_TO)
+    ax.set_title(effect, fontsize=9)
+    ax.tick_params(labelsize=7)
+
+
+def plot_size(data: dict | None = None):
+    """The figure and its data (:func:`size_frame`): one panel per effect of
+    :data:`tailtheory.regime.size.EFFECTS`, then V8 and V7's two settings."""
+    import matplotlib.pyplot as plt
+
+    df = size_frame(data)
+    panels = [(e, d) for e, (_, _, d) in size.EFFECTS.items()]
+    panels += [("V8 hf bf16", size.V8_DELTA), ("V7 ratio (vs_float32)", None),
+               ("V7 ratio (same_dtype)", None)]
+    cols = 4
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(13, 9.5),
+                             squeeze=False)
+    for ax, (effect, delta) in zip(axes.flat, panels):
+        _panel(ax, df, effect, delta)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("non-embedding parameters", fontsize=8)
+    handles, labels = {}, {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            key = lab if not lab.startswith("trend") else "trend"
+            handles.setdefault(key, h)
+            labels.setdefault(key, lab if key != "trend" else "trend over the rungs")
+    fig.legend([handles[k] for k in handles if k in ("seed", "rung mean (sd)", "trend",
+                                                     "extrapolated")],
+               [labels[k] for k in handles if k in ("seed", "rung mean (sd)", "trend",
+                                                    "extrapolated")],
+               loc="lower right", fontsize=8, frameon=False)
+    fig.suptitle("Each effect against model size (the matched recipe's ladder; grey dotted: "
+                 "the paper's value or the claim's criterion)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    return fig, df

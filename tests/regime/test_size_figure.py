@@ -1,0 +1,54 @@
+"""Notebook 08's figure (``tailtheory/regime/size_figure.py``): the frame holds every stored seed
+and the V7 / V8 rung numbers, the trend line appears only with four rungs of three seeds, and
+an empty store still draws (every panel, no line)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from tailtheory.engine.start.rungs import RUNGS  # noqa: E402
+from tailtheory.experiments.ladder import store_rung  # noqa: E402
+from tailtheory.regime import size, size_figure  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def empty_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+
+
+def _data(n_rungs: int, seeds: int = 3) -> dict:
+    return {r.name: {"tail": {str(s): {"v2_low": -2.0 + 0.3 * i + 0.01 * s, "m7_slope": 1.0}
+                              for s in range(1, seeds + 1)}}
+            for i, r in enumerate(RUNGS[:n_rungs])}
+
+
+def _labels(fig) -> set:
+    return {line.get_label() for ax in fig.axes for line in ax.get_lines()}
+
+
+def test_the_frame_and_a_trend_with_four_rungs():
+    store_rung("batch_shape_ladder", "base", [{"decoder": "hf", "dtype": "bf16", "batch": 32,
+                                               "over_1e3": 0.01, "non_embedding_params": 1}],
+               {}, "test")
+    df = size_figure.size_frame(_data(4))
+    v2 = df[df.effect == "V2 low-p"]
+    assert len(v2) == 12 and set(v2.rung) == {r.name for r in RUNGS[:4]}
+    assert df[df.effect == "V8 hf bf16"].value.tolist() == [0.01]
+    fig, _ = size_figure.plot_size(_data(4))
+    assert any(lab.startswith("trend: GROWS") for lab in _labels(fig)) and "extrapolated" in \
+        _labels(fig)
+    plt.close(fig)
+
+
+def test_no_trend_line_below_four_rungs_and_an_empty_store_draws():
+    for data in (_data(3), {}):
+        fig, df = size_figure.plot_size(data)
+        assert not any(lab.startswith("trend") for lab in _labels(fig))
+        visible = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(visible) == len(size.EFFECTS) + 3
+        plt.close(fig)
