@@ -201,6 +201,15 @@ contender                              step s  tokens/s  rollout s     update s 
   across micro-batches).
 - The ``fast`` engine runs Qwen3's q/k norms in its own forward (``engine/rollout/families.py``);
   before it did, this shape could sample only with the Hugging Face decoder.
+
+Workload ``rung``: a step on a rung of the model-size ladder (``--rung``, default the top rung
+``w448``: width 448, 10 layers, 14 query and 7 key-value heads of 32, MLP 896, untied head over
+4,096 ids; 21.8M parameters) with random weights, ``kk`` prompts, 150-token responses and
+``qwen3``'s contenders; ``step_rung_<name>.json``. Where the rungs are large the step's matrix
+products dominate, and the target is an update at 50% or more of this CPU's one-thread matmul
+peak. Not yet measured: at about 8.6 TFLOP a step (3.6x ``qwen3``'s) it takes about 45 minutes
+of one quiet core for the three contenders, which a machine busy building the ladder cannot
+give; ``--smoke`` runs it at a tiny width.
 """
 
 from __future__ import annotations
@@ -229,9 +238,9 @@ from tailtheory.core.io import atomic_write_json  # noqa: E402
 from step_contenders import (CONTENDERS, G, OUT_RECIPE, OUT_TEXT, PEAK_N,  # noqa: E402
                              PEAK_REPEATS, PROMPTS, QWEN05_CONTENDERS, QWEN3_06B,
                              QWEN3_CONTENDERS, QWEN3_CPU, RECIPE,
-                             RECIPE_CONTENDERS, RESULTS, SMOKE, STEPS, TEXT_CONTENDERS,
+                             RECIPE_CONTENDERS, RESULTS, RUNG_CONTENDERS, SMOKE, STEPS, TEXT_CONTENDERS,
                              TEXT_MAX_NEW, TEXT_SHAPE, WARMUP, Workload, cpu_model,
-                             in_own_process, make_model, recipe_model, step_problems,
+                             in_own_process, make_model, recipe_model, rung_shape, step_problems,
                              text_model)
 
 
@@ -338,7 +347,8 @@ def main() -> None:
     import trl
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=("fixed", "recipe", "text", "qwen05", "qwen3"),
+    parser.add_argument("--workload", choices=("fixed", "recipe", "text", "qwen05", "qwen3",
+                                               "rung"),
                         default="fixed",
                         help="fixed: a random model, every response 100 tokens (step.json); "
                              f"recipe: the {RECIPE!r} recipe's warm start and task, natural "
@@ -346,7 +356,11 @@ def main() -> None:
                              "width 256, 6 layers, 8,192 BPE ids, every response 150 tokens "
                              "(step_text.json); qwen05: Qwen2.5-0.5B's shape, random, 150 "
                              "tokens (a GPU only); qwen3: Qwen3-0.6B's shape on a GPU, scaled "
-                             "down on a CPU (QWEN3_CPU), random, 150 tokens (step_qwen3.json)")
+                             "down on a CPU (QWEN3_CPU), random, 150 tokens (step_qwen3.json); "
+                             "rung: a rung of the model-size ladder (--rung), random, 150 tokens "
+                             "(step_rung_<name>.json)")
+    parser.add_argument("--rung", default="w448",
+                        help="--workload rung: which rung's shape (default w448, the top)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"),
                         help="where every contender runs (default cpu, one thread); a GPU's "
                              "report is named after it")
@@ -383,16 +397,20 @@ def main() -> None:
         if args.workload == "fixed":
             model_dir, n_params, n_matmul = make_model(Path(d) / "tiny")
             w = Workload("fixed", model_dir, "kk")
-        elif args.workload in ("text", "qwen05", "qwen3"):
+        elif args.workload in ("text", "qwen05", "qwen3", "rung"):
             from bench_any_model import QWEN25_05B
 
             shape, family, out, contenders = {
                 "text": (TEXT_SHAPE, "qwen2", OUT_TEXT, TEXT_CONTENDERS),
                 "qwen05": (QWEN25_05B, "qwen2", RESULTS / "step_qwen05.json", QWEN05_CONTENDERS),
                 "qwen3": (QWEN3_CPU if device == "cpu" else QWEN3_06B, "qwen3",
-                          RESULTS / "step_qwen3.json", QWEN3_CONTENDERS)}[args.workload]
-            if SMOKE and args.workload == "qwen3":
-                shape = dict(shape, hidden_size=64, intermediate_size=128, num_hidden_layers=2)
+                          RESULTS / "step_qwen3.json", QWEN3_CONTENDERS),
+                "rung": (rung_shape(args.rung), "qwen2", RESULTS / f"step_rung_{args.rung}.json",
+                         RUNG_CONTENDERS)}[args.workload]
+            if SMOKE and args.workload in ("qwen3", "rung"):
+                shape = dict(shape, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             **({"num_attention_heads": 2, "num_key_value_heads": 1}
+                                if args.workload == "rung" else {}))
             model_dir, n_params, n_matmul = text_model(shape=shape, family=family)
             w = Workload(args.workload, model_dir, "kk", max_new=TEXT_MAX_NEW, out=out,
                          contenders=contenders, own_tokenizer=True)

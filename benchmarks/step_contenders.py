@@ -72,6 +72,8 @@ QWEN3_CPU = dict(QWEN3_06B, hidden_size=256, intermediate_size=768, num_hidden_l
 and 2 key-value heads of 128: ``head_dim`` still twice width / heads; MLP 768; tied head over
 8,192 rows); on a GPU the 0.6B shape itself."""
 QWEN3_CONTENDERS = ("b_micro_kv", "b_icdf_micro_kv", "c_trl")
+RUNG_CONTENDERS = QWEN3_CONTENDERS
+"""``--workload rung``'s contenders: as ``qwen3``'s."""
 """``--workload qwen3``'s contenders: the engine with its micro-batch update, with and without the
 inverse-CDF sampler, and TRL."""
 TEXT_MAX_NEW = 12 if SMOKE else 150
@@ -194,6 +196,22 @@ def recipe_model() -> tuple[Path, int, int, dict]:
     return folder, num_params(model), n_matmul, kwargs
 
 
+def rung_shape(name: str) -> dict:
+    """``--workload rung``'s model: the model-size ladder's rung ``name``
+    (``tailtheory.engine.start.rungs``: Qwen2-style, heads of 32, half as many key-value heads,
+    MLP twice the width, an untied head over 4,096 ids) with random weights, its context widened
+    to 2,048 positions (speed does not depend on it)."""
+    from tailtheory.core.models import tiny_lm
+    from tailtheory.engine.start.rungs import rung
+
+    c = tiny_lm(rung(name).model).config
+    return dict(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+                num_key_value_heads=c.num_key_value_heads, vocab_size=c.vocab_size,
+                max_position_embeddings=2048, rope_theta=10_000.0, rms_norm_eps=c.rms_norm_eps,
+                tie_word_embeddings=c.tie_word_embeddings, hidden_act=c.hidden_act)
+
+
 def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE,
                family: str = "qwen2") -> tuple[Path, int, int]:
     """``shape`` (:data:`TEXT_SHAPE`) with random weights beside a byte-level BPE tokenizer of
@@ -210,7 +228,8 @@ def text_model(folder: Path | None = None, shape: dict = TEXT_SHAPE,
     folder = folder or cache_dir(f"bench_{tag}{shape['hidden_size']}x"
                                  f"{shape['num_hidden_layers']}_{shape['vocab_size']}")
     if not (folder / "config.json").exists():
-        build_checkpoint(folder, shape, TEXT_SHAPE["vocab_size"], family)
+        build_checkpoint(folder, shape, min(shape["vocab_size"], TEXT_SHAPE["vocab_size"]),
+                         family)
         eos = load_tokenizer(folder).eos_token_id
         model = load_lm(folder, device="cpu")
         with torch.no_grad():
