@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
+from tailtheory.core.io import (CACHE_ENV, REPO_ROOT, atomic_write_json,  # noqa: F401
+                                cache_dir)
 from tailtheory.core.models import load_lm
 from tailtheory.core.models import load_tokenizer
 from tailtheory.core.provenance import cpu_model, weights_fingerprint
@@ -55,6 +56,8 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
             return final
         if not _more_budget(cached, cfg):
             raise WarmStartMissed(missed_message(cached, final))
+    if cached is None and not force and (src := committed(cfg)) is not None:
+        return _adopt(src, final)
     if force:
         Resume(partial_folder(final), "").clear()
     model, task, record = train_sft(cfg, progress, threads=threads,
@@ -64,6 +67,44 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
     Resume(partial_folder(final), "").clear()
     if not usable(record):
         raise WarmStartMissed(missed_message(record, final))
+    return final
+
+
+COMMITTED = REPO_ROOT / "weights"
+"""Warm starts committed with the repository: the model-size ladder's rungs whose build takes
+more than ~30 CPU minutes, as far as 30 MB in all allows (``weights/<rung>/``: a warm-start
+folder, float32 safetensors, whose ``sft.json`` holds its config hash and weights fingerprint).
+:func:`warm_start` copies one into the cache instead of training it."""
+
+
+def committed(cfg: SFTConfig) -> Path | None:
+    """The committed warm start of ``cfg`` (:data:`COMMITTED`), or None."""
+    key = config_hash(cfg)
+    for rec in sorted(COMMITTED.glob("*/sft.json")):
+        try:
+            if json.loads(rec.read_text()).get("hash") == key:
+                return rec.parent
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def _adopt(src: Path, final: Path) -> Path:
+    """Copy the committed warm start ``src`` into the cache as ``final``, after checking its
+    weights against the fingerprint its record holds (a damaged copy is an error, never used)."""
+    from tailtheory.core.provenance import weights_fingerprint
+
+    want = read_record(src).get("weights")
+    if weights_fingerprint(load_lm(src, device="cpu").float()) != want:
+        raise ValueError(f"the committed warm start {src} does not match its fingerprint {want}; "
+                         f"restore it from git (git checkout -- {src}) or delete it to train it")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

@@ -5,11 +5,14 @@ Only tiny configs run here (seconds); the real warm start (minutes) is the ``slo
 
 import argparse
 import dataclasses
+import json
+import shutil
 
 import pytest
 import torch
 
 from tailtheory.core.models import load_lm
+from tailtheory.core.provenance import weights_fingerprint
 from tailtheory.engine.start import warm_cache
 from tailtheory.engine.start.sft import SFTConfig, config_hash
 from tailtheory.engine.start.warm_cache import (WarmStartMissed, load_warm_start, read_record,
@@ -160,3 +163,41 @@ def test_default_warm_start_enters_the_window(cache):
     """The real warm start (minutes on a CPU): kk with 3 people lands inside the window."""
     rec = read_record(warm_start(SFTConfig(), progress=False))
     assert rec["stop"] == "window" and 0.10 <= rec["accuracy"] <= 0.70
+
+
+# --- committed warm starts ---------------------------------------------------------------------
+
+def test_each_committed_warm_start_matches_its_fingerprint_and_the_readme():
+    readme = (warm_cache.COMMITTED / "README.md").read_text()
+    folders = sorted(p.parent for p in warm_cache.COMMITTED.glob("*/sft.json"))
+    assert folders, "no committed warm start"
+    total = sum(f.stat().st_size for d in folders for f in d.iterdir())
+    assert total <= 30e6
+    for d in folders:
+        rec = read_record(d)
+        assert weights_fingerprint(load_lm(d, device="cpu").float()) == rec["weights"]
+        assert rec["hash"] in readme and rec["weights"] in readme and rec["usable"]
+
+
+def test_a_committed_warm_start_is_adopted_and_a_damaged_one_refused(cache, monkeypatch,
+                                                                     tmp_path):
+    from tailtheory.engine.start.rungs import rung
+
+    cfg = rung("w192").warm()
+    src = warm_cache.committed(cfg)
+    assert src is not None and src.name == "w192"
+    monkeypatch.setattr(warm_cache, "train_sft", lambda *a, **k: pytest.fail("trained"))
+    path = warm_start(cfg, progress=False)
+    assert path == cache / config_hash(cfg) and read_record(path) == read_record(src)
+    assert torch.equal(load_lm(path, device="cpu").lm_head.weight,
+                       load_lm(src, device="cpu").lm_head.weight)
+    # a copy whose record names other weights is refused, and nothing lands in the cache
+    fake = tmp_path / "weights" / "w192"
+    shutil.copytree(src, fake)
+    rec = read_record(fake)
+    (fake / "sft.json").write_text(json.dumps({**rec, "weights": "0" * 16}))
+    monkeypatch.setattr(warm_cache, "COMMITTED", tmp_path / "weights")
+    monkeypatch.setenv(warm_cache.CACHE_ENV, str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="does not match its fingerprint"):
+        warm_start(cfg, progress=False)
+    assert not (tmp_path / "other" / "sft" / config_hash(cfg)).exists()
