@@ -55,6 +55,7 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
+from tailtheory.tim.precision_training import stored_v7_training
 
 STORE = "ladder_effects"
 """``results/ladder_effects.json``: rung -> part -> seed -> that seed's numbers."""
@@ -309,7 +310,7 @@ def v7_verdict() -> dict:
 def size_report() -> str:
     """What ``tailtheory verify`` prints after its table: every effect's trend over the ladder
     (read from the stored measurements; nothing is built or measured), V8's trend, V7's verdict."""
-    v8, v7 = v8_trend(), v7_verdict()
+    v8, v7, v7t = v8_trend(), v7_verdict(), stored_v7_training()
     cells8 = ", ".join(f"{x['rung']} {x['value']:.4f}" for x in v8["rungs"]) or "none"
     cells7 = "; ".join(f"{x['rung']} {x['verdict']} (" + ", ".join(
         f"{k} {r:.0f} [{a:.0f}, {b:.0f}]" for k, (r, a, b) in x["intervals"].items()) + ")"
@@ -319,4 +320,8 @@ def size_report() -> str:
     return ("Against model size (the ladder: results/ladder_effects.json, batch_shape_ladder.json, "
             "precision_ladder.json; criteria in paper_repro.md):\n" + trend_table()
             + f"\nV8 (hf bf16 batch 32, |Delta| > 1e-3) {v8['verdict']}{slope8}: {cells8}"
-            + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}")
+            + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}"
+            + f"\nV7 in training (fp16 uncorrected against bf16 with TIS and with MIS, margin "
+              f"0.03, matched recipe): {v7t['verdict']}" + "".join(
+                f"; {k} {v:+.3f}" for k, v in v7t.items() if k.startswith("fp16 - ")
+                and not k.endswith("se")))

@@ -48,4 +48,11 @@ methods of the engine by `methods`. Every training claim runs on the learning te
 read the dose study (`dose`, study `mismatch_dose`: its real-path arms for V4 and V5), notebook
 07's. V3's, V4's and V5's first verdicts, measured where GRPO did not learn, are recorded in
 `results/superseded/verdicts.json` and never recomputed.
+
+V7 (ours, after Qi et al., arXiv 2510.26788: fp16 rollouts remove the mismatch bf16 rollouts
+create) is measured along the model-size ladder: `precision` (one step: the bf16 / fp16 k3
+ratio per rung, `tailtheory ladder precision`) and `precision_training` (the study
+`precision_matched`: fp16 rollouts uncorrected against bf16 with token TIS and with MIS on the
+`matched` recipe, a non-inferiority rule); `tailtheory verify` prints both after its table
+(`tailtheory.regime.size`).
 """

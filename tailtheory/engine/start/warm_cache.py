@@ -92,8 +92,6 @@ def committed(cfg: SFTConfig) -> Path | None:
 def _adopt(src: Path, final: Path) -> Path:
     """Copy the committed warm start ``src`` into the cache as ``final``, after checking its
     weights against the fingerprint its record holds (a damaged copy is an error, never used)."""
-    from tailtheory.core.provenance import weights_fingerprint
-
     want = read_record(src).get("weights")
     if weights_fingerprint(load_lm(src, device="cpu").float()) != want:
         raise ValueError(f"the committed warm start {src} does not match its fingerprint {want}; "
@@ -174,8 +172,6 @@ def warm_weights(cfg: SFTConfig) -> str | None:
         return None
     record = read_record(path)
     if "weights" not in record:
-        from tailtheory.core.provenance import weights_fingerprint
-
         record["weights"] = weights_fingerprint(load_lm(path, device="cpu").float())
         atomic_write_json(path / "sft.json", record)
     return record["weights"]
