@@ -241,7 +241,7 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
               "history": history, "n_params": num_params(model), "device": device,
               "threads": torch.get_num_threads(), "tokenizer_seconds": round(t_tok, 2),
               "train_seconds": round(t_train, 2),
-              "seconds": round(time.perf_counter() - t0, 2),
+              "seconds": round(time.perf_counter() - t0 + resume.resumed_seconds, 2),
               **({"resumed_from": resume.resumed_from} if resume.resumed_from else {})}
     return model.eval(), tokenizer, held, record
 

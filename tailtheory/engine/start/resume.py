@@ -63,7 +63,7 @@ class Resume:
         if every < 0:
             raise ValueError(f"every must be >= 0 seconds, got {every}")
         self.folder, self.identity, self.every, self.progress = folder, identity, every, progress
-        self.resumed_from = 0
+        self.resumed_from, self.resumed_seconds = 0, 0.0
         self._last = time.perf_counter()
 
     @property
@@ -90,7 +90,7 @@ class Resume:
                           RuntimeWarning, stacklevel=2)
             self.clear()
             return 0, [], 0.0
-        self.resumed_from = int(state["step"])
+        self.resumed_from, self.resumed_seconds = int(state["step"]), float(state["seconds"])
         if self.progress:
             print(f"continuing from step {self.resumed_from} ({path})", file=sys.stderr)
         return self.resumed_from, list(state["history"]), float(state["seconds"])

@@ -74,6 +74,7 @@ def test_a_stopped_corpus_build_continues_to_the_same_weights(tmp_path, monkeypa
     _same(_weights(path), weights)
     rec = read_corpus_record(path)
     assert rec["resumed_from"] == 4 and "resumed_from" not in record
+    assert rec["seconds"] >= rec["train_seconds"] > 0         # both count the first sitting
     assert rec["history"] == record["history"] and rec["heldout_loss"] == record["heldout_loss"]
     assert not partial_folder(final).exists()                          # cleared once saved
 
