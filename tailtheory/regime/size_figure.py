@@ -61,7 +61,7 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
     means = sub.groupby("params").value.agg(["mean", "std", "size"]).reset_index()
     ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o", ms=5,
                 color="C0", capsize=3, zorder=3, label="rung mean (sd)")
-    enough = means[means["size"] >= (size.MIN_SEEDS if not effect.startswith("V") else 1)]
+    enough = means[means["size"] >= (size.MIN_SEEDS if effect in size.EFFECTS else 1)]
     if len(enough) >= size.MIN_RUNGS and delta is not None:
         t = size_trend(enough.params, enough["mean"], delta)
         xs = np.array([enough.params.min(), enough.params.max(), EXTRAPOLATE_TO])

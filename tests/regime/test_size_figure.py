@@ -45,8 +45,8 @@ def test_the_frame_and_a_trend_with_four_rungs():
     plt.close(fig)
 
 
-def test_no_trend_line_below_four_rungs_and_an_empty_store_draws():
-    for data in (_data(3), {}):
+def test_no_trend_line_below_four_rungs_or_three_seeds_and_an_empty_store_draws():
+    for data in (_data(3), _data(4, seeds=2), {}):
         fig, df = size_figure.plot_size(data)
         assert not any(lab.startswith("trend") for lab in _labels(fig))
         visible = [ax for ax in fig.axes if ax.get_visible()]
