@@ -218,9 +218,12 @@ def _study_arguments(st) -> None:
 def _ladder_arguments(p) -> None:
     from tailtheory.engine.start.rungs import RUNGS
 
-    p.add_argument("action", choices=("list", "build", "batch-shape", "precision", "effects"),
+    p.add_argument("action", choices=("list", "status", "build", "batch-shape", "precision",
+                                       "effects"),
                    help="list: the rung table (built rungs with their held-out perplexity and "
-                        "warm-start accuracy); build: train what the cache lacks; batch-shape: "
+                        "warm-start accuracy); status: how far each rung's build is (a stopped "
+                        "build's last checkpoint) and what each effect still needs; build: "
+                        "train what the cache lacks (continuing a stopped build); batch-shape: "
                         "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
                         "V7 (bf16 against fp16) on built rungs' warm starts; effects: measure "
                         "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
@@ -245,6 +248,14 @@ def _ladder(args) -> int:
 
     if args.action == "list":
         print(ladder.table())
+        return 0
+    if args.action == "status":
+        from tailtheory.regime import size
+
+        for row in ladder.status():
+            state = "built" if row["built"] else "not built"
+            print(f"{row['rung']:5s} {state}: corpus LM {row['corpus']}; warm start {row['warm']}")
+        print(size.size_report())
         return 0
     if args.action == "batch-shape":
         from tailtheory.mismatch.batch_shape import BATCH_SHAPE, measure_batch_shape

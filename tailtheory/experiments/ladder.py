@@ -25,8 +25,12 @@ import time
 
 from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import cpu_model
-from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_lm
+from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_key, corpus_lm
+from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
+from tailtheory.engine.start.resume import STATE, partial_folder, progress
 from tailtheory.engine.start.rungs import RUNGS, Rung, non_embedding_params, params, rung
+from tailtheory.engine.start.sft import config_hash
+from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.start.warm_cache import read_record, warm_start
 
 BASE_TOKENS = CorpusLMConfig().steps * CorpusLMConfig().batch_size * CorpusLMConfig().seq_len
@@ -133,6 +137,26 @@ def require_built(name: str, *paths) -> None:
     if name not in stored() or not all(p.exists() for p in paths):
         raise ValueError(f"rung {name!r} is not built here; build it first: {COMMAND} "
                          f"--rung {name}")
+
+
+def status() -> list[dict]:
+    """Per rung: whether it is built, and else how far its corpus LM and its warm start are
+    (``done``, ``step K`` of a stopped build's last checkpoint, or ``not started``) in this
+    cache, with the steps each build takes."""
+    built, out = stored(), []
+    for r in RUNGS:
+        row = {"rung": r.name, "built": r.name in built}
+        for part, final, steps in (
+                ("corpus", corpus_root() / corpus_key(r.corpus()), r.corpus().steps),
+                ("warm", warm_root() / config_hash(r.warm()), r.warm().max_steps)):
+            done = (final / (RECORD if part == "corpus" else "sft.json")).exists()
+            ckpt, most = progress(final), "" if part == "corpus" else "at most "
+            row[part] = ("done" if done else
+                         f"step {ckpt['step']} of {most}{steps} (checkpoint {ckpt['saved']})"
+                         if ckpt else "checkpointed" if (partial_folder(final) / STATE).exists()
+                         else f"not started ({most}{steps} steps)")
+        out.append(row)
+    return out
 
 
 def table() -> str:

@@ -67,3 +67,30 @@ def test_build_records_each_rung_and_keeps_the_others(monkeypatch, tmp_path, cap
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 + len(RUNGS) and out[1].split()[-2:] == ["54.6", "0.400"]
     assert out[-1].split()[-2:] == ["-", "-"]
+
+
+def test_status_reads_the_builds_and_their_checkpoints(monkeypatch, tmp_path, capsys):
+    from tailtheory.core.io import CACHE_ENV, atomic_write_json
+    from tailtheory.engine.start.corpus_lm import corpus_key
+    from tailtheory.engine.start.resume import PROGRESS, STATE, partial_folder
+    from tailtheory.engine.start.sft import config_hash
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
+    base, top = RUNGS[0], RUNGS[-1]
+    done = tmp_path / "cache" / "sft" / config_hash(base.warm())
+    done.mkdir(parents=True)
+    (done / "sft.json").write_text("{}")
+    part = partial_folder(tmp_path / "cache" / "corpus_lm" / corpus_key(top.corpus()))
+    atomic_write_json(part / PROGRESS, {"step": 250, "seconds": 9.0, "saved": "then"})
+    old = partial_folder(tmp_path / "cache" / "corpus_lm" / corpus_key(base.corpus()))
+    old.mkdir(parents=True)
+    (old / STATE).write_bytes(b"a checkpoint without its progress file")
+    rows = {r["rung"]: r for r in ladder.status()}
+    assert rows[base.name] == {"rung": base.name, "built": False, "corpus": "checkpointed",
+                               "warm": "done"}
+    assert rows[top.name]["corpus"] == f"step 250 of {top.corpus().steps} (checkpoint then)"
+    assert rows[top.name]["warm"].startswith("not started (at most")
+    assert main(["ladder", "status"]) == 0
+    out = capsys.readouterr().out
+    assert f"{top.name:5s} not built: corpus LM step 250" in out and "L1 Spearman PENDING" in out

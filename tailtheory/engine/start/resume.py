@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import shutil
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from tailtheory.core.io import atomic_write_bytes
+from tailtheory.core.io import atomic_write_bytes, atomic_write_json
 
 CHECKPOINT_SECONDS = 300.0
 """Seconds of training between two checkpoints (a write of the weights and two Adam moments)."""
@@ -34,10 +35,23 @@ CHECKPOINT_SECONDS = 300.0
 STATE = "state.pt"
 """The checkpoint file inside a ``.partial`` folder."""
 
+PROGRESS = "progress.json"
+"""Beside it: the step and seconds of the last checkpoint (what ``tailtheory ladder status``
+reads without loading the checkpoint)."""
+
 
 def partial_folder(final: Path) -> Path:
     """The checkpoint folder of the cache entry ``final``: ``<key>.partial`` beside it."""
     return final.with_name(final.name + ".partial")
+
+
+def progress(final: Path) -> dict | None:
+    """The last checkpoint's step and seconds of the build of ``final`` (None: no checkpoint)."""
+    try:
+        out = json.loads((partial_folder(final) / PROGRESS).read_text())
+    except (OSError, ValueError):
+        return None
+    return out if isinstance(out, dict) and isinstance(out.get("step"), int) else None
 
 
 def digest(*tensors: torch.Tensor) -> str:
@@ -108,6 +122,8 @@ class Resume:
         buf = io.BytesIO()
         torch.save(state, buf)
         atomic_write_bytes(self.path, buf.getvalue())
+        atomic_write_json(self.folder / PROGRESS, {"step": step, "seconds": round(seconds, 1),
+                                                   "saved": time.strftime("%Y-%m-%d %H:%M:%S")})
         self._last = time.perf_counter()
         return True
 

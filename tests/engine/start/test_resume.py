@@ -69,6 +69,7 @@ def test_a_stopped_corpus_build_continues_to_the_same_weights(tmp_path, monkeypa
             corpus_lm(CORPUS, progress=False)
     final = tmp_path / "corpus_lm" / clm.corpus_key(CORPUS)
     assert not final.exists() and (partial_folder(final) / STATE).exists()
+    assert resume.progress(final)["step"] == 4
     path = corpus_lm(CORPUS, progress=False)
     weights, record = corpus_whole
     _same(_weights(path), weights)
