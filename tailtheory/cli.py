@@ -219,7 +219,7 @@ def _ladder_arguments(p) -> None:
     from tailtheory.engine.start.rungs import RUNGS
 
     p.add_argument("action", choices=("list", "status", "build", "batch-shape", "precision",
-                                       "effects"),
+                                       "effects", "calibrate"),
                    help="list: the rung table (built rungs with their held-out perplexity and "
                         "warm-start accuracy); status: how far each rung's build is (a stopped "
                         "build's last checkpoint) and what each effect still needs; build: "
@@ -227,7 +227,8 @@ def _ladder_arguments(p) -> None:
                         "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
                         "V7 (bf16 against fp16) on built rungs' warm starts; effects: measure "
                         "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
-                        "and print each effect's trend over the rungs")
+                        "and print each effect's trend over the rungs; calibrate: the logit-noise "
+                        "sigma of each k3 of V6's ladder grid on built rungs' warm starts")
     p.add_argument("--part", action="append", choices=("tail", "p4", "lopti"),
                    help="effects: a part to measure (repeatable; default all three: tail = M7 "
                         "and V2, p4, lopti = L1, L4 and L5)")
@@ -276,6 +277,14 @@ def _ladder(args) -> int:
                       f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
                       f"{x['high']:.1f})")
         print(f"wrote results/{PRECISION}.json")
+        return 0
+    if args.action == "calibrate":
+        from tailtheory.tim.dose_ladder import CALIBRATION, measure_calibration
+
+        for name, row in measure_calibration(args.rung, threads=args.threads or 1).items():
+            print(f"{name}: " + ", ".join(f"k3 {t}: sigma {x['sigma']:.3g} (k3 {x['k3']:.3g})"
+                                          for t, x in row["targets"].items()))
+        print(f"wrote results/{CALIBRATION}.json")
         return 0
     if args.action == "effects":
         from tailtheory.regime import size
