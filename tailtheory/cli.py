@@ -279,9 +279,9 @@ def _ladder(args) -> int:
         print(f"wrote results/{PRECISION}.json")
         return 0
     if args.action == "calibrate":
-        from tailtheory.tim.dose_ladder import CALIBRATION, measure_calibration
+        from tailtheory.tim.dose_ladder import CALIBRATION, measure_noise_sigmas
 
-        for name, row in measure_calibration(args.rung, threads=args.threads or 1).items():
+        for name, row in measure_noise_sigmas(args.rung, threads=args.threads or 1).items():
             print(f"{name}: " + ", ".join(f"k3 {t}: sigma {x['sigma']:.3g} (k3 {x['k3']:.3g})"
                                           for t, x in row["targets"].items()))
         print(f"wrote results/{CALIBRATION}.json")

@@ -75,7 +75,7 @@ def calibrate(k3_of, target: float, lo: float = SIGMA_RANGE[0], hi: float = SIGM
     return best
 
 
-def measure_calibration(names: list[str] | None = None, threads: int = 1) -> dict:
+def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> dict:
     """The sigma of each of :data:`TARGETS` on the warm starts of the built rungs ``names``
     (default: every built rung), stored per rung as each finishes. Nothing is trained."""
     built = stored()

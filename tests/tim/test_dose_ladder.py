@@ -41,4 +41,4 @@ def test_batch_k3_is_zero_without_noise_and_grows_with_it():
 def test_a_rung_not_built_names_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
-        dl.measure_calibration(["w192"])
+        dl.measure_noise_sigmas(["w192"])
