@@ -1,7 +1,9 @@
 """The notebooks take a checkpoint: papermill runs notebook 01 with ``-p MODEL PATH -p DEVICE
 cpu`` on a user's checkpoint, and its per-model sections show the checkpoint's figures (the
 probes of ``tailtheory probe``), saved as ``probe_<name>`` beside the notebook's own. About 25 s
-on a 2-core CPU (the quick preset's 20 s, and the probes at 4 x 128 tokens)."""
+on a 2-core CPU (the quick preset's 20 s, and the probes at 4 x 128 tokens), so it runs under
+``make test-thorough``: in ``make test`` the probes on checkpoints are ``test_cli.py``'s and
+notebook 01 runs in a real kernel (``tests/test_notebook_outputs.py``)."""
 
 import os
 import subprocess
@@ -9,10 +11,12 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_papermill_runs_notebook_01_on_a_checkpoint(user_ckpt, tmp_path):
     out, figures = tmp_path / "01.ipynb", tmp_path / "figures"
     # a batch run, as the guide's command: explorers drawn as static figures (no front end to
