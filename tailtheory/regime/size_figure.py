@@ -33,8 +33,9 @@ PARAMS = {r.name: non_embedding_params(r.model) for r in RUNGS}
 
 
 def size_frame(data: dict | None = None):
-    """One row per (effect, rung, seed): ``effect``, ``rung``, ``params``, ``seed``, ``value``;
-    the stored effects of ``results/ladder_effects.json`` and V7's / V8's per-rung numbers."""
+    """One row per (effect, rung, seed): ``effect``, ``rung``, ``params``, ``seed``, ``value``
+    (V7's rows also ``low`` and ``high``, its bootstrap interval); the stored effects of
+    ``results/ladder_effects.json`` and V7's / V8's per-rung numbers."""
     import pandas as pd
 
     data = size.read() if data is None else data
@@ -49,10 +50,12 @@ def size_frame(data: dict | None = None):
         rows.append({"effect": "V8 hf bf16", "rung": x["rung"], "params": PARAMS[x["rung"]],
                      "seed": 0, "value": x["value"]})
     for x in size.v7_verdict()["rungs"]:
-        for setting, (ratio, _, _) in x["intervals"].items():
+        for setting, (ratio, low, high) in x["intervals"].items():
             rows.append({"effect": f"V7 ratio ({setting})", "rung": x["rung"],
-                         "params": PARAMS[x["rung"]], "seed": 0, "value": ratio})
-    return pd.DataFrame(rows, columns=["effect", "rung", "params", "seed", "value"])
+                         "params": PARAMS[x["rung"]], "seed": 0, "value": ratio, "low": low,
+                         "high": high})
+    return pd.DataFrame(rows, columns=["effect", "rung", "params", "seed", "value", "low",
+                                       "high"])
 
 
 def _panel(ax, df, effect: str, delta: float | None) -> None:
@@ -73,6 +76,8 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
         ax.axhline(ref[0], color="0.5", lw=0.8, ls=":", label=ref[1])
     if effect.startswith("V7"):
         ax.axhspan(*size.V7_RANGE, color="0.9", zorder=0, label="holds inside")
+        ax.errorbar(sub.params, sub.value, yerr=[sub.value - sub.low, sub.high - sub.value],
+                    fmt="none", ecolor="C0", capsize=3, zorder=3)
     ax.set_xscale("log")
     ax.set_xlim(2e5, 2 * EXTRAPOLATE_TO)
     ax.set_title(effect, fontsize=9)
