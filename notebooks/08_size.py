@@ -63,11 +63,12 @@
 PRESET = "quick"
 
 # %%
-from tailtheory.core.display import provenance, setup_notebook, show_figure
+from tailtheory.core.display import provenance, setup_notebook, show_figure, verdict_report
 from tailtheory.core.io import preset
 
 setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
 PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
+PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 
 # %%
 from tailtheory.experiments import ladder
@@ -81,8 +82,13 @@ print(ladder.table())
 # %% [markdown]
 # ## The verdicts first
 #
-# What `tailtheory verify` prints after its claims table: each effect's trend over the rungs that
-# have 3 seeds (or what it still needs), V8's trend and V7's verdict per rung.
+# At one size, the base rung's (the registered checks `tailtheory verify --only
+# L1,L4,L5,M7,V2,P4` runs on this preset's profile); then what `verify` prints after its claims
+# table: each effect's trend over the rungs that have 3 seeds (or what it still needs), V8's
+# trend and V7's verdicts.
+
+# %%
+verdict_report(["L1", "L4", "L5", "M7", "V2", "P4"], PROFILE);
 
 # %%
 print(size.size_report())
