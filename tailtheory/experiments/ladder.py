@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_key, corpus_lm
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.resume import STATE, partial_folder, progress
-from tailtheory.engine.start.rungs import RUNGS, Rung, non_embedding_params, params, rung
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.start.load import load_start
+from tailtheory.engine.start.rungs import (RUNGS, TASK, TASK_KWARGS, Rung, non_embedding_params,
+                                          params, rung)
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.start.warm_cache import read_record, warm_start
@@ -157,6 +161,24 @@ def status() -> list[dict]:
                          else f"not started ({most}{steps} steps)")
         out.append(row)
     return out
+
+
+def built_names(names: list[str] | None = None) -> list[str]:
+    """``names``, or every rung ``results/ladder.json`` holds built, in the ladder's order."""
+    built = stored()
+    return list(names) if names else [r.name for r in RUNGS if r.name in built]
+
+
+def warm_policy(name: str, cfg: TrainConfig | None = None) -> tuple:
+    """``(model, task, folder)``: rung ``name``'s warm start as a run ``cfg`` starts from it
+    (default: the ``matched`` task on that rung); a rung not built here is
+    :func:`require_built`'s error (the ladder's measurements never train)."""
+    warm = warm_root() / config_hash(rung(name).warm())
+    require_built(name, warm / "sft.json")
+    cfg = cfg or TrainConfig(task=TASK, n_people=TASK_KWARGS["n_people"], model="warm",
+                             rung=name)
+    model, task = load_start(replace(cfg, rung=name), warm=warm)
+    return model, task, warm
 
 
 def table() -> str:

@@ -21,13 +21,9 @@ import torch
 from tailtheory.core.estimators import k3
 from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.rollout.engine import RolloutEngine
-from tailtheory.engine.start.load import load_start
-from tailtheory.engine.start.rungs import RUNGS, rung
-from tailtheory.engine.start.sft import config_hash
-from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.threads import torch_threads
 from tailtheory.engine.trainer import rollout_config, rollout_step, step_record
-from tailtheory.experiments.ladder import require_built, store_rung, stored
+from tailtheory.experiments.ladder import built_names, store_rung, warm_policy
 from tailtheory.experiments.presets import train_config
 
 TARGETS = (0.02, 0.065, 0.19, 0.5)
@@ -78,14 +74,10 @@ def calibrate(k3_of, target: float, lo: float = SIGMA_RANGE[0], hi: float = SIGM
 def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> dict:
     """The sigma of each of :data:`TARGETS` on the warm starts of the built rungs ``names``
     (default: every built rung), stored per rung as each finishes. Nothing is trained."""
-    built = stored()
-    names = names or [r.name for r in RUNGS if r.name in built]
     out = {}
-    for name in names:
-        warm = warm_root() / config_hash(rung(name).warm())
-        require_built(name, warm / "sft.json")
+    for name in built_names(names):
         cfg = replace(train_config("matched"), rung=name, seed=1)
-        model, task = load_start(cfg, warm=warm)
+        model, task, warm = warm_policy(name, cfg)
         cache: dict[float, float] = {}
 
         def k3_of(sigma: float) -> float:

@@ -31,17 +31,12 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
 from tailtheory.core.provenance import cpu_model
-from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.engine import FAST, RolloutConfig, RolloutEngine
 from tailtheory.engine.rollout.fast import InferenceEngine
-from tailtheory.engine.start.load import load_start
-from tailtheory.engine.start.rungs import RUNGS, TASK, TASK_KWARGS, rung
-from tailtheory.engine.start.sft import config_hash
-from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.threads import torch_threads
-from tailtheory.experiments.ladder import require_built, store_rung, stored
+from tailtheory.experiments.ladder import built_names, store_rung, stored, warm_policy
 
 DTYPES = ("bf16", "fp16")
 SETTINGS = ("vs_float32", "same_dtype")
@@ -131,14 +126,9 @@ def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[
     ``results/ladder.json`` holds built), stored per rung in ``results/precision_ladder.json`` as
     each finishes. A rung whose warm start is not in the cache here is a ``ValueError`` naming
     the command that builds it (nothing is trained here)."""
-    built = stored()
-    names = names or [r.name for r in RUNGS if r.name in built]
-    out = {}
-    for name in names:
-        warm = warm_root() / config_hash(rung(name).warm())
-        require_built(name, warm / "sft.json")
-        cfg = TrainConfig(task=TASK, n_people=TASK_KWARGS["n_people"], model="warm", rung=name)
-        model, task = load_start(cfg, warm=warm)
+    built, out = stored(), {}
+    for name in built_names(names):
+        model, task, warm = warm_policy(name)
         with torch_threads(threads):
             out[name] = {**precision_mismatch(model, task, N_PROMPTS), "rung": name,
                          "non_embedding_params": built[name]["non_embedding_params"],
