@@ -104,7 +104,7 @@ def test_the_notebooks_cell_limit_is_stated_once_for_every_runner():
     exec((NB_DIR / "jupyter_nbconvert_config.py").read_text(), {"get_config": lambda: root})
     config = root["ExecutePreprocessor"]["timeout"]
     notebooks = sorted(NB_DIR.glob("[0-9]*.ipynb"))
-    assert len(notebooks) == 7
+    assert len(notebooks) == 8
     for path in notebooks:
         assert nbformat.read(path, as_version=4).metadata["execution"]["timeout"] == config, path
     assert CELL_TIMEOUT_S < config == 300
