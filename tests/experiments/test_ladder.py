@@ -10,6 +10,10 @@ import json
 import pytest
 
 from tailtheory.cli import main
+from tailtheory.core.io import CACHE_ENV, atomic_write_json
+from tailtheory.engine.start.corpus_lm import corpus_key
+from tailtheory.engine.start.resume import PROGRESS, STATE, partial_folder
+from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.experiments import ladder
 from tailtheory.experiments.ladder import facts
@@ -70,11 +74,6 @@ def test_build_records_each_rung_and_keeps_the_others(monkeypatch, tmp_path, cap
 
 
 def test_status_reads_the_builds_and_their_checkpoints(monkeypatch, tmp_path, capsys):
-    from tailtheory.core.io import CACHE_ENV, atomic_write_json
-    from tailtheory.engine.start.corpus_lm import corpus_key
-    from tailtheory.engine.start.resume import PROGRESS, STATE, partial_folder
-    from tailtheory.engine.start.sft import config_hash
-
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
     base, top = RUNGS[0], RUNGS[-1]
