@@ -26,3 +26,9 @@ def resolve_device(name: str) -> str:
                          f"(torch {torch.__version__}, cuda build: {torch.version.cuda or 'no'}); "
                          "use --device cpu, or --device auto to take a GPU when there is one")
     return name
+
+
+def model_generator(model, seed: int) -> torch.Generator:
+    """A ``torch.Generator`` seeded ``seed`` on the device of ``model``'s parameters: the one a
+    sampler on that device takes (on the CPU the same stream as ``torch.Generator()``)."""
+    return torch.Generator(next(model.parameters()).device).manual_seed(int(seed))

@@ -40,11 +40,13 @@ POLICIES = ("warm", "mid")
 
 
 def grpo_config(recipe: str = "learn"):
-    """The GRPO run of ``recipe`` whose half-way policy is probed (seed :data:`MID_SEED`)."""
+    """The GRPO run of ``recipe`` whose half-way policy is probed (seed :data:`MID_SEED`), on the
+    CPU: the stored measurements keyed by this run (:func:`policies_identity`) were made on
+    CPU-trained policies, and a machine with a GPU must read them as the same, not as stale."""
     if recipe not in RECIPE_PRESETS:
         raise ValueError(f"unknown recipe {recipe!r} for the probes; valid: "
                          f"{', '.join(RECIPE_PRESETS)}")
-    return train_config(recipe, method="grpo", seed=MID_SEED)
+    return train_config(recipe, method="grpo", seed=MID_SEED, device="cpu")
 
 
 def mid_policy(progress: bool = True, cfg=None, step: int = MID_STEP):

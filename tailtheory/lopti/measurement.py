@@ -36,6 +36,7 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import load_warm_start
@@ -105,7 +106,7 @@ def measure(model, task, cfg, seeds, batches: int, lr: float = SGD_LR,
         for s in seeds:
             c = replace(cfg, seed=s)
             engine = RolloutEngine(model, rollout_config(c, task))
-            gen = torch.Generator().manual_seed(s)
+            gen = model_generator(model, s)
             for i in range(batches):
                 pb = probe_batch(model, task, c, engine, gen, i)
                 l1_gen = torch.Generator().manual_seed(1_000_003 * s + i)

@@ -27,6 +27,7 @@ import torch
 from tailtheory.core.checks import check_finite, check_positive_int
 from tailtheory.core.forward import full_forward
 from tailtheory.core.models import cache_keyword, output_cache, tiny_lm
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.copies import FP8_SCALING, check_trainer, inference_copy
 from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine
@@ -92,6 +93,7 @@ def paired_logits(model, input_ids, path: str = "bf16",
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     check_trainer(model)
     ids = _check_input_ids(input_ids, model.config.vocab_size)
+    ids = ids.to(next(model.parameters()).device)
     model.eval()
     z_train = full_forward(model, ids).double()
     if path == "kv":
@@ -146,7 +148,7 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
     n = max_prompts or 4 * B
     problems = task.problems(n, seed=seed)
     rc = RolloutConfig(path="kv", max_new_tokens=task.max_response_len, backend=HF)
-    g = torch.Generator().manual_seed(sample_seed)
+    g = model_generator(model, sample_seed)
     rb = RolloutEngine(model, rc).generate([p.prompt_ids for p in problems], eos_id=task.stop_ids,
                                            pad_id=task.pad_id, generator=g)
     rows = []
@@ -155,7 +157,7 @@ def policy_windows(model, task, B: int, T: int, seed: int = 202, sample_seed: in
         if len(ids) >= T:
             rows.append(ids[:T])
         if len(rows) == B:
-            return torch.tensor(rows)
+            return torch.tensor(rows, device=next(model.parameters()).device)
     raise ValueError(f"only {len(rows)} of {n} sampled texts reach {T} tokens; {B} are needed "
                      f"(lower T or raise max_prompts)")
 

@@ -44,6 +44,7 @@ from tailtheory.core.measurements import measured
 from tailtheory.core.safeset import RULES
 from tailtheory.core.stats import token_stats
 from tailtheory.core.stats import map_row_blocks
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.rollout.engine import PATHS, RolloutConfig, RolloutEngine
@@ -209,7 +210,7 @@ def _rollout(model, prompts, eos_id, pad_id: int, cfg: TrainedP4Config, rho: flo
     rc = RolloutConfig(path=cfg.path, max_new_tokens=max_new, return_logits=True,
                        prune_rule=cfg.rule if rho > 0 else None, rho=rho if rho > 0 else 1e-6,
                        backend=HF)
-    g = torch.Generator().manual_seed(cfg.sample_seed)
+    g = model_generator(model, cfg.sample_seed)
     rb = RolloutEngine(model, rc).generate(prompts, eos_id=eos_id, pad_id=pad_id, generator=g)
     with torch.no_grad():
         return rb, response_logits(model, rb)                            # (B, T, V) float32
@@ -230,7 +231,7 @@ def sampled_mismatch(rb, z_train, taus=OUTLIER_TAUS) -> dict:
     Delta = (rb.logp - train).double().masked_fill(~rb.mask, 0.0)        # (B, T)
     d = Delta[rb.mask].abs()
     seq = -Delta.sum(-1)                                                  # (B,)
-    qs = torch.quantile(seq, torch.tensor(SEQ_QUANTILES, dtype=torch.float64))
+    qs = torch.quantile(seq, torch.tensor(SEQ_QUANTILES, dtype=torch.float64, device=seq.device))
     out = {"tokens": int(rb.mask.sum()), "tok_abs_mean": float(d.mean()),
            "tok_abs_max": float(d.max()), "tok_delta_mean": float(Delta[rb.mask].mean()),
            **{f"tok_outlier_{t:g}": float((d > t).double().mean()) for t in taus},

@@ -40,6 +40,7 @@ from tailtheory.core.measurements import measurement_path
 from tailtheory.core.provenance import cpu_model
 from tailtheory.core.stats import token_stats
 from tailtheory.core.trend import size_trend
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.engine import HF, RolloutConfig, RolloutEngine
 from tailtheory.engine.start.rungs import RUNGS, rung
@@ -109,6 +110,7 @@ def _prompts(task) -> list:
 def q_bins(delta: torch.Tensor, q: torch.Tensor) -> list[dict]:
     """Tokens and mean ``|delta|`` in each fixed bin of :data:`Q_EDGES` of ``q = 1 - p`` (a bin
     ``[lo, hi)``, the last one closed; tokens below the first edge are in none). Shapes: (N,)."""
+    delta, q = delta.cpu(), q.cpu()
     edges = torch.tensor(Q_EDGES, dtype=torch.float64)
     which = torch.bucketize(q.double(), edges[1:-1], right=True)        # bin b: [e_b, e_b+1)
     out = []
@@ -123,7 +125,7 @@ def policy_facts(p: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor) -> 
     """A rung's regime: the share of sampled response tokens per LOPTI ``pi_old`` bin (``p``:
     the trainer's probability of each, (N,)), their mean entropy (nats) and the mean response
     length (``mask``: (B, T))."""
-    counts = torch.bincount(prob_bins(p.double()), minlength=N_BINS).double()
+    counts = torch.bincount(prob_bins(p.double().cpu()), minlength=N_BINS).double()
     return {"bin_fractions": (counts / counts.sum()).tolist(),
             "entropy": float(entropy.double().mean()),
             "length": float(mask.sum(1).double().mean())}
@@ -139,7 +141,7 @@ def tail_numbers(model, task, seed: int) -> dict:
     for path in TAIL_PATHS:
         rc = RolloutConfig(path=path, max_new_tokens=task.max_response_len, backend=HF)
         rb = RolloutEngine(model, rc).generate(prompts, eos_id=task.stop_ids, pad_id=task.pad_id,
-                                               generator=torch.Generator().manual_seed(seed))
+                                               generator=model_generator(model, seed))
         with torch.no_grad():
             st = token_stats(response_logits(model, rb), rb.response)
         train = st["logp"].double()

@@ -15,3 +15,15 @@ def test_devices():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA"):
             resolve_device("cuda")
+
+
+def test_model_generator_is_on_the_models_device_with_the_plain_stream():
+    import torch
+
+    from tailtheory.engine.devices import model_generator
+
+    model = torch.nn.Linear(3, 2)
+    g = model_generator(model, 7)
+    assert g.device == next(model.parameters()).device
+    assert torch.equal(torch.rand(5, generator=g),
+                       torch.rand(5, generator=torch.Generator().manual_seed(7)))

@@ -22,3 +22,15 @@ def test_policies_identity_names_the_warm_start_and_the_half_way_run():
     assert ident["task"] == "kk_prose" and ident["mid_step"] == lp.MID_STEP
     assert ident["mid_run"] == run_key(lp.grpo_config("matched"))
     assert ident["warm_start"] != lp.policies_identity("learn")["warm_start"]
+
+
+@pytest.mark.parametrize("recipe", ["learn", "matched"])
+def test_policies_identity_reads_the_same_on_a_machine_with_a_gpu(monkeypatch, recipe):
+    """The stored measurements keyed by the probed policies were made on the CPU: a machine where
+    ``auto`` resolves to ``cuda`` must compute the same identity, not call them stale."""
+    import torch
+
+    here = lp.policies_identity(recipe)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert lp.grpo_config(recipe).device == "cpu"
+    assert lp.policies_identity(recipe) == here
