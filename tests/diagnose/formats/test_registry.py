@@ -124,8 +124,11 @@ def test_names_are_taken_once_and_unknown_names_listed():
                                                            "name": "second"}))
 
 
-@pytest.mark.parametrize("fmt", ["nemo-rl", "prime-rl", "slime"])
+@pytest.mark.parametrize("fmt", [pytest.param("nemo-rl", marks=pytest.mark.slow),
+                                 pytest.param("prime-rl", marks=pytest.mark.slow), "slime"])
 def test_end_to_end(tmp_path, fmt):
+    """A dump of each format read end to end, report and command (one format in ``make test``,
+    every one in ``make test-thorough``; each reader's parsing has its own tests)."""
     resps = _responses(8, steps=(1, 2, 3), n=16)
     write = {"nemo-rl": nemo_rl_dump, "prime-rl": prime_rl_dump, "slime": slime_dump}[fmt]
     run = write(tmp_path / "run", resps)
