@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from tailtheory.core.checks import check_positive_int
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
 from tailtheory.engine.tasks.chat import before_stop
@@ -112,7 +113,7 @@ def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int 
         for s in seeds:
             c = replace(cfg, seed=s)
             engine = RolloutEngine(model, rollout_config(c, task))
-            gen = torch.Generator().manual_seed(s)
+            gen = model_generator(model, s)
             for i in range(batches):
                 tokens_i, counts_i = _one_batch(model, task, c, engine, gen, i, K, others,
                                                 prompts, tau, progress)

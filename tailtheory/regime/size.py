@@ -7,7 +7,7 @@ each is measured on every built rung's ``kk_prose`` warm start with the ``matche
 probe sizes and rules unchanged, and one number per effect and seed (:data:`EFFECTS`) goes into
 a trend over the rungs (:func:`tailtheory.core.trend.size_trend`).
 
-Three parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
+Four parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
 
 - ``tail`` (M7, V2): the warm start answers :data:`PROMPTS` held-out prompts on each real
   rollout path of :data:`TAIL_PATHS` (sample seed = the seed); each sampled token's ``|Delta|``
@@ -19,6 +19,9 @@ Three parts, stored per rung, part and seed in ``results/ladder_effects.json`` a
   sequence KL removed at the largest ``rho`` whose mean pruned mass is at most 1e-3.
 - ``lopti``: LOPTI's one-step probes (:func:`tailtheory.lopti.measurement.measure`) on
   :data:`LOPTI_BATCHES` GRPO batches of the seed.
+- ``decisive``: what the lowest bin's tokens do at this rung (the ``matched`` store's
+  decisiveness probe, :func:`decisive_numbers`): a fact of the rung's regime beside its bin
+  shares, reported per rung, not a trend verdict.
 
 Seeds: :data:`SEEDS`. At the base and the top rung a seed is an independent warm start (SFT seed
 ``seed - 1`` from the rung's corpus LM, built when missing); between them the probe seeds of one
@@ -50,6 +53,10 @@ from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.engine.threads import torch_threads
 from tailtheory.experiments.ladder import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
+from tailtheory.lopti import decisive_calibration as cal
+from tailtheory.lopti.decisive_probe import OTHERS, measure_decisiveness
+from tailtheory.lopti.decisive_store import PROMPTS as DECISIVE_PROMPTS
+from tailtheory.lopti.decisive_store import decisive_share
 from tailtheory.lopti.measurement import measure, seed_effects
 from tailtheory.lopti.probes import N_BINS, prob_bins
 from tailtheory.mismatch.claims import envelope_slope
@@ -61,7 +68,7 @@ from tailtheory.tim.precision_training import stored_v7_training
 STORE = "ladder_effects"
 """``results/ladder_effects.json``: rung -> part -> seed -> that seed's numbers."""
 
-PARTS = ("tail", "p4", "lopti")
+PARTS = ("tail", "p4", "lopti", "decisive")
 SEEDS = (1, 2, 3)
 TAIL_PATHS = ("bf16", "fp16", "fp8", "kv")
 Q_EDGES = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
@@ -179,7 +186,20 @@ def lopti_numbers(model, task, seed: int, batches: int = LOPTI_BATCHES, cfg=None
     return seed_effects(data)[seed]
 
 
-MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers}
+def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_PROMPTS) -> dict:
+    """The ``decisive`` part of one seed: what the lowest bin's tokens do at this rung, the
+    ``matched`` store's probe (:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`,
+    its calibrated ``tau`` and ``K``, ``prompts`` prompts of one GRPO batch of seed ``seed``;
+    ``cfg``: a ``TrainConfig`` for the batch, default the ``matched`` recipe's), summarised as
+    :func:`~tailtheory.lopti.decisive_store.decisive_share` does: the lowest bin's
+    ``token_frac``, ``decisive_share``, ``helps``, ``hurts`` and ``format_breaking``."""
+    data = measure_decisiveness(model, task, cfg or grpo_config("matched"), (seed,), 1, cal.K,
+                                OTHERS, prompts, cal.TAU, progress=False)
+    return decisive_share({"policy": data})["policy"]
+
+
+MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers,
+           "decisive": decisive_numbers}
 
 
 def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, threads: int = 1,
@@ -309,6 +329,19 @@ def v7_verdict() -> dict:
             "HOLDS" if verdicts == {"HOLDS"} else "NOT-REPRODUCED"}
 
 
+def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
+    """Rung -> the ``decisive`` part's ``decisive_share`` and ``token_frac`` (means over the
+    stored seeds) and ``seeds``, for the rungs that have it."""
+    data = read() if data is None else data
+    out = {}
+    for r in RUNGS:
+        rows = list(data.get(r.name, {}).get("decisive", {}).values())
+        if rows:
+            out[r.name] = {k: float(np.mean([x[k] for x in rows]))
+                           for k in ("decisive_share", "token_frac")} | {"seeds": len(rows)}
+    return out
+
+
 def size_report() -> str:
     """What ``tailtheory verify`` prints after its table: every effect's trend over the ladder
     (read from the stored measurements; nothing is built or measured), V8's trend, V7's verdict."""
@@ -321,6 +354,10 @@ def size_report() -> str:
               if "slope" in v8 else "")
     return ("Against model size (the ladder: results/ladder_effects.json, batch_shape_ladder.json, "
             "precision_ladder.json; criteria in paper_repro.md):\n" + trend_table()
+            + "\nDecisive share of the lowest bin (a regime fact, no verdict): " + (", ".join(
+                f"{k} {v['decisive_share']:.2f} ({v['seeds']} seeds)"
+                for k, v in decisive_by_rung().items()) or "not measured (tailtheory ladder "
+                                                            "effects --part decisive)")
             + f"\nV8 (hf bf16 batch 32, |Delta| > 1e-3) {v8['verdict']}{slope8}: {cells8}"
             + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}"
             + f"\nV7 in training (fp16 uncorrected against bf16 with TIS and with MIS, margin "

@@ -169,3 +169,16 @@ def test_v7_and_v8_read_their_stores(tmp_path, monkeypatch):
     report = size.size_report()
     assert "V8 (hf bf16 batch 32, |Delta| > 1e-3) GROWS" in report and "V7" in report
     assert "L1 Spearman PENDING" in report
+
+
+def test_decisive_numbers_on_a_tiny_model_and_per_rung(tiny):
+    cfg = replace(grpo_config("learn"), prompts_per_step=2, group_size=2)
+    d = size.decisive_numbers(*tiny, seed=1, cfg=cfg, prompts=1)
+    assert set(d) == {"token_frac", "decisive_share", "helps", "hurts", "format_breaking"}
+    assert 0.0 <= d["token_frac"] <= 1.0
+    stored = {"base": {"decisive": {"1": {"decisive_share": 0.1, "token_frac": 0.2},
+                                    "2": {"decisive_share": 0.3, "token_frac": 0.4}}},
+              "w192": {"tail": {"1": {}}}}
+    by = size.decisive_by_rung(stored)
+    assert set(by) == {"base"} and by["base"]["seeds"] == 2
+    assert by["base"]["decisive_share"] == pytest.approx(0.2)
