@@ -63,6 +63,8 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
+from tailtheory.tim.dose_ladder import RUNGS as V6_RUNGS
+from tailtheory.tim.dose_ladder import stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
 
 STORE = "ladder_effects"
@@ -345,7 +347,7 @@ def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
 def size_report() -> str:
     """What ``tailtheory verify`` prints after its table: every effect's trend over the ladder
     (read from the stored measurements; nothing is built or measured), V8's trend, V7's verdict."""
-    v8, v7, v7t = v8_trend(), v7_verdict(), stored_v7_training()
+    v8, v7, v7t, v6 = v8_trend(), v7_verdict(), stored_v7_training(), stored_transfer()
     cells8 = ", ".join(f"{x['rung']} {x['value']:.4f}" for x in v8["rungs"]) or "none"
     cells7 = "; ".join(f"{x['rung']} {x['verdict']} (" + ", ".join(
         f"{k} {r:.0f} [{a:.0f}, {b:.0f}]" for k, (r, a, b) in x["intervals"].items()) + ")"
@@ -363,4 +365,7 @@ def size_report() -> str:
             + f"\nV7 in training (fp16 uncorrected against bf16 with TIS and with MIS, margin "
               f"0.03, matched recipe): {v7t['verdict']}" + "".join(
                 f"; {k} {v:+.3f}" for k, v in v7t.items() if k.startswith("fp16 - ")
-                and not k.endswith("se")))
+                and not k.endswith("se"))
+            + f"\nV6 along the ladder (k3* at {' and '.join(V6_RUNGS)}, matched recipe): "
+              f"{v6['verdict']}" + "".join(f"; {k} threshold in [{a:.3g}, {b:.3g}]"
+                                           for k, (a, b) in v6["intervals"].items()))

@@ -156,9 +156,15 @@ def dose_table(data) -> list[dict]:
     lowest and highest run), well-formedness, final held-out accuracy (mean, se) and the gap
     below ``exact`` with its standard error and whether it is harmed (``None``: pending)."""
     m = STUDY.measurement(data)
-    ref = m.label(role="baseline")
+    return point_rows(m, m.label(role="baseline"), list(m))
+
+
+def point_rows(m, ref: str, labels: list[str]) -> list[dict]:
+    """:func:`dose_table`'s rows of the arms ``labels`` of the measurement ``m``, each compared
+    with the baseline arm ``ref`` by V6's rule (a study with one baseline per group of arms, as
+    the model-size ladder's, calls it once per group)."""
     out = []
-    for label in m:
+    for label in labels:
         rows, tags = m[label], m.tags.get(label, {})
         k3s = [sum(r["k3"]) / len(r["k3"]) for r in rows]
         acc, se = mean_se([r["final_eval"] for r in rows])
@@ -170,7 +176,7 @@ def dose_table(data) -> list[dict]:
                "final_eval": acc, "final_eval_se": se,
                "final_reward": mean_se([r["final_reward"] for r in rows])[0],
                "gap": math.nan, "gap_se": math.nan, "harmed": None}
-        if label != ref and len(rows) >= MIN_SEEDS:
+        if label != ref and ref in m and len(rows) >= MIN_SEEDS:
             c = m.compare(ref, label, "final_eval")
             row.update(gap=c.delta, gap_se=c.se, harmed=c.verdict == Verdict.TOY_SCALE)
         row["well_formed"] = row["format"] >= WELL_FORMED

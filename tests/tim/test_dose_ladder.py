@@ -42,3 +42,88 @@ def test_a_rung_not_built_names_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
         dl.measure_noise_sigmas(["w192"])
+
+
+def test_the_studys_arms_share_the_recipes_runs_and_the_calibrated_sigmas():
+    import json
+
+    from tailtheory.core.measurements import measurement_path
+    from tailtheory.experiments.learning import MATCHED_STUDY
+    from tailtheory.experiments.runs import run_key
+
+    arms = {a.label: a for a in dl.STUDY.plan("matched")}
+    curve = MATCHED_STUDY.plan("matched")[0].configs
+    exact = arms["base | GRPO | exact"].configs                # 5 seeds; the curve has 3
+    assert [run_key(c) for c in exact[:len(curve)]] == [run_key(c) for c in curve]
+    assert {c.rung for c in arms["w256 | GRPO | exact"].configs} == {"w256"}
+    assert len(arms["w256 | GRPO | exact"].configs) == 5
+    stored = json.loads(measurement_path(dl.CALIBRATION).read_text())["data"]
+    for name, sigmas in dl.SIGMAS.items():
+        cal = [stored[name]["targets"][str(t)]["sigma"] for t in dl.TARGETS]
+        assert sigmas == pytest.approx(cal, abs=1e-4), name       # written as calibrated
+        for t, s in zip(dl.TARGETS, sigmas):
+            cfgs = arms[f"{name} | GRPO | logit k3={t:g}"].configs
+            assert {(c.rollout, c.rollout_noise, c.rung) for c in cfgs} == {
+                ("logit_noise", s, name)} and len(cfgs) == 3
+    with pytest.raises(ValueError, match="matched preset"):
+        dl.ladder_dose_arms("learn")
+
+
+def _run(seed: int, final: float, k3: float, warm: float = 0.35) -> dict:
+    return {"seed": seed, "final_eval": final, "final_reward": final,
+            "eval": [warm] + [final] * 11, "eval_steps": list(range(0, 120, 10)),
+            "reward": [0.3] * 20 + [0.4] * 80 + [0.6] * 20, "k3": [k3] * 4, "format": [0.9] * 4}
+
+
+def _data(finals: dict[str, tuple]) -> dict:
+    """rung -> (exact's final, the four noise points' finals); each point's k3 its target."""
+    data = {}
+    for name, (exact, points) in finals.items():
+        data[f"{name} | GRPO | exact"] = [_run(s, exact + 0.002 * s, 0.0) for s in range(1, 6)]
+        for t, v in zip(dl.TARGETS, points):
+            if v is not None:
+                data[f"{name} | GRPO | logit k3={t:g}"] = [_run(s, v + 0.002 * s, t)
+                                                          for s in (1, 2, 3)]
+    return data
+
+
+@pytest.mark.parametrize("finals, verdict, intervals", [
+    # base harmed from 0.19, w256 from 0.19: the intervals [0.065, 0.19] overlap
+    ({"base": (0.6, (0.6, 0.6, 0.3, 0.2)), "w256": (0.6, (0.6, 0.6, 0.3, 0.2))}, "STAYS",
+     {"base": (0.065, 0.19), "w256": (0.065, 0.19)}),
+    # w256 harmed already at 0.065: [0.02, 0.065] against base's [0.065, 0.19] touch: overlap
+    ({"base": (0.6, (0.6, 0.6, 0.3, 0.2)), "w256": (0.6, (0.6, 0.3, 0.3, 0.2))}, "STAYS",
+     {"base": (0.065, 0.19), "w256": (0.02, 0.065)}),
+    # w256 harmed only at 0.5: [0.19, 0.5] against [0.02, 0.065]: disjoint
+    ({"base": (0.6, (0.6, 0.3, 0.3, 0.2)), "w256": (0.6, (0.6, 0.6, 0.6, 0.2))}, "MOVES",
+     {"base": (0.02, 0.065), "w256": (0.19, 0.5)}),
+    # w256 never harmed: no threshold there, nothing said
+    ({"base": (0.6, (0.6, 0.6, 0.3, 0.2)), "w256": (0.6, (0.6, 0.6, 0.6, 0.6))},
+     "UNDETERMINED", {"base": (0.065, 0.19)}),
+    # base's exact does not learn (gain 0.05 < 0.15)
+    ({"base": (0.4, (0.4, 0.4, 0.2, 0.1)), "w256": (0.6, (0.6, 0.6, 0.3, 0.2))},
+     "UNDETERMINED", {"w256": (0.065, 0.19)}),
+    # w256's largest point not run yet
+    ({"base": (0.6, (0.6, 0.6, 0.3, 0.2)), "w256": (0.6, (0.6, 0.6, 0.3, None))}, "PENDING",
+     {"base": (0.065, 0.19)}),
+])
+def test_the_transfer_rule_reaches_each_verdict(monkeypatch, finals, verdict, intervals):
+    monkeypatch.setitem(dl.SIGMAS, "w256", (0.5, 1.0, 1.5, 2.0))
+    out = dl.transfer(dl.rung_thresholds(_data(finals)))
+    assert out["verdict"] == verdict, out
+    assert set(out["intervals"]) == set(intervals)
+    for name, (lo, hi) in intervals.items():
+        assert out["intervals"][name] == pytest.approx((lo, hi)), name
+
+
+def test_nothing_stored_is_pending():
+    assert dl.transfer(dl.rung_thresholds({}))["verdict"] == "PENDING"
+
+
+def test_stored_transfer_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    monkeypatch.setattr(dl, "SIGMAS", {"base": dl.SIGMAS["base"]})
+    out = dl.stored_transfer()
+    assert out["verdict"].startswith("PENDING (22 of 22 runs missing: tailtheory study dose_ladder")
+    assert "tailtheory ladder calibrate --rung w256" in out["verdict"]
+    assert out["missing"]["w256 | GRPO | exact"] == [1, 2, 3, 4, 5]
