@@ -84,8 +84,11 @@ print(ladder.table())
 #
 # At one size, the base rung's (the registered checks `tailtheory verify --only
 # L1,L4,L5,M7,V2,P4` runs on this preset's profile); then what `verify` prints after its claims
-# table: each effect's trend over the rungs that have 3 seeds (or what it still needs), V8's
-# trend and V7's verdicts.
+# table: each effect's trend over the rungs that have 3 seeds (or what it still needs), the
+# lowest bin's decisive share per rung, V8's trend, V7's verdicts and V6 along the ladder (does
+# GRPO's logit-noise threshold k3* move between the base rung and `w256`, 8x its size: study
+# `dose_ladder`, the ledger's rule; `tailtheory diagnose --params N` compares a run's k3 with the
+# threshold of the rung nearest its size).
 
 # %%
 verdict_report(["L1", "L4", "L5", "M7", "V2", "P4"], PROFILE);
@@ -145,7 +148,9 @@ tail.groupby(["path", "rung"]).mean(numeric_only=True).drop(columns="seed") if l
 #
 # The share of sampled response tokens per LOPTI `pi_old` bin (LOPTI Fig. 1(a), Qwen2.5-7B on
 # K&K: 19.2 / 10.2 / 10.1 / 60.5 %), the mean entropy and the mean response length of each rung's
-# warm start (float32 sampler, the `tail` part's prompts).
+# warm start (float32 sampler, the `tail` part's prompts); below it, what the lowest bin's
+# tokens do at each rung (the `decisive` part: the share of them that decide the answer, 11% at
+# the base in the `matched` store), where measured.
 
 # %%
 rows = [{"rung": name, "seed": int(seed), **{f"bin {b}": f for b, f in
@@ -154,3 +159,7 @@ rows = [{"rung": name, "seed": int(seed), **{f"bin {b}": f for b, f in
         for name, parts in size.read().items() for seed, x in parts.get("tail", {}).items()
         if "policy" in x]
 pd.DataFrame(rows)
+
+# %%
+pd.DataFrame([{"rung": k, **v} for k, v in size.decisive_by_rung().items()],
+             columns=["rung", "decisive_share", "token_frac", "seeds"])

@@ -15,10 +15,11 @@ from tailtheory.diagnose.sections.base import SUMMARY_KEYS, Context, Diagnosis, 
 
 
 def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
-              register: list[dict] | None = None) -> Diagnosis:
+              register: list[dict] | None = None, params: float | None = None) -> Diagnosis:
     """Every section from the sums of a finished :class:`Accumulator`: the fault checks first,
     the run placed on the dose-response register and the bottom line last (``register``: rows
-    of ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one). Raises
+    of ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one; ``params``: the
+    run's model parameters, for the ladder's nearest rung). Raises
     ``ValueError`` when no row was included or a fault is an error."""
     acc.check_complete()
     if acc.groups["all"]["n"] == 0:
@@ -30,7 +31,7 @@ def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
                                excluded_by_column=dict(acc.excluded_by_column),
                                excluded_sequences=int((acc.seq["excluded"][:acc.n_seq] > 0).sum()),
                                tail_p=acc.tail_p, head_p=acc.head_p))
-    ctx = Context(acc, s, delta_max, delta_avg, register)
+    ctx = Context(acc, s, delta_max, delta_avg, register, params)
     for section in SECTIONS:
         section.table(ctx, d)
     d.summary = {k: d.summary.get(k) for k in SUMMARY_KEYS}

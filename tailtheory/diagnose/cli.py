@@ -54,18 +54,21 @@ def run_diagnose(dumps, out, *, max_excluded: float = MAX_EXCLUDED, **options):
 def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rhos=DEFAULT_RHOS,
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
-                   progress: bool = False, register: list[dict] | None = None):
+                   progress: bool = False, register: list[dict] | None = None,
+                   params: float | None = None):
     """Every section of the report from ``dumps`` (in format ``fmt``, one of
     :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
     ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
     engine's TRM thresholds (``MethodParams``); ``register`` (rows of
-    ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6).
+    ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6);
+    ``params``, the run's model parameters, picks the ladder's rung its k3 is compared with.
     Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
 
     from tailtheory.diagnose.aggregate import Accumulator
     from tailtheory.diagnose.build import diagnosis
+    from tailtheory.diagnose.ladder_place import nearest_rung
     from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
     from tailtheory.diagnose.sections import SECTIONS
 
@@ -73,6 +76,8 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     delta_max, delta_avg = (dm if delta_max is None else delta_max,
                             da if delta_avg is None else delta_avg)
     _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg)
+    if params is not None:
+        nearest_rung(params, {"any": 1})            # a bad --params fails before any reading
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
@@ -85,7 +90,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
             for batch in iter_batches(dump, i, batch_rows):
                 acc.add(batch)
                 bar.update(len(batch.ok))
-    d = diagnosis(acc, delta_max, delta_avg, register)
+    d = diagnosis(acc, delta_max, delta_avg, register, params)
     d.inputs = files
     return d
 
@@ -133,6 +138,10 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-excluded", type=float, default=MAX_EXCLUDED,
                    help="largest fraction of rows with NaN / inf log-probs to exclude")
     p.add_argument("--batch-rows", type=int, default=BATCH_ROWS, help="rows read at a time")
+    p.add_argument("--params", type=float, default=None, metavar="N",
+                   help="the run's model parameters (e.g. 1.5e9): its k3 is compared with "
+                        "GRPO's threshold at the nearest rung of the model-size ladder (V6); "
+                        "default: the ladder's largest rung")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -145,7 +154,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
     d = run_diagnose(args.dumps, args.out, fmt=args.fmt, batch_rows=args.batch_rows, rhos=rhos,
                      tail_p=args.tail_p, head_p=args.head_p, delta_max=args.trm_delta_max,
                      delta_avg=args.trm_delta_avg, max_excluded=args.max_excluded,
-                     progress=not args.quiet)
+                     progress=not args.quiet, params=args.params)
     for name, lines in d.verdicts.items():
         for line in lines:
             print(f"[{name}] {line}")

@@ -63,8 +63,7 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
-from tailtheory.tim.dose_ladder import RUNGS as V6_RUNGS
-from tailtheory.tim.dose_ladder import stored_transfer
+from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
 
 STORE = "ladder_effects"

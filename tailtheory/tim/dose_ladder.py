@@ -10,8 +10,8 @@ random numbers at every sigma, found by bisection on ``log sigma`` (:func:`calib
 per rung in ``results/dose_ladder_calibration.json`` (``tailtheory ladder calibrate``).
 
 The runs (study ``dose_ladder``, fixed in the ledger before any of them): on the ``matched``
-recipe at each rung of :data:`RUNGS`, ``exact`` over the recipe's 5 seeds and GRPO on logit noise
-at each calibrated sigma of :data:`SIGMAS` over :data:`NOISE_SEEDS`; V6's rule per rung
+recipe at each rung of :data:`V6_RUNGS`, ``exact`` over the recipe's 5 seeds and GRPO on
+logit noise at each calibrated sigma of :data:`SIGMAS` over :data:`NOISE_SEEDS`; V6's rule per rung
 (:func:`tailtheory.tim.dose.point_rows`, :func:`tailtheory.tim.dose.threshold`: harm, measured
 k3, threshold, well-formed), and :func:`transfer`: k3* **moves** with size when the two rungs'
 intervals ``[k3_safe, k3_harm]`` are disjoint, **stays** when they overlap, and nothing is said
@@ -26,16 +26,16 @@ from dataclasses import replace
 import torch
 
 from tailtheory.core.estimators import k3
+from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.provenance import cpu_model
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import torch_threads
 from tailtheory.engine.trainer import rollout_config, rollout_step, step_record
+from tailtheory.experiments.comparison import Measurement
 from tailtheory.experiments.ladder import built_names, store_rung, warm_policy
-from tailtheory.engine.devices import model_generator
 from tailtheory.experiments.learning import MATCHED_GAIN, summarize, verdict
 from tailtheory.experiments.presets import SEEDS, train_config
-from tailtheory.core.measurements import StaleMeasurement
-from tailtheory.experiments.comparison import Measurement
 from tailtheory.experiments.study import Arm, Study, load_done, register_study
 from tailtheory.tim.dose import SERIES, point_rows, threshold
 
@@ -110,7 +110,7 @@ def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> di
     return out
 
 
-RUNGS = ("base", "w256")
+V6_RUNGS = ("base", "w256")
 """The rungs of V6 along the ladder: the base and the first built rung with at least 4x its
 non-embedding parameters (``w256``, 8.0x)."""
 
@@ -126,11 +126,11 @@ NOISE_SEEDS = (1, 2, 3)
 
 def ladder_dose_arms(preset: str) -> list[Arm]:
     """The study's arms (preset ``matched`` only), tagged ``rung``, ``kind`` (exact, logit),
-    ``sigma``, ``k3_target`` and ``role`` (baseline, dose), per rung of :data:`RUNGS`."""
+    ``sigma``, ``k3_target`` and ``role`` (baseline, dose), per rung of :data:`V6_RUNGS`."""
     if preset != "matched":
         raise ValueError(f"V6 along the ladder runs on the matched preset, not {preset!r}")
     arms = []
-    for name in RUNGS:
+    for name in V6_RUNGS:
         base = replace(train_config("matched"), rung=name)
         tags = {"rung": name, "method": "grpo", "path": base.rollout, "pi_old": "recompute"}
         arms.append(Arm(f"{name} | GRPO | exact", tuple(replace(base, seed=s) for s in
@@ -158,7 +158,7 @@ def rung_thresholds(data) -> dict[str, dict]:
     ``learns_reason``; None while it has no run), for the rungs with any stored run."""
     m = STUDY.measurement(data)
     out = {}
-    for name in RUNGS:
+    for name in V6_RUNGS:
         labels = m.labels(rung=name)
         if not labels:
             continue
@@ -189,14 +189,14 @@ def _status(t: dict | None) -> str:
 
 
 def transfer(thresholds: dict[str, dict]) -> dict:
-    """Whether k3* moves between the rungs of :data:`RUNGS` (the module docstring's rule):
+    """Whether k3* moves between the rungs of :data:`V6_RUNGS` (the module docstring's rule):
     ``verdict`` MOVES, STAYS, UNDETERMINED (a rung without a threshold, or whose ``exact`` does
     not learn: nothing is said) or PENDING, with its ``reason``; ``intervals``: rung ->
     ``(low, high)``, the k3 range the threshold lies in (``low`` 0 where the smallest point is
     already harmed)."""
-    status = {n: _status(thresholds.get(n)) for n in RUNGS}
+    status = {n: _status(thresholds.get(n)) for n in V6_RUNGS}
     intervals = {}
-    for n in RUNGS:
+    for n in V6_RUNGS:
         if status[n] == "threshold":
             th = thresholds[n]["threshold"]
             intervals[n] = (0.0 if math.isnan(th["k3_safe"]) else th["k3_safe"], th["k3_harm"])
@@ -209,7 +209,7 @@ def transfer(thresholds: dict[str, dict]) -> dict:
         return {"verdict": "UNDETERMINED", "intervals": intervals,
                 "reason": f"no threshold at {', '.join(bare)} (no monotone harm, or exact does "
                           "not learn): nothing is said about a move"}
-    (a_lo, a_hi), (b_lo, b_hi) = (intervals[n] for n in RUNGS)
+    (a_lo, a_hi), (b_lo, b_hi) = (intervals[n] for n in V6_RUNGS)
     disjoint = a_hi < b_lo or b_hi < a_lo
     return {"verdict": "MOVES" if disjoint else "STAYS", "intervals": intervals, "reason": ""}
 
@@ -228,7 +228,7 @@ def stored_transfer() -> dict:
     runs = sum(len(v) for v in missing.values())
     of = sum(len(a.configs) for a in plan)
     if out["verdict"] == "PENDING":
-        bare = [n for n in RUNGS if n not in SIGMAS]
+        bare = [n for n in V6_RUNGS if n not in SIGMAS]
         out["verdict"] = (f"PENDING ({runs} of {of} runs missing: {STUDY.command}" + "".join(
             f"; {n}'s noise sigmas not calibrated: tailtheory ladder calibrate --rung {n}"
             for n in bare) + ")")

@@ -200,13 +200,15 @@ class Section:
 class Context:
     """What a section's table reads: the finished sums ``acc``, the complete responses
     ``complete`` (:func:`complete`), TRM's thresholds and the register (rows of
-    ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one)."""
+    ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one) and the run's model
+    parameters (``params``: the ladder's nearest rung; ``None``, its largest)."""
 
     acc: Any
     complete: dict
     delta_max: float
     delta_avg: float
     register: list[dict] | None = None
+    params: float | None = None
 
 
 def complete(acc) -> dict[str, np.ndarray]:

@@ -22,4 +22,5 @@ def register_files(d: Diagnosis) -> dict[str, str]:
 
 
 SECTION = Section(NAME, "The run's mean k3 on the mismatch dose-response register", "V6",
-                  lambda ctx, d: register_section(d, ctx.register), files=register_files)
+                  lambda ctx, d: register_section(d, ctx.register, ctx.params),
+                  files=register_files)
