@@ -229,17 +229,17 @@ def _ladder_arguments(p) -> None:
                         "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
                         "and print each effect's trend over the rungs; calibrate: the logit-noise "
                         "sigma of each k3 of V6's ladder grid on built rungs' warm starts")
-    p.add_argument("--part", action="append", choices=("tail", "p4", "lopti", "decisive"),
-                   help="effects: a part to measure (repeatable; default all four: tail = M7 "
-                        "and V2, p4, lopti = L1, L4, L5, decisive = lowest bin's decisive share)")
+    p.add_argument("--part", action="append",
+                   choices=("tail", "p4", "lopti", "decisive", "step"),
+                   help="effects: a part (repeatable; default all: tail = M7 and V2, p4, lopti = "
+                        "L1, L4, L5, decisive = lowest bin's decisive share, step = step speed)")
     p.add_argument("--seed", action="append", type=int, choices=(1, 2, 3),
                    help="effects: a seed to measure (repeatable; default 1, 2 and 3)")
     p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
                    help="a rung to build or measure (repeatable; default: every rung, smallest "
                         "first; batch-shape: every built one)")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads; 0 picks the toolkit's choice for the model's size "
-                        "(default: 0)")
+                   help="torch CPU threads; 0 (default) picks the toolkit's choice for the size")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

@@ -7,7 +7,7 @@ each is measured on every built rung's ``kk_prose`` warm start with the ``matche
 probe sizes and rules unchanged, and one number per effect and seed (:data:`EFFECTS`) goes into
 a trend over the rungs (:func:`tailtheory.core.trend.size_trend`).
 
-Four parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
+Five parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
 
 - ``tail`` (M7, V2): the warm start answers :data:`PROMPTS` held-out prompts on each real
   rollout path of :data:`TAIL_PATHS` (sample seed = the seed); each sampled token's ``|Delta|``
@@ -22,6 +22,9 @@ Four parts, stored per rung, part and seed in ``results/ladder_effects.json`` as
 - ``decisive``: what the lowest bin's tokens do at this rung (the ``matched`` store's
   decisiveness probe, :func:`decisive_numbers`): a fact of the rung's regime beside its bin
   shares, reported per rung, not a trend verdict.
+- ``step``: the GRPO step's speed on the rung's warm start
+  (:func:`tailtheory.regime.size_speed.step_numbers`): response tokens per second and the
+  update's share of this machine's matmul peak, per rung.
 
 Seeds: :data:`SEEDS`. At the base and the top rung a seed is an independent warm start (SFT seed
 ``seed - 1`` from the rung's corpus LM, built when missing); between them the probe seeds of one
@@ -63,13 +66,14 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
+from tailtheory.regime.size_speed import step_numbers
 from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
 
 STORE = "ladder_effects"
 """``results/ladder_effects.json``: rung -> part -> seed -> that seed's numbers."""
 
-PARTS = ("tail", "p4", "lopti", "decisive")
+PARTS = ("tail", "p4", "lopti", "decisive", "step")
 SEEDS = (1, 2, 3)
 TAIL_PATHS = ("bf16", "fp16", "fp8", "kv")
 Q_EDGES = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
@@ -200,7 +204,7 @@ def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_P
 
 
 MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers,
-           "decisive": decisive_numbers}
+           "decisive": decisive_numbers, "step": step_numbers}
 
 
 def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, threads: int = 1,

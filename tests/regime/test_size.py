@@ -182,3 +182,4 @@ def test_decisive_numbers_on_a_tiny_model_and_per_rung(tiny):
     by = size.decisive_by_rung(stored)
     assert set(by) == {"base"} and by["base"]["seeds"] == 2
     assert by["base"]["decisive_share"] == pytest.approx(0.2)
+
