@@ -334,17 +334,22 @@ def v7_verdict() -> dict:
             "HOLDS" if verdicts == {"HOLDS"} else "NOT-REPRODUCED"}
 
 
-def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
-    """Rung -> the ``decisive`` part's ``decisive_share`` and ``token_frac`` (means over the
-    stored seeds) and ``seeds``, for the rungs that have it."""
+def by_rung(part: str, keys: tuple, data: dict | None = None) -> dict[str, dict]:
+    """Rung -> the means over the stored seeds of ``part``'s ``keys``, and ``seeds``, for the
+    rungs that have it (the ``decisive`` and ``step`` parts: facts per rung, no trend)."""
     data = read() if data is None else data
     out = {}
     for r in RUNGS:
-        rows = list(data.get(r.name, {}).get("decisive", {}).values())
+        rows = list(data.get(r.name, {}).get(part, {}).values())
         if rows:
-            out[r.name] = {k: float(np.mean([x[k] for x in rows]))
-                           for k in ("decisive_share", "token_frac")} | {"seeds": len(rows)}
+            out[r.name] = {k: float(np.mean([x[k] for x in rows])) for k in keys} | {
+                "seeds": len(rows)}
     return out
+
+
+def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
+    """:func:`by_rung` of the ``decisive`` part: ``decisive_share`` and ``token_frac``."""
+    return by_rung("decisive", ("decisive_share", "token_frac"), data)
 
 
 def size_report() -> str:
@@ -363,6 +368,11 @@ def size_report() -> str:
                 f"{k} {v['decisive_share']:.2f} ({v['seeds']} seeds)"
                 for k, v in decisive_by_rung().items()) or "not measured (tailtheory ladder "
                                                             "effects --part decisive)")
+            + "\nGRPO step (matched, one thread): " + (", ".join(
+                f"{k} {v['tokens_per_s']:,.0f} response tokens/s, update at "
+                f"{100 * v['update_peak_share']:.0f}% of the matmul peak" for k, v in by_rung(
+                    "step", ("tokens_per_s", "update_peak_share")).items()) or "not measured "
+                "(tailtheory ladder effects --part step)")
             + f"\nV8 (hf bf16 batch 32, |Delta| > 1e-3) {v8['verdict']}{slope8}: {cells8}"
             + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}"
             + f"\nV7 in training (fp16 uncorrected against bf16 with TIS and with MIS, margin "

@@ -183,3 +183,12 @@ def test_decisive_numbers_on_a_tiny_model_and_per_rung(tiny):
     assert set(by) == {"base"} and by["base"]["seeds"] == 2
     assert by["base"]["decisive_share"] == pytest.approx(0.2)
 
+
+
+def test_facts_per_rung_are_seed_means():
+    stored = {"base": {"step": {"1": {"tokens_per_s": 100.0, "update_peak_share": 0.2},
+                                "2": {"tokens_per_s": 300.0, "update_peak_share": 0.4}}}}
+    out = size.by_rung("step", ("tokens_per_s", "update_peak_share"), stored)
+    assert out == {"base": {"tokens_per_s": 200.0, "update_peak_share": pytest.approx(0.3),
+                            "seeds": 2}}
+    assert size.by_rung("decisive", ("decisive_share",), stored) == {}
