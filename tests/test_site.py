@@ -110,6 +110,7 @@ def test_figure_table_claims_read_ranges_and_lists():
     assert site.claims_of("every training claim") == set()
 
 
+@pytest.mark.slow  # make test-thorough: a long check (make test stays under 15 minutes)
 def test_a_folder_the_builder_did_not_write_is_never_emptied(tmp_path):
     mine = tmp_path / "notes"
     mine.mkdir()

@@ -3,12 +3,15 @@ written, and written whole or not at all."""
 
 import shutil
 
+import pytest
+
 from tailtheory.cli import main
 
 from .conftest import write_jsonl
 from .test_read import GOOD, _fails
 
 
+@pytest.mark.slow  # make test-thorough: a long check (make test stays under 15 minutes)
 def test_out_folder_rules(capsys, tmp_path, monkeypatch):
     """A folder that is not a diagnose output is refused and untouched; an earlier output is
     replaced whole; a failure while writing leaves neither a report nor a temporary folder."""

@@ -148,6 +148,7 @@ def test_cuda_without_gpu_is_an_error_before_any_run_dir(tmp_path, capsys):
     assert not out.exists() and "CUDA" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # make test-thorough: a long check (make test stays under 15 minutes)
 def test_a_failing_worker_is_reported_and_the_others_finish(tmp_path):
     empty = tmp_path / "no_model"
     empty.mkdir()

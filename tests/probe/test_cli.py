@@ -31,6 +31,7 @@ def test_each_probe_writes_its_csv_and_png(family, ckpt, request, tmp_path, caps
         assert len(csv.read_text().splitlines()) >= 2
 
 
+@pytest.mark.slow  # make test-thorough: a long check (make test stays under 15 minutes)
 def test_a_second_run_replaces_only_its_own_files(user_ckpt, tmp_path, capsys):
     """--out holding files of the probe's names: its own are replaced, anything else is refused
     before any work, naming the file, which is left as it was."""

@@ -20,7 +20,7 @@ def test_step_numbers_time_a_copy():
     model = tiny_lm(vocab_size=512, hidden=32, layers=1, heads=2, kv_heads=1, seed=0)
     task = get_task("kk", n_people=2)
     before = [p.detach().clone() for p in model.parameters()]
-    cfg = replace(grpo_config("learn"), prompts_per_step=2, group_size=2)
+    cfg = replace(grpo_config("learn"), prompts_per_step=2, group_size=2, max_new_tokens=16)
     out = step_numbers(model, task, seed=1, cfg=cfg)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # left as it was
     assert out["response_tokens"] > 0 and out["sequence_tokens"] > out["response_tokens"]

@@ -79,6 +79,7 @@ def _tsv(path, n_seq=30, n_tok=6):
     return path
 
 
+@pytest.mark.slow  # make test-thorough: a long check (make test stays under 15 minutes)
 def test_a_new_format_is_one_file_listed_and_read(throwaway, tmp_path, capsys):
     assert reader_names()[-1] == "tsv-rows" and format_names()[-1] == "tsv-rows"
     assert any(line.startswith("tsv-rows") for line in format_lines())
