@@ -114,11 +114,10 @@ V6_RUNGS = ("base", "w256")
 """The rungs of V6 along the ladder: the base and the first built rung with at least 4x its
 non-embedding parameters (``w256``, 8.0x)."""
 
-SIGMAS = {"base": (0.4524, 0.8550, 1.4934, 2.1057)}
+SIGMAS = {"base": (0.4524, 0.8550, 1.4934, 2.1057), "w256": (0.4627, 0.8944, 1.5622, 2.1537)}
 """Rung -> the logit-noise sigma of each of :data:`TARGETS`, as :func:`measure_noise_sigmas`
 stored them (``results/dose_ladder_calibration.json``, rounded to 4 digits; a test holds the two
-together). A rung's noise arms exist once its sigmas are written here; ``w256``'s are not
-calibrated yet (``tailtheory ladder calibrate --rung w256``)."""
+together). A rung's noise arms exist once its sigmas are written here."""
 
 NOISE_SEEDS = (1, 2, 3)
 """Seeds of every noise point (``exact`` has the recipe's five)."""
