@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import math
 
+from tailtheory.engine.start.rungs import params, rung
+from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
+
 PLACEMENTS = {
     "below_safe": "at or below the rung's k3_safe: no harm measured there",
     "between": "inside the rung's threshold interval [k3_safe, k3_harm]",
@@ -24,9 +27,6 @@ PLACEMENTS = {
 
 def rung_sizes() -> dict[str, int]:
     """Rung -> its parameters, for the rungs of V6 along the ladder."""
-    from tailtheory.engine.start.rungs import params, rung
-    from tailtheory.tim.dose_ladder import V6_RUNGS
-
     return {name: params(rung(name).model) for name in V6_RUNGS}
 
 
@@ -52,8 +52,6 @@ def ladder_placement(mean_k3: float, n_params: float | None = None,
     sizes = sizes or rung_sizes()
     name = nearest_rung(n_params, sizes)
     if transfer is None:
-        from tailtheory.tim.dose_ladder import stored_transfer
-
         transfer = stored_transfer()
     out = {"rung": name, "rung_params": sizes[name], "params": n_params,
            "chosen_by": "largest" if n_params is None else "params", "interval": None,
