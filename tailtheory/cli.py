@@ -256,7 +256,7 @@ def _ladder(args) -> int:
         for row in ladder.status():
             state = "built" if row["built"] else "not built"
             print(f"{row['rung']:5s} {state}: corpus LM {row['corpus']}; warm start {row['warm']}")
-        print(size.size_report())
+        print(size.size_report(costs=True))
         return 0
     if args.action == "batch-shape":
         from tailtheory.mismatch.batch_shape import BATCH_SHAPE, measure_batch_shape

@@ -23,8 +23,7 @@ Five parts, stored per rung, part and seed in ``results/ladder_effects.json`` as
   decisiveness probe, :func:`decisive_numbers`): a fact of the rung's regime beside its bin
   shares, reported per rung, not a trend verdict.
 - ``step``: the GRPO step's speed on the rung's warm start
-  (:func:`tailtheory.regime.size_speed.step_numbers`): response tokens per second and the
-  update's share of this machine's matmul peak, per rung.
+  (:func:`tailtheory.regime.size_speed.step_numbers`): response tokens/s, update's share of peak.
 
 Seeds: :data:`SEEDS`. At the base and the top rung a seed is an independent warm start (SFT seed
 ``seed - 1`` from the rung's corpus LM, built when missing); between them the probe seeds of one
@@ -36,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -210,7 +210,9 @@ MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers,
 def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, threads: int = 1,
                     progress: bool = True) -> dict:
     """Measure ``parts`` x ``seeds`` on the built rungs ``names`` (default: every built one),
-    skipping what is stored, storing each (rung, part, seed) as it finishes. Returns the store."""
+    skipping what is stored, storing each (rung, part, seed) as it finishes with the seconds it
+    took (``seconds``: wall time on ``threads`` threads, whatever else the machine was doing).
+    Returns the store."""
     for part in parts:
         if part not in MEASURE:
             raise ValueError(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
@@ -222,9 +224,11 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
                 continue
             model, task, key = policy(name, seed, progress)
             for part in todo:
+                t0 = time.perf_counter()
                 with torch_threads(threads):
                     row = MEASURE[part](model, task, seed)
-                _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model()})
+                _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
+                                          "seconds": round(time.perf_counter() - t0, 1)})
     return read()
 
 
@@ -352,9 +356,20 @@ def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
     return by_rung("decisive", ("decisive_share", "token_frac"), data)
 
 
-def size_report() -> str:
-    """What ``tailtheory verify`` prints after its table: every effect's trend over the ladder
-    (read from the stored measurements; nothing is built or measured), V8's trend, V7's verdict."""
+def part_seconds(data: dict | None = None) -> str:
+    """One line: each stored part's CPU-minutes a seed per rung (mean over the seeds that
+    recorded ``seconds``; one thread, on whatever machine measured it)."""
+    data, cells = read() if data is None else data, []
+    for r, part in ((r, p) for r in RUNGS for p in PARTS):  # rungs in the ladder's order
+        secs = [x["seconds"] for x in data.get(r.name, {}).get(part, {}).values()
+                if isinstance(x, dict) and isinstance(x.get("seconds"), (int, float))]
+        cells += [f"{r.name} {part} {np.mean(secs) / 60:.1f} ({len(secs)})"] if secs else []
+    return "CPU-minutes a seed of each part (seeds timed): " + (", ".join(cells) or "none timed")
+
+
+def size_report(costs: bool = False) -> str:
+    """What ``verify`` prints after its table (stored measurements only: each effect's trend,
+    V8's, V7's and V6's verdicts); with ``costs`` (``ladder status``) :func:`part_seconds` too."""
     v8, v7, v7t, v6 = v8_trend(), v7_verdict(), stored_v7_training(), stored_transfer()
     cells8 = ", ".join(f"{x['rung']} {x['value']:.4f}" for x in v8["rungs"]) or "none"
     cells7 = "; ".join(f"{x['rung']} {x['verdict']} (" + ", ".join(
@@ -381,4 +396,5 @@ def size_report() -> str:
                 and not k.endswith("se"))
             + f"\nV6 along the ladder (k3* at {' and '.join(V6_RUNGS)}, matched recipe): "
               f"{v6['verdict']}" + "".join(f"; {k} threshold in [{a:.3g}, {b:.3g}]"
-                                           for k, (a, b) in v6["intervals"].items()))
+                                           for k, (a, b) in v6["intervals"].items())
+            + ("\n" + part_seconds() if costs else ""))

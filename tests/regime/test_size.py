@@ -80,7 +80,10 @@ def test_effects_are_stored_per_seed_and_never_measured_twice(tmp_path, monkeypa
     assert calls == [("tail", 1), ("tail", 2), ("p4", 1), ("p4", 2)]
     data = size.read()
     assert set(data) == {"base"} and set(data["base"]) == {"tail", "p4"}
-    assert data["base"]["tail"]["2"] == {"v2_low": 2.0, "warm_key": "key", "cpu": "cpu"}
+    row = data["base"]["tail"]["2"]
+    assert {k: row[k] for k in ("v2_low", "warm_key", "cpu")} == {"v2_low": 2.0, "warm_key": "key",
+                                                                  "cpu": "cpu"}
+    assert set(row) == {"v2_low", "warm_key", "cpu", "seconds"} and 0.0 <= row["seconds"] < 60
     with pytest.raises(ValueError, match="unknown part"):
         size.measure_effects(["base"], parts=("gradients",))
 
@@ -168,7 +171,12 @@ def test_v7_and_v8_read_their_stores(tmp_path, monkeypatch):
     assert v8["verdict"] == "GROWS" and v8["slope"] == pytest.approx(0.0096)
     report = size.size_report()
     assert "V8 (hf bf16 batch 32, |Delta| > 1e-3) GROWS" in report and "V7" in report
-    assert "L1 Spearman PENDING" in report
+    assert "L1 Spearman PENDING" in report and "CPU-minutes" not in report
+    store_rung("ladder_effects", "base", {"tail": {"1": {"seconds": 90.0}, "2": {"seconds": 150.0},
+                                                  "3": {}}}, {}, "test")
+    assert size.size_report(costs=True).endswith(
+        "CPU-minutes a seed of each part (seeds timed): base tail 2.0 (2)")
+    assert size.part_seconds({}).endswith("none timed")
 
 
 def test_decisive_numbers_on_a_tiny_model_and_per_rung(tiny):
