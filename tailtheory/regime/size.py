@@ -33,7 +33,6 @@ trend is read beside the rungs' held-out perplexity.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import replace
@@ -42,7 +41,6 @@ import numpy as np
 import torch
 
 from tailtheory.core.estimators import k3
-from tailtheory.core.measurements import measurement_path
 from tailtheory.core.provenance import cpu_model
 from tailtheory.core.stats import token_stats
 from tailtheory.core.trend import size_trend
@@ -66,6 +64,7 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
+from tailtheory.regime.size_mismatch import MIN_RUNGS, stored_data, v7_verdict, v8_trend
 from tailtheory.regime.size_speed import step_numbers
 from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
@@ -94,7 +93,7 @@ EFFECTS = {
     "V2 low-p": ("tail", "v2_low", 0.05), "P4 removed": ("p4", "p4_removed", 0.02)}
 """Effect -> (part, key of the seed's numbers, ``delta`` per decade): the ledger's criteria."""
 
-MIN_RUNGS, MIN_SEEDS = 4, 3
+MIN_SEEDS = 3
 
 
 def independent(name: str) -> bool:
@@ -234,7 +233,7 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
 
 def read() -> dict:
     """``results/ladder_effects.json``'s data: rung -> part -> seed (a string) -> numbers."""
-    return _stored_data(STORE)
+    return stored_data(STORE)
 
 
 def _store(name: str, part: str, seed: int, row: dict) -> None:
@@ -280,62 +279,6 @@ def trend_table(data: dict | None = None) -> str:
                  f"delta {t['delta']:g}" if "slope" in t else "")
         lines.append(f"{effect:11s} {t['verdict']}{slope}: {cells}")
     return "\n".join(lines)
-
-
-V8_DELTA = 0.005
-"""V8's ``delta`` per decade: the share of ``hf`` bf16 batch-32 tokens with ``|Delta| > 1e-3``."""
-
-V7_RANGE = (32.0, 128.0)
-"""V7: the bf16 / fp16 k3 ratio's interval must lie inside this range (64 predicted)."""
-
-
-def _stored_data(store: str) -> dict:
-    try:
-        data = json.loads(measurement_path(store).read_text())["data"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def v8_trend() -> dict:
-    """V8 against size: each measured rung's ``hf`` bf16 batch-32 share of tokens with
-    ``|Delta| > 1e-3`` (``results/batch_shape_ladder.json``) and its trend over at least
-    :data:`MIN_RUNGS` rungs (one deterministic measurement a rung: the rungs are the units)."""
-    data, rows = _stored_data("batch_shape_ladder"), []
-    for r in RUNGS:
-        hit = [x for x in data.get(r.name, []) if isinstance(x, dict) and
-               (x.get("decoder"), x.get("dtype"), x.get("batch")) == ("hf", "bf16", 32)]
-        if hit:
-            rows.append({"rung": r.name, "params": hit[0]["non_embedding_params"],
-                         "value": float(hit[0]["over_1e3"])})
-    out = {"delta": V8_DELTA, "rungs": rows}
-    if len(rows) >= MIN_RUNGS:
-        t = size_trend([x["params"] for x in rows], [x["value"] for x in rows], V8_DELTA)
-        return {**out, "verdict": t.verdict, "slope": t.slope, "low": t.low, "high": t.high}
-    return {**out, "verdict": f"PENDING ({len(rows)} of {MIN_RUNGS} rungs measured)"}
-
-
-def v7_verdict() -> dict:
-    """V7's one-step verdict (ledger): per rung HOLDS when the ratio's interval lies inside
-    :data:`V7_RANGE` in both settings, REFUTED when one lies outside it entirely; the claim over
-    at least :data:`MIN_RUNGS` rungs: HOLDS at every one, REFUTED at any, else NOT-REPRODUCED."""
-    data, rows = _stored_data("precision_ladder"), []
-    lo, hi = V7_RANGE
-    for r in RUNGS:
-        settings = data.get(r.name, {}).get("settings") if isinstance(data.get(r.name), dict) \
-            else None
-        if not settings:
-            continue
-        ivs = {k: (v["ratio"], v["low"], v["high"]) for k, v in settings.items()}
-        inside = all(lo <= a and b <= hi for _, a, b in ivs.values())
-        outside = any(b < lo or a > hi for _, a, b in ivs.values())
-        rows.append({"rung": r.name, "intervals": ivs,
-                     "verdict": "HOLDS" if inside else "REFUTED" if outside else "NOT-REPRODUCED"})
-    if len(rows) < MIN_RUNGS:
-        return {"rungs": rows, "verdict": f"PENDING ({len(rows)} of {MIN_RUNGS} rungs measured)"}
-    verdicts = {x["verdict"] for x in rows}
-    return {"rungs": rows, "verdict": "REFUTED" if "REFUTED" in verdicts else
-            "HOLDS" if verdicts == {"HOLDS"} else "NOT-REPRODUCED"}
 
 
 def by_rung(part: str, keys: tuple, data: dict | None = None) -> dict[str, dict]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from tailtheory.core.trend import size_trend
 from tailtheory.engine.start.rungs import RUNGS, non_embedding_params
-from tailtheory.regime import size
+from tailtheory.regime import size, size_mismatch
 
 EXTRAPOLATE_TO = 1e9
 """Where the dashed extrapolation ends (parameters)."""
@@ -46,10 +46,10 @@ def size_frame(data: dict | None = None):
                 if isinstance(v, dict) and math.isfinite(v.get(key, math.nan)):
                     rows.append({"effect": effect, "rung": r.name, "params": PARAMS[r.name],
                                  "seed": int(seed), "value": float(v[key])})
-    for x in size.v8_trend()["rungs"]:
+    for x in size_mismatch.v8_trend()["rungs"]:
         rows.append({"effect": "V8 hf bf16", "rung": x["rung"], "params": PARAMS[x["rung"]],
                      "seed": 0, "value": x["value"]})
-    for x in size.v7_verdict()["rungs"]:
+    for x in size_mismatch.v7_verdict()["rungs"]:
         for setting, (ratio, low, high) in x["intervals"].items():
             rows.append({"effect": f"V7 ratio ({setting})", "rung": x["rung"],
                          "params": PARAMS[x["rung"]], "seed": 0, "value": ratio, "low": low,
@@ -75,7 +75,7 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
     if ref:
         ax.axhline(ref[0], color="0.5", lw=0.8, ls=":", label=ref[1])
     if effect.startswith("V7"):
-        ax.axhspan(*size.V7_RANGE, color="0.9", zorder=0, label="holds inside")
+        ax.axhspan(*size_mismatch.V7_RANGE, color="0.9", zorder=0, label="holds inside")
         ax.errorbar(sub.params, sub.value, yerr=[sub.value - sub.low, sub.high - sub.value],
                     fmt="none", ecolor="C0", capsize=3, zorder=3)
     ax.set_xscale("log")
@@ -91,7 +91,7 @@ def plot_size(data: dict | None = None):
 
     df = size_frame(data)
     panels = [(e, d) for e, (_, _, d) in size.EFFECTS.items()]
-    panels += [("V8 hf bf16", size.V8_DELTA), ("V7 ratio (vs_float32)", None),
+    panels += [("V8 hf bf16", size_mismatch.V8_DELTA), ("V7 ratio (vs_float32)", None),
                ("V7 ratio (same_dtype)", None)]
     cols = 4
     fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(13, 9.5),
