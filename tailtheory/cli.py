@@ -230,9 +230,9 @@ def _ladder_arguments(p) -> None:
                         "and print each effect's trend over the rungs; calibrate: the logit-noise "
                         "sigma of each k3 of V6's ladder grid on built rungs' warm starts")
     p.add_argument("--part", action="append",
-                   choices=("tail", "p4", "lopti", "decisive", "step"),
-                   help="effects: a part (repeatable; default all: tail = M7 and V2, p4, lopti = "
-                        "L1, L4, L5, decisive = lowest bin's decisive share, step = step speed)")
+                   choices=("tail", "p4", "lopti", "decisive", "step", "lopti_decide"),
+                   help="effects: a part (repeatable; default all): tail = M7, V2; p4; lopti = L1, "
+                        "L4, L5; decisive share; step speed; lopti_decide = lopti on decide")
     p.add_argument("--seed", action="append", type=int, choices=(1, 2, 3),
                    help="effects: a seed to measure (repeatable; default 1, 2 and 3)")
     p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],

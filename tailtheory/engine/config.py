@@ -21,7 +21,7 @@ from tailtheory.engine.devices import DEVICES
 from tailtheory.engine.registry import MethodSpec, parse_methods, validate_params
 from tailtheory.engine.rollout.engine import BACKENDS, DEFAULT_BACKEND, HF, PATHS, SAMPLERS
 from tailtheory.engine.rollout.noise import check_noise
-from tailtheory.engine.start.rungs import BASE, TASK, TASK_KWARGS, rung
+from tailtheory.engine.start.rungs import BASE, RUNG_TASKS, rung
 from tailtheory.engine.tasks.task import TASKS
 from tailtheory.engine.threads import check_threads
 from tailtheory.engine.types import MethodParams
@@ -204,10 +204,11 @@ def _validate(c: TrainConfig) -> MethodSpec:
         raise ValueError(f"unknown task {c.task!r}; valid tasks: {', '.join(sorted(TASKS))}")
     if c.rung != BASE:
         rung(c.rung)                                   # an unknown name lists the ladder
-        if (c.task, c.n_people, c.model) != (TASK, TASK_KWARGS["n_people"], "warm"):
-            raise ValueError(f"rung {c.rung!r} is a size of the matched recipe's warm start: it "
-                             f"needs task {TASK!r}, n_people {TASK_KWARGS['n_people']} and model "
-                             f"'warm' (got {c.task!r}, {c.n_people}, {c.model!r})")
+        if c.model != "warm" or RUNG_TASKS.get(c.task, (None,))[0] != c.n_people:
+            tasks = ", ".join(f"task {t!r} with n_people {n}" for t, (n, _) in RUNG_TASKS.items())
+            raise ValueError(f"rung {c.rung!r} is a size of a recipe's warm start: it needs model "
+                             f"'warm' and one of {tasks} (got {c.task!r}, {c.n_people}, "
+                             f"{c.model!r})")
     spec = parse_methods(c.method)
     if c.rollout not in PATHS:
         raise ValueError(f"unknown rollout {c.rollout!r}; valid rollout paths: {', '.join(PATHS)}")

@@ -7,7 +7,7 @@ each is measured on every built rung's ``kk_prose`` warm start with the ``matche
 probe sizes and rules unchanged, and one number per effect and seed (:data:`EFFECTS`) goes into
 a trend over the rungs (:func:`tailtheory.core.trend.size_trend`).
 
-Five parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
+Six parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
 
 - ``tail`` (M7, V2): the warm start answers :data:`PROMPTS` held-out prompts on each real
   rollout path of :data:`TAIL_PATHS` (sample seed = the seed); each sampled token's ``|Delta|``
@@ -22,6 +22,8 @@ Five parts, stored per rung, part and seed in ``results/ladder_effects.json`` as
 - ``decisive``: what the lowest bin's tokens do at this rung (the ``matched`` store's
   decisiveness probe, :func:`decisive_numbers`): a fact of the rung's regime beside its bin
   shares, reported per rung, not a trend verdict.
+- ``lopti_decide``: the ``lopti`` part on the ``decide`` recipe's warm start at two sizes
+  (:mod:`tailtheory.regime.size_decide`: its lowest-bin tokens decide the answer).
 - ``step``: the GRPO step's speed on the rung's warm start
   (:func:`tailtheory.regime.size_speed.step_numbers`): response tokens/s, update's share of peak.
 
@@ -64,6 +66,8 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
+from tailtheory.regime.size_decide import DECIDE_RUNGS, decide_numbers, decide_policy, decide_table
+from tailtheory.regime.size_decide import PART as DECIDE_PART
 from tailtheory.regime.size_mismatch import MIN_RUNGS, stored_data, v7_verdict, v8_trend
 from tailtheory.regime.size_speed import step_numbers
 from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
@@ -72,7 +76,7 @@ from tailtheory.tim.precision_training import stored_v7_training
 STORE = "ladder_effects"
 """``results/ladder_effects.json``: rung -> part -> seed -> that seed's numbers."""
 
-PARTS = ("tail", "p4", "lopti", "decisive", "step")
+PARTS = ("tail", "p4", "lopti", "decisive", "step", DECIDE_PART)
 SEEDS = (1, 2, 3)
 TAIL_PATHS = ("bf16", "fp16", "fp8", "kv")
 Q_EDGES = (1e-4, 1e-3, 1e-2, 0.1, 1.0)
@@ -203,7 +207,7 @@ def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_P
 
 
 MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers,
-           "decisive": decisive_numbers, "step": step_numbers}
+           "decisive": decisive_numbers, "step": step_numbers, DECIDE_PART: decide_numbers}
 
 
 def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, threads: int = 1,
@@ -218,16 +222,19 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
     names = names or [r.name for r in RUNGS if r.name in stored()]
     for name in names:
         for seed in seeds:
-            todo = [p for p in parts if str(seed) not in read().get(name, {}).get(p, {})]
-            if not todo:
-                continue
-            model, task, key = policy(name, seed, progress)
-            for part in todo:
-                t0 = time.perf_counter()
-                with torch_threads(threads):
-                    row = MEASURE[part](model, task, seed)
-                _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
-                                          "seconds": round(time.perf_counter() - t0, 1)})
+            todo = [p for p in parts if str(seed) not in read().get(name, {}).get(p, {})
+                    and (p != DECIDE_PART or name in DECIDE_RUNGS)]
+            for group in ([p for p in todo if p != DECIDE_PART], [p for p in todo
+                                                                 if p == DECIDE_PART]):
+                if group:
+                    model, task, key = (decide_policy(name, progress) if group == [DECIDE_PART]
+                                        else policy(name, seed, progress))
+                for part in group:
+                    t0 = time.perf_counter()
+                    with torch_threads(threads):
+                        row = MEASURE[part](model, task, seed)
+                    _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
+                                              "seconds": round(time.perf_counter() - t0, 1)})
     return read()
 
 
@@ -322,6 +329,8 @@ def size_report(costs: bool = False) -> str:
               if "slope" in v8 else "")
     return ("Against model size (the ladder: results/ladder_effects.json, batch_shape_ladder.json, "
             "precision_ladder.json; criteria in paper_repro.md):\n" + trend_table()
+            + f"\nL1, L4, L5 on the decide recipe at {' and '.join(DECIDE_RUNGS)} (two sizes, "
+              "seeds the units):\n" + decide_table(read(), EFFECTS)
             + "\nDecisive share of the lowest bin (a regime fact, no verdict): " + (", ".join(
                 f"{k} {v['decisive_share']:.2f} ({v['seeds']} seeds)"
                 for k, v in decisive_by_rung().items()) or "not measured (tailtheory ladder "

@@ -54,7 +54,7 @@ def warm_config(cfg: TrainConfig):
     """The :class:`~tailtheory.engine.start.sft.SFTConfig` of the warm start ``model="warm"`` uses:
     the task's, or the rung's (``cfg.rung``, :mod:`tailtheory.engine.start.rungs`)."""
     if cfg.rung != BASE:
-        return rung(cfg.rung).warm()
+        return rung(cfg.rung).warm(cfg.task)
     return SFTConfig.for_task(cfg.task, task_kwargs=_task_kwargs(cfg))
 
 

@@ -30,6 +30,12 @@ from tailtheory.engine.start.sft import SFTConfig
 TASK, TASK_KWARGS = "kk_prose", {"n_people": 2}
 """The ``matched`` recipe's task: its warm start is the one every rung builds."""
 
+RUNG_TASKS = {TASK: (TASK_KWARGS["n_people"], TASK_KWARGS), "kk_knights": (3, {})}
+"""Task -> (people per puzzle, the task kwargs its warm start is keyed by) of the tasks whose warm
+start has a size on the ladder (``TrainConfig.rung``): the ``matched`` recipe's, pretrained on the
+corpus, and the ``decide`` recipe's (three people, the task's default), whose lowest-bin tokens
+decide the answer, trained from a random init at every size as at the base."""
+
 
 @dataclass(frozen=True)
 class Rung:
@@ -60,11 +66,21 @@ class Rung:
         return replace(base, model=self.model, steps=steps, warmup=steps // 20,
                        lr=base.lr * 128 / self.hidden)
 
-    def warm(self) -> SFTConfig:
-        """The ``kk_prose`` warm start of this rung (the base rung's: the ``matched`` recipe's)."""
-        base = SFTConfig.for_task(TASK, task_kwargs=dict(TASK_KWARGS))
-        if self.model == base.model:
+    def warm(self, task: str = TASK) -> SFTConfig:
+        """The warm start of ``task`` (a key of :data:`RUNG_TASKS`) at this rung. Default: the
+        ``matched`` recipe's ``kk_prose`` from this rung's corpus LM (the base rung's: the recipe's
+        own). Another task's warm start is trained from a random init, as at the base: the
+        task's own warm start with this rung's width, depth and heads (its vocabulary kept)."""
+        if task not in RUNG_TASKS:
+            raise ValueError(f"no warm start of task {task!r} on the ladder; it holds "
+                             f"{', '.join(RUNG_TASKS)}")
+        base = SFTConfig.for_task(task, task_kwargs=dict(RUNG_TASKS[task][1]))
+        shape = {"hidden": self.hidden, "layers": self.layers, "heads": self.model.heads,
+                 "kv_heads": self.model.kv_heads}
+        if all(getattr(base.model, k) == v for k, v in shape.items()):
             return base
+        if task != TASK:
+            return replace(base, model=replace(base.model, **shape), lr=base.lr * 128 / self.hidden)
         return replace(base, model=self.model, pretrained=self.corpus(),
                        lr=base.lr * 128 / self.hidden)
 

@@ -56,7 +56,30 @@ def test_a_run_takes_a_rung_by_name():
     assert warm_config(up) == rung("w192").warm()
     assert start_key(up) != start_key(matched) and run_key(up) != run_key(matched)
     assert warm_config(matched) == SFTConfig.for_task("kk_prose", task_kwargs={"n_people": 2})
-    with pytest.raises(ValueError, match="needs task 'kk_prose', n_people 2 and model 'warm'"):
+    with pytest.raises(ValueError, match="needs model 'warm' and one of task 'kk_prose' with "
+                                         "n_people 2, task 'kk_knights' with n_people 3"):
         TrainConfig(task="kk", rung="w192")
+    with pytest.raises(ValueError, match="got 'kk_knights', 2, 'warm'"):
+        TrainConfig(task="kk_knights", n_people=2, rung="w192")
     with pytest.raises(ValueError, match="unknown rung 'w9'"):
         TrainConfig(task="kk_prose", n_people=2, rung="w9")
+
+
+def test_the_decide_recipes_warm_start_at_a_rung():
+    """The ``decide`` recipe's warm start (``kk_knights``, three people, from a random init) has a
+    size on the ladder: the base rung's is the recipe's own (same hash), a larger rung's the same
+    config with that rung's width, depth and heads, its vocabulary and task kept."""
+    decide = recipe_config("decide")
+    assert warm_config(decide) == SFTConfig.for_task("kk_knights", task_kwargs={})
+    assert RUNGS[0].warm("kk_knights") == warm_config(decide)
+    up, w = dataclasses.replace(decide, rung="w256"), rung("w256")
+    cfg = warm_config(up)
+    assert cfg == w.warm("kk_knights") and cfg.pretrained is None and cfg.task == "kk_knights"
+    assert (cfg.model.hidden, cfg.model.layers, cfg.model.heads, cfg.model.kv_heads) == (
+        w.model.hidden, w.model.layers, w.model.heads, w.model.kv_heads)
+    assert cfg.model.vocab_size == warm_config(decide).model.vocab_size != w.model.vocab_size
+    assert non_embedding_params(cfg.model) == non_embedding_params(w.model)
+    assert cfg.lr == pytest.approx(warm_config(decide).lr * 128 / 256)
+    assert config_hash(cfg) != config_hash(warm_config(decide)) and run_key(up) != run_key(decide)
+    with pytest.raises(ValueError, match="no warm start of task 'kk' on the ladder"):
+        w.warm("kk")
