@@ -163,3 +163,21 @@ pd.DataFrame(rows)
 # %%
 pd.DataFrame([{"rung": k, **v} for k, v in size.decisive_by_rung().items()],
              columns=["rung", "decisive_share", "token_frac", "seeds"])
+
+# %% [markdown]
+# ## (4) Where the lowest bin decides: the `decide` recipe at two sizes
+#
+# The `matched` recipe's lowest bin holds mostly free synonym and order choices at every rung
+# (the table above), so its L1, L4 and L5 trends say nothing about tokens that decide the answer.
+# The same probes run on the `decide` recipe (Knights and Knaves with three people, answered by
+# naming the truth-tellers: every response token is a choice the reward reads), on its warm start
+# at the base size and at `w256`'s width, depth and heads (8x the non-embedding parameters,
+# trained from a random init as the base is). Two sizes cannot carry a trend over rung means, so
+# the seeds are the units (the ledger's rule): GROWS / SHRINKS when the slope per decade is more
+# than 2 se from 0, FLAT when it lies within the effect's `delta`, UNRESOLVED otherwise. Seed noise
+# only: a weaker design than the ladder's, and two points say nothing about the shape between.
+
+# %%
+fig, df_decide = size_figure.plot_decide()
+show_figure(fig, "size_decide", df_decide, STORED)
+df_decide.groupby(["effect", "rung"]).value.agg(["mean", "std", "size"]).round(4)

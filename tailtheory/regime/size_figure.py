@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from tailtheory.core.trend import size_trend
-from tailtheory.engine.start.rungs import RUNGS, non_embedding_params
-from tailtheory.regime import size, size_mismatch
+from tailtheory.engine.start.rungs import RUNGS, non_embedding_params, rung
+from tailtheory.regime import size, size_decide, size_mismatch
 
 EXTRAPOLATE_TO = 1e9
 """Where the dashed extrapolation ends (parameters)."""
@@ -116,4 +116,41 @@ def plot_size(data: dict | None = None):
     fig.suptitle("Each effect against model size (the matched recipe's ladder; grey dotted: "
                  "the paper's value or the claim's criterion)", fontsize=10)
     fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    return fig, df
+
+
+def plot_decide(data: dict | None = None):
+    """The ``decide`` recipe at its two sizes (:mod:`tailtheory.regime.size_decide`): one panel
+    per L1, L4, L5 effect, the seeds (grey), each size's mean and sd (blue), the two means joined
+    and labelled with the two-size verdict, the paper's value or the criterion dotted. Returns the
+    figure and its rows (``effect``, ``rung``, ``params``, ``seed``, ``value``)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    data = size.read() if data is None else data
+    params = {n: non_embedding_params(rung(n).warm(size_decide.TASK).model)
+              for n in size_decide.DECIDE_RUNGS}
+    verdicts = size_decide.decide_sizes(data, size.EFFECTS)
+    df = pd.DataFrame([{"effect": e, "rung": n, "params": params[n], "seed": i, "value": v}
+                       for e, r in verdicts.items() for n, vals in r["values"].items()
+                       for i, v in enumerate(vals, 1)],
+                      columns=["effect", "rung", "params", "seed", "value"])
+    fig, axes = plt.subplots(2, 4, figsize=(13, 6), squeeze=False)
+    for ax, (effect, r) in zip(axes.flat, verdicts.items()):
+        sub = df[df.effect == effect]
+        ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2)
+        means = sub.groupby("params").value.agg(["mean", "std"]).reset_index()
+        ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o-", ms=5,
+                    color="C0", capsize=3, zorder=3, label=r["verdict"].split(" (")[0])
+        if effect in REFERENCE:
+            ax.axhline(REFERENCE[effect][0], color="0.5", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_xlim(3e5, 1e7)
+        ax.set_title(effect, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, frameon=False)
+    axes.flat[-1].set_visible(False)
+    fig.suptitle("L1, L4, L5 on the decide recipe (lowest-bin tokens decide the answer) at two "
+                 "sizes; grey dotted: the paper's value or the criterion", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, df

@@ -52,3 +52,16 @@ def test_no_trend_line_below_four_rungs_or_three_seeds_and_an_empty_store_draws(
         visible = [ax for ax in fig.axes if ax.get_visible()]
         assert len(visible) == len(size.EFFECTS) + 3
         plt.close(fig)
+
+
+def test_the_decide_figure_draws_both_sizes_and_an_empty_store():
+    seeds = {str(s): {"l1_rho": 0.9 + 0.01 * s, "l4_d": 0.8} for s in (1, 2, 3)}
+    fig, df = size_figure.plot_decide({"base": {"lopti_decide": seeds},
+                                       "w256": {"lopti_decide": seeds}})
+    assert len(df[df.effect == "L1 Spearman"]) == 6 and set(df.rung) == {"base", "w256"}
+    assert "FLAT" in {t.get_text() for ax in fig.axes if ax.get_legend()
+                      for t in ax.get_legend().get_texts()}
+    plt.close(fig)
+    fig, df = size_figure.plot_decide({})
+    assert df.empty and len([ax for ax in fig.axes if ax.get_visible()]) == 7
+    plt.close(fig)
