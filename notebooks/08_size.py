@@ -165,7 +165,7 @@ pd.DataFrame([{"rung": k, **v} for k, v in size.decisive_by_rung().items()],
              columns=["rung", "decisive_share", "token_frac", "seeds"])
 
 # %% [markdown]
-# ## (4) Where the lowest bin decides: the `decide` recipe at two sizes
+# ## (4) Where the lowest bin decides: the `decide` recipe against size
 #
 # The `matched` recipe's lowest bin holds mostly free synonym and order choices at every rung
 # (the table above), so its L1, L4 and L5 trends say nothing about tokens that decide the answer.
@@ -176,6 +176,8 @@ pd.DataFrame([{"rung": k, **v} for k, v in size.decisive_by_rung().items()],
 # the seeds are the units (the ledger's rule): GROWS / SHRINKS when the slope per decade is more
 # than 2 se from 0, FLAT when it lies within the effect's `delta`, UNRESOLVED otherwise. Seed noise
 # only: a weaker design than the ladder's, and two points say nothing about the shape between.
+# The warm start is cheap at every rung, so other rungs may be measured too: once 4 rungs have 3
+# seeds, the ladder's trend over rung means is printed and labelled beside the two-size verdict.
 
 # %%
 fig, df_decide = size_figure.plot_decide()

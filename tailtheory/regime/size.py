@@ -66,7 +66,7 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
-from tailtheory.regime.size_decide import DECIDE_RUNGS, decide_numbers, decide_policy, decide_table
+from tailtheory.regime.size_decide import TWO_SIZES, decide_numbers, decide_policy, decide_table
 from tailtheory.regime.size_decide import PART as DECIDE_PART
 from tailtheory.regime.size_mismatch import MIN_RUNGS, stored_data, v7_verdict, v8_trend
 from tailtheory.regime.size_speed import step_numbers
@@ -222,8 +222,7 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
     names = names or [r.name for r in RUNGS if r.name in stored()]
     for name in names:
         for seed in seeds:
-            todo = [p for p in parts if str(seed) not in read().get(name, {}).get(p, {})
-                    and (p != DECIDE_PART or name in DECIDE_RUNGS)]
+            todo = [p for p in parts if str(seed) not in read().get(name, {}).get(p, {})]
             for group in ([p for p in todo if p != DECIDE_PART], [p for p in todo
                                                                  if p == DECIDE_PART]):
                 if group:
@@ -329,8 +328,8 @@ def size_report(costs: bool = False) -> str:
               if "slope" in v8 else "")
     return ("Against model size (the ladder: results/ladder_effects.json, batch_shape_ladder.json, "
             "precision_ladder.json; criteria in paper_repro.md):\n" + trend_table()
-            + f"\nL1, L4, L5 on the decide recipe at {' and '.join(DECIDE_RUNGS)} (two sizes, "
-              "seeds the units):\n" + decide_table(read(), EFFECTS)
+            + f"\nL1, L4, L5 on the decide recipe ({' against '.join(TWO_SIZES)}, seeds the "
+              "units; the trend over 4 rungs beside):\n" + decide_table(read(), EFFECTS)
             + "\nDecisive share of the lowest bin (a regime fact, no verdict): " + (", ".join(
                 f"{k} {v['decisive_share']:.2f} ({v['seeds']} seeds)"
                 for k, v in decisive_by_rung().items()) or "not measured (tailtheory ladder "

@@ -7,17 +7,20 @@ about tokens that decide the answer. The ``decide`` recipe's do (two thirds of i
 lowest bin; :mod:`tailtheory.lopti.decisive_store`). Here the same one-step probes
 (:func:`tailtheory.lopti.measurement.measure`, the recipe's probe sizes: 4 GRPO batches of 32
 prompts x 8 responses a seed) run on its warm start at the base rung (the recipe's own, 0.72M
-parameters) and at :data:`DECIDE_RUNGS`'s larger rung (the same config with that rung's width,
-depth and heads: :meth:`tailtheory.engine.start.rungs.Rung.warm`; 8x the non-embedding
-parameters, built here when the cache lacks it: a few CPU minutes). Seeds are probe seeds of one
-warm start at each size, as in the recipe's stored probe.
+parameters) and at larger rungs (the same config with the rung's width, depth and heads:
+:meth:`tailtheory.engine.start.rungs.Rung.warm`; built here when the cache lacks it, minutes on a
+CPU: its responses are 2-4 tokens). Seeds are probe seeds of one warm start at each size, as in
+the recipe's stored probe.
 
-**The rule, fixed before the larger size was measured** (the ledger's): two sizes cannot carry
-the ladder's trend over rung means, so the seeds are the units. Per effect, ``slope`` = (mean at
-the larger size - mean at the base) / ``log10`` of their non-embedding parameter ratio, ``se``
-from the two sizes' seed variances (Welch); **GROWS** / **SHRINKS** when ``|slope| > 2 se``;
-**FLAT** when ``|slope| + 2 se`` is below the effect's ``delta`` per decade (the ladder's, the
-same equivalence test); **UNRESOLVED** otherwise; PENDING until both sizes have 3 seeds.
+**The rules, fixed before any size above the base was measured** (the ledger's). At the two
+sizes :data:`TWO_SIZES` the seeds are the units: per effect, ``slope`` = (mean at the larger
+size - mean at the base) / ``log10`` of their non-embedding parameter ratio, ``se`` from the two
+sizes' seed variances (Welch); **GROWS** / **SHRINKS** when ``|slope| > 2 se``; **FLAT** when
+``|slope| + 2 se`` is below the effect's ``delta`` per decade (the ladder's, the same
+equivalence test); **UNRESOLVED** otherwise; PENDING until both sizes have 3 seeds. The warm
+start is cheap to build at every rung, so the part may run at any rung of the ladder
+(:data:`DECIDE_RUNGS`); once at least 4 rungs have 3 seeds, the ladder's own trend over rung
+means (:func:`tailtheory.core.trend.size_trend`, the same ``delta``) is reported beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import math
 
 import numpy as np
 
-from tailtheory.engine.start.rungs import BASE, non_embedding_params, rung
+from tailtheory.core.trend import size_trend
+from tailtheory.engine.start.rungs import BASE, RUNGS, non_embedding_params, rung
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.experiments.comparison import Z_CRIT
 from tailtheory.experiments.policies import grpo_config
@@ -38,19 +42,19 @@ TASK = "kk_knights"
 PART = "lopti_decide"
 """The part of ``results/ladder_effects.json`` that holds these probes, per rung and seed."""
 
-DECIDE_RUNGS = (BASE, "w256")
-"""The two sizes: the base rung and one with 8x its non-embedding parameters (6.9x in all with
-the recipe's 512-id vocabulary)."""
+TWO_SIZES = (BASE, "w256")
+"""The two sizes of the pre-registered verdict: the base rung and one with 8x its non-embedding
+parameters (6.9x in all with the recipe's 512-id vocabulary)."""
 
-MIN_SEEDS = 3
+DECIDE_RUNGS = tuple(r.name for r in RUNGS)
+"""The rungs the part may measure (every rung: the warm start is built where it is missing)."""
+
+MIN_SEEDS, MIN_RUNGS = 3, 4
 
 
 def decide_policy(name: str, progress: bool = True) -> tuple:
     """``(model, task, warm_key)``: the ``decide`` recipe's warm start at rung ``name`` (trained
     first when the cache lacks it)."""
-    if name not in DECIDE_RUNGS:
-        raise ValueError(f"the decide recipe is measured at {', '.join(DECIDE_RUNGS)}, not "
-                         f"{name!r}")
     path = warm_start(rung(name).warm(TASK), progress=progress)
     model, task = load_warm_start(path, device="cpu")
     return model, task, path.name
@@ -64,30 +68,41 @@ def decide_numbers(model, task, seed: int, batches: int = 4, cfg=None) -> dict:
     return seed_effects(data)[seed]
 
 
+def _params(name: str) -> int:
+    return non_embedding_params(rung(name).warm(TASK).model)
+
+
 def decide_sizes(data: dict, effects: dict) -> dict[str, dict]:
-    """Effect -> both sizes' seed values and the two-size verdict of the module docstring, for
-    the lopti effects of ``effects`` (effect -> (part, key, delta per decade)); ``data``: the
-    ladder's effects store (rung -> part -> seed -> numbers)."""
-    lo, hi = DECIDE_RUNGS
-    decades = math.log10(non_embedding_params(rung(hi).warm(TASK).model)
-                         / non_embedding_params(rung(lo).warm(TASK).model))
+    """Effect -> its seed values per measured rung (``values``), the two-size verdict of the
+    module docstring (``verdict``, with ``slope`` and ``se`` once both sizes have their seeds)
+    and, once 4 rungs have 3 seeds, the ladder's trend over them (``trend``: verdict, slope and
+    interval), for the lopti effects of ``effects`` (effect -> (part, key, delta per decade));
+    ``data``: the ladder's effects store (rung -> part -> seed -> numbers)."""
+    lo, hi = TWO_SIZES
+    decades = math.log10(_params(hi) / _params(lo))
     out = {}
     for effect, (part, key, delta) in effects.items():
         if part != "lopti":
             continue
-        vals = {n: [v[key] for v in data.get(n, {}).get(PART, {}).values()
-                    if isinstance(v, dict) and math.isfinite(v.get(key, math.nan))]
-                for n in DECIDE_RUNGS}
+        vals = {n: v for n in DECIDE_RUNGS
+                if (v := [x[key] for x in data.get(n, {}).get(PART, {}).values()
+                          if isinstance(x, dict) and math.isfinite(x.get(key, math.nan))])}
         res = {"values": vals, "delta": delta}
-        if min(len(v) for v in vals.values()) < MIN_SEEDS:
+        two = [vals.get(n, []) for n in TWO_SIZES]
+        if min(len(v) for v in two) < MIN_SEEDS:
             res["verdict"] = "PENDING (" + ", ".join(f"{n} {len(v)} of {MIN_SEEDS} seeds"
-                                                     for n, v in vals.items()) + ")"
+                                                     for n, v in zip(TWO_SIZES, two)) + ")"
         else:
-            slope = (np.mean(vals[hi]) - np.mean(vals[lo])) / decades
-            se = math.sqrt(sum(np.var(v, ddof=1) / len(v) for v in vals.values())) / decades
+            slope = (np.mean(two[1]) - np.mean(two[0])) / decades
+            se = math.sqrt(sum(np.var(v, ddof=1) / len(v) for v in two)) / decades
             res.update(slope=float(slope), se=float(se), verdict=(
                 ("GROWS" if slope > 0 else "SHRINKS") if abs(slope) > Z_CRIT * se else
                 "FLAT" if abs(slope) + Z_CRIT * se < delta else "UNRESOLVED"))
+        full = [n for n, v in vals.items() if len(v) >= MIN_SEEDS]
+        if len(full) >= MIN_RUNGS:
+            t = size_trend([_params(n) for n in full], [np.mean(vals[n]) for n in full], delta)
+            res["trend"] = {"verdict": t.verdict, "slope": t.slope, "low": t.low, "high": t.high,
+                            "rungs": full}
         out[effect] = res
     return out
 
@@ -96,8 +111,11 @@ def decide_table(data: dict, effects: dict) -> str:
     """:func:`decide_sizes` as text, one line per effect."""
     lines = []
     for effect, r in decide_sizes(data, effects).items():
-        cells = ", ".join(f"{n} {np.mean(v):.3g} ({len(v)})" for n, v in r["values"].items() if v)
+        cells = ", ".join(f"{n} {np.mean(v):.3g} ({len(v)})" for n, v in r["values"].items())
         slope = (f"; slope {r['slope']:+.3g} per decade (se {r['se']:.2g}), delta {r['delta']:g}"
                  if "slope" in r else "")
-        lines.append(f"{effect:11s} {r['verdict']}{slope}" + (f": {cells}" if cells else ""))
+        t = r.get("trend")
+        trend = (f"; over {len(t['rungs'])} rungs {t['verdict']} ({t['low']:+.3g} to "
+                 f"{t['high']:+.3g})" if t else "")
+        lines.append(f"{effect:11s} {r['verdict']}{slope}{trend}" + (f": {cells}" if cells else ""))
     return "\n".join(lines)

@@ -120,10 +120,11 @@ def plot_size(data: dict | None = None):
 
 
 def plot_decide(data: dict | None = None):
-    """The ``decide`` recipe at its two sizes (:mod:`tailtheory.regime.size_decide`): one panel
-    per L1, L4, L5 effect, the seeds (grey), each size's mean and sd (blue), the two means joined
-    and labelled with the two-size verdict, the paper's value or the criterion dotted. Returns the
-    figure and its rows (``effect``, ``rung``, ``params``, ``seed``, ``value``)."""
+    """The ``decide`` recipe along the ladder (:mod:`tailtheory.regime.size_decide`): one panel
+    per L1, L4, L5 effect, the seeds (grey), each measured size's mean and sd (blue, joined),
+    labelled with the two-size verdict and, over 4 rungs, the trend's; the paper's value or the
+    criterion dotted. Returns the figure and its rows (``effect``, ``rung``, ``params``, ``seed``,
+    ``value``)."""
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -141,16 +142,18 @@ def plot_decide(data: dict | None = None):
         ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2)
         means = sub.groupby("params").value.agg(["mean", "std"]).reset_index()
         ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o-", ms=5,
-                    color="C0", capsize=3, zorder=3, label=r["verdict"].split(" (")[0])
+                    color="C0", capsize=3, zorder=3, label=r["verdict"].split(" (")[0] + (
+                        f"; {len(r['trend']['rungs'])} rungs: {r['trend']['verdict']}"
+                        if "trend" in r else ""))
         if effect in REFERENCE:
             ax.axhline(REFERENCE[effect][0], color="0.5", lw=0.8, ls=":")
         ax.set_xscale("log")
-        ax.set_xlim(3e5, 1e7)
+        ax.set_xlim(3e5, 4e7)
         ax.set_title(effect, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7, frameon=False)
     axes.flat[-1].set_visible(False)
-    fig.suptitle("L1, L4, L5 on the decide recipe (lowest-bin tokens decide the answer) at two "
-                 "sizes; grey dotted: the paper's value or the criterion", fontsize=10)
+    fig.suptitle("L1, L4, L5 on the decide recipe (lowest-bin tokens decide the answer) against "
+                 "size; grey dotted: the paper's value or the criterion", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, df

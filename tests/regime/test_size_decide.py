@@ -11,13 +11,13 @@ from dataclasses import replace
 import pytest
 
 from tailtheory.core.models import tiny_lm
-from tailtheory.engine.start.rungs import non_embedding_params, rung
+from tailtheory.engine.start.rungs import RUNGS, non_embedding_params, rung
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.regime import size, size_decide
-from tailtheory.regime.size_decide import DECIDE_RUNGS, PART, decide_sizes
+from tailtheory.regime.size_decide import PART, TWO_SIZES, decide_sizes
 
-LO, HI = DECIDE_RUNGS
+LO, HI = TWO_SIZES
 DECADES = math.log10(non_embedding_params(rung(HI).warm("kk_knights").model)
                      / non_embedding_params(rung(LO).warm("kk_knights").model))
 EFFECT = {"L1 Spearman": ("lopti", "l1_rho", 0.03)}
@@ -68,20 +68,33 @@ def test_each_size_is_measured_on_the_decide_recipes_warm_start_at_that_rung(mon
     monkeypatch.setattr(size_decide, "load_warm_start", lambda path, device: ("m", "t"))
     assert size_decide.decide_policy(HI) == ("m", "t", "key")
     assert seen == [rung(HI).warm("kk_knights")]
-    with pytest.raises(ValueError, match="measured at base, w256, not 'w192'"):
-        size_decide.decide_policy("w192")
+    assert size_decide.decide_policy("w192")[2] == "key" and seen[-1] == rung("w192").warm(
+        "kk_knights")
 
 
-def test_the_ladders_effects_route_the_part_to_its_sizes_only(tmp_path, monkeypatch):
+def test_the_trend_over_four_rungs_is_reported_beside_the_two_size_verdict():
+    names = [r.name for r in RUNGS[:4]]
+    data = {n: {PART: {str(s): {"l1_rho": 0.9 - 0.05 * i + 0.001 * s} for s in (1, 2, 3)}}
+            for i, n in enumerate(names)}
+    r = decide_sizes(data, EFFECT)["L1 Spearman"]
+    assert r["verdict"] == "SHRINKS" and r["trend"]["verdict"] == "SHRINKS"
+    assert r["trend"]["rungs"] == names and r["trend"]["high"] < 0
+    del data[names[1]][PART]["3"]                                    # 3 rungs with 3 seeds
+    assert "trend" not in decide_sizes(data, EFFECT)["L1 Spearman"]
+    assert "over 4 rungs SHRINKS" in size_decide.decide_table(
+        {**data, names[1]: {PART: {str(s): {"l1_rho": 0.85} for s in (1, 2, 3)}}}, EFFECT)
+
+
+def test_the_ladders_effects_measure_the_part_on_the_decide_warm_start(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     calls = []
     monkeypatch.setattr(size, "policy", lambda name, seed, progress=True: ("m", "t", "matched"))
     monkeypatch.setattr(size, "decide_policy", lambda name, progress=True: ("m", "t", "decide"))
     monkeypatch.setattr(size, "MEASURE", {p: (lambda m, t, s, p=p: calls.append((p, s)) or {})
                                           for p in size.PARTS})
-    size.measure_effects([LO, "w192", HI], parts=("tail", PART), seeds=(1,))
-    assert calls == [("tail", 1), (PART, 1), ("tail", 1), ("tail", 1), (PART, 1)]
+    size.measure_effects([LO, HI], parts=("tail", PART), seeds=(1,))
+    size.measure_effects([LO, HI], parts=("tail", PART), seeds=(1,))       # stored: skipped
+    assert calls == [("tail", 1), (PART, 1), ("tail", 1), (PART, 1)]
     data = size.read()
-    assert data[LO][PART]["1"]["warm_key"] == "decide" and data[LO]["tail"]["1"]["warm_key"] == (
-        "matched")
-    assert PART not in data["w192"]
+    assert {n: {p: data[n][p]["1"]["warm_key"] for p in ("tail", PART)} for n in (LO, HI)} == {
+        n: {"tail": "matched", PART: "decide"} for n in (LO, HI)}
