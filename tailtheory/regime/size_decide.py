@@ -34,7 +34,7 @@ from tailtheory.engine.start.rungs import BASE, RUNGS, non_embedding_params, run
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.experiments.comparison import Z_CRIT
 from tailtheory.experiments.policies import grpo_config
-from tailtheory.lopti.measurement import measure, seed_effects
+from tailtheory.lopti.measurement import measure, seed_effects, seed_values
 
 TASK = "kk_knights"
 """The ``decide`` recipe's task (three people, the task's default)."""
@@ -62,10 +62,12 @@ def decide_policy(name: str, progress: bool = True) -> tuple:
 
 def decide_numbers(model, task, seed: int, batches: int = 4, cfg=None) -> dict:
     """L1, L4 and L5's numbers of one probe seed on the ``decide`` recipe's batches (``cfg``: a
-    ``TrainConfig`` for their sizes, default the recipe's)."""
+    ``TrainConfig`` for their sizes, default the recipe's), and ``bin_fractions``: the share of
+    the batches' response tokens in each LOPTI ``pi_old`` bin (the size's regime)."""
     data = measure(model, task, cfg or grpo_config("decide"), (seed,), batches, progress=False,
                    min_seeds=1)
-    return seed_effects(data)[seed]
+    return {**seed_effects(data)[seed],
+            "bin_fractions": [float(x) for x in seed_values(data)[seed]["frac"]]}
 
 
 def _params(name: str) -> int:
@@ -118,4 +120,8 @@ def decide_table(data: dict, effects: dict) -> str:
         trend = (f"; over {len(t['rungs'])} rungs {t['verdict']} ({t['low']:+.3g} to "
                  f"{t['high']:+.3g})" if t else "")
         lines.append(f"{effect:11s} {r['verdict']}{slope}{trend}" + (f": {cells}" if cells else ""))
-    return "\n".join(lines)
+    low = {n: [x["bin_fractions"][0] for x in data.get(n, {}).get(PART, {}).values()
+               if isinstance(x, dict) and "bin_fractions" in x] for n in DECIDE_RUNGS}
+    low = ", ".join(f"{n} {100 * np.mean(v):.1f}%" for n, v in low.items() if v)
+    return "\n".join(lines + ([f"lowest pi_old bin's share of response tokens: {low}"]
+                               if low else []))

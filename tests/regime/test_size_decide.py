@@ -58,7 +58,13 @@ def test_decide_numbers_on_a_tiny_model():
     model = tiny_lm(vocab_size=512, hidden=32, layers=1, heads=2, kv_heads=1, seed=0)
     cfg = replace(grpo_config("decide"), prompts_per_step=2, group_size=2)
     out = size_decide.decide_numbers(model, get_task("kk_knights"), seed=1, batches=1, cfg=cfg)
-    assert set(out) == {k for _, k, _ in size.EFFECTS.values() if k.startswith(("l1", "l4", "l5"))}
+    assert set(out) == {k for _, k, _ in size.EFFECTS.values()
+                        if k.startswith(("l1", "l4", "l5"))} | {"bin_fractions"}
+    assert len(out["bin_fractions"]) == 4 and sum(out["bin_fractions"]) == pytest.approx(1.0)
+    line = size_decide.decide_table({LO: {PART: {"1": {**out, "bin_fractions": [0.125, 0, 0,
+                                                                                 0.875]}}}},
+                                    EFFECT).splitlines()[-1]
+    assert line == f"lowest pi_old bin's share of response tokens: {LO} 12.5%"
 
 
 def test_each_size_is_measured_on_the_decide_recipes_warm_start_at_that_rung(monkeypatch, tmp_path):
