@@ -142,7 +142,8 @@ def plot_decide(data: dict | None = None):
         ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2)
         means = sub.groupby("params").value.agg(["mean", "std"]).reset_index()
         ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o-", ms=5,
-                    color="C0", capsize=3, zorder=3, label=r["verdict"].split(" (")[0] + (
+                    color="C0", capsize=3, zorder=3, label=" vs ".join(size_decide.TWO_SIZES)
+                    + ": " + r["verdict"].split(" (")[0] + (
                         f"; {len(r['trend']['rungs'])} rungs: {r['trend']['verdict']}"
                         if "trend" in r else ""))
         if effect in REFERENCE:
@@ -153,6 +154,8 @@ def plot_decide(data: dict | None = None):
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7, frameon=False)
     axes.flat[-1].set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("non-embedding parameters", fontsize=8)
     fig.suptitle("L1, L4, L5 on the decide recipe (lowest-bin tokens decide the answer) against "
                  "size; grey dotted: the paper's value or the criterion", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))

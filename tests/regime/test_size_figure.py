@@ -59,7 +59,7 @@ def test_the_decide_figure_draws_both_sizes_and_an_empty_store():
     fig, df = size_figure.plot_decide({"base": {"lopti_decide": seeds},
                                        "w256": {"lopti_decide": seeds}})
     assert len(df[df.effect == "L1 Spearman"]) == 6 and set(df.rung) == {"base", "w256"}
-    assert "FLAT" in {t.get_text() for ax in fig.axes if ax.get_legend()
+    assert "base vs w256: FLAT" in {t.get_text() for ax in fig.axes if ax.get_legend()
                       for t in ax.get_legend().get_texts()}
     plt.close(fig)
     fig, df = size_figure.plot_decide({})
