@@ -2,6 +2,7 @@
 through the package's entry point group, and nothing below the sections naming one."""
 
 import ast
+import functools
 import importlib.metadata
 import subprocess
 import sys
@@ -11,6 +12,21 @@ from tailtheory import catalog
 from tailtheory.core.registry import CATALOG_GROUP
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tailtheory"
+
+
+@functools.lru_cache(maxsize=1)
+def _fresh_interpreter() -> tuple[list[str], list[str]]:
+    """In a fresh interpreter with nothing imported but the three registries: the first lookups
+    (which load the catalog) and then every module loaded. One process serves both tests."""
+    code = ("import sys; from tailtheory.core.registry import all_claims; "
+            "from tailtheory.engine.registry import registered; "
+            "from tailtheory.experiments.study import studies; "
+            "print(len(all_claims()), 'V6' in all_claims(), 'lopti' in registered(), "
+            "'mismatch_dose' in studies(), 'learn_curve' in studies(), "
+            "'dose_ladder' in studies()); print(' '.join(sorted(sys.modules)))")
+    first, modules = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True, cwd=PACKAGE.parent).stdout.splitlines()
+    return first.split(), modules.split()
 
 
 def _registering_modules() -> set[str]:
@@ -38,10 +54,7 @@ def test_the_catalog_imports_every_registering_module():
     found = _registering_modules()
     assert {"tailtheory.lopti.claims", "tailtheory.tim.dose", "tailtheory.otb.methods"} <= found
     # in a fresh interpreter: here other tests may already have imported a module it misses
-    code = "import sys, tailtheory.catalog; print(' '.join(sorted(sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                check=True, cwd=PACKAGE.parent).stdout.split())
-    missing = sorted(found - loaded)
+    missing = sorted(found - set(_fresh_interpreter()[1]))
     assert not missing, f"registering modules the catalog does not import: {missing}"
 
 
@@ -53,14 +66,8 @@ def test_the_entry_point_group_names_the_catalog():
 def test_a_fresh_interpreter_finds_every_claim_method_and_study_without_naming_a_section():
     """From Python, with nothing imported but the three registries: the first lookups load the
     catalog, and every claim, method and study is there."""
-    code = ("from tailtheory.core.registry import all_claims; "
-            "from tailtheory.engine.registry import registered; "
-            "from tailtheory.experiments.study import studies; "
-            "print(len(all_claims()), 'V6' in all_claims(), 'lopti' in registered(), "
-            "'mismatch_dose' in studies(), 'learn_curve' in studies())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=PACKAGE.parent).stdout.split()
-    assert int(out[0]) > 40 and out[1:] == ["True"] * 4
+    out = _fresh_interpreter()[0]
+    assert int(out[0]) > 40 and out[1:] == ["True"] * 5
 
 
 def test_no_module_below_the_sections_names_one():
