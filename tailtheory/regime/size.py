@@ -68,7 +68,8 @@ from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
 from tailtheory.regime.size_decide import TWO_SIZES, decide_numbers, decide_policy, decide_table
 from tailtheory.regime.size_decide import PART as DECIDE_PART
-from tailtheory.regime.size_mismatch import MIN_RUNGS, stored_data, v7_verdict, v8_trend
+from tailtheory.regime.size_mismatch import (MIN_RUNGS, MIN_SEEDS, stored_data, v7_verdict,
+                                             v8_trend)
 from tailtheory.regime.size_speed import step_numbers
 from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
@@ -96,9 +97,6 @@ EFFECTS = {
     "L5 Lopti": ("lopti", "l5_Lopti", 0.005), "M7 slope": ("tail", "m7_slope", 0.03),
     "V2 low-p": ("tail", "v2_low", 0.05), "P4 removed": ("p4", "p4_removed", 0.02)}
 """Effect -> (part, key of the seed's numbers, ``delta`` per decade): the ledger's criteria."""
-
-MIN_SEEDS = 3
-
 
 def independent(name: str) -> bool:
     """Whether rung ``name``'s seeds are independent warm starts (the base and the top rung)."""

@@ -35,6 +35,7 @@ from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.experiments.comparison import Z_CRIT
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.measurement import measure, seed_effects, seed_values
+from tailtheory.regime.size_mismatch import MIN_RUNGS, MIN_SEEDS
 
 TASK = "kk_knights"
 """The ``decide`` recipe's task (three people, the task's default)."""
@@ -48,8 +49,6 @@ parameters (6.9x in all with the recipe's 512-id vocabulary)."""
 
 DECIDE_RUNGS = tuple(r.name for r in RUNGS)
 """The rungs the part may measure (every rung: the warm start is built where it is missing)."""
-
-MIN_SEEDS, MIN_RUNGS = 3, 4
 
 
 def decide_policy(name: str, progress: bool = True) -> tuple:

@@ -15,8 +15,10 @@ from tailtheory.core.measurements import measurement_path
 from tailtheory.core.trend import size_trend
 from tailtheory.engine.start.rungs import RUNGS
 
-MIN_RUNGS = 4
-"""Rungs a verdict over the ladder needs (as every trend of :mod:`tailtheory.regime.size`)."""
+MIN_RUNGS, MIN_SEEDS = 4, 3
+"""Rungs a verdict over the ladder needs, and seeds a rung needs to count in an effect's trend
+(the ledger's rule, for every trend of :mod:`tailtheory.regime.size` and
+:mod:`tailtheory.regime.size_decide`)."""
 
 
 V8_DELTA = 0.005
