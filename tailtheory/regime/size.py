@@ -98,6 +98,7 @@ EFFECTS = {
     "V2 low-p": ("tail", "v2_low", 0.05), "P4 removed": ("p4", "p4_removed", 0.02)}
 """Effect -> (part, key of the seed's numbers, ``delta`` per decade): the ledger's criteria."""
 
+
 def independent(name: str) -> bool:
     """Whether rung ``name``'s seeds are independent warm starts (the base and the top rung)."""
     return name in (RUNGS[0].name, RUNGS[-1].name)
