@@ -20,6 +20,10 @@ from tailtheory.core.models import TORCH_DEFAULT, num_params
 SMALL_MODEL_PARAMS = 10_000_000
 """Models up to this many parameters run on one CPU thread by default (measured at 0.72M)."""
 
+_PINNED: list[int] = []
+"""The counts of the :func:`pinned_threads` blocks now open, innermost last."""
+
+
 def default_threads(n_params: int, device: str | torch.device = "cpu") -> int:
     """1 for a model of ``n_params`` parameters on the CPU up to :data:`SMALL_MODEL_PARAMS`, else
     :data:`TORCH_DEFAULT` (a GPU step hardly uses CPU threads; large models keep every core)."""
@@ -36,8 +40,10 @@ def check_threads(threads: int) -> int:
 
 
 def resolve_threads(threads: int, n_params: int, device: str | torch.device = "cpu") -> int:
-    """``threads`` when it is positive, else (0) :func:`default_threads`."""
-    return check_threads(threads) or default_threads(n_params, device)
+    """``threads`` when it is positive, else (0) the count of the innermost open
+    :func:`pinned_threads` block, else :func:`default_threads`."""
+    return check_threads(threads) or (_PINNED[-1] if _PINNED else
+                                      default_threads(n_params, device))
 
 
 @contextmanager
@@ -52,10 +58,28 @@ def torch_threads(n: int):
 
 
 @contextmanager
+def pinned_threads(n: int):
+    """Run the block with ``n`` torch threads (``n`` >= 1) and make every automatic choice made
+    inside it (:func:`model_threads`, :func:`resolve_threads` with 0) take ``n`` as well: what a
+    command's ``--threads`` means for everything it calls. Without it, a measurement that picks
+    its own count for a model above :data:`SMALL_MODEL_PARAMS` would take every core under a
+    caller that asked for one (measured: LOPTI's probes of an 11M-parameter model, 2,868 s
+    beside a busy process against about 200 s expected from the next smaller size)."""
+    if check_threads(n) < 1:
+        raise ValueError(f"pinned threads must be >= 1, got {n!r}")
+    _PINNED.append(n)
+    try:
+        with torch_threads(n):
+            yield n
+    finally:
+        _PINNED.pop()
+
+
+@contextmanager
 def model_threads(model, threads: int = 0):
     """Run the block with the thread count a command picks for ``model``: ``threads`` when
-    positive, else :func:`default_threads` of its parameter count and device (one thread for a
-    small model on the CPU). The previous count is restored after.
+    positive, else :func:`resolve_threads`'s choice for its parameter count and device (an open
+    :func:`pinned_threads` block's count, or one thread for a small model on the CPU). The previous count is restored after.
 
     What the measurements that run a small model outside a command use (LOPTI's probes in a
     notebook, for one): measured on this 2-core CPU beside two busy processes, the quick probe

@@ -53,7 +53,7 @@ from tailtheory.engine.start.rungs import RUNGS, rung
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
-from tailtheory.engine.threads import torch_threads
+from tailtheory.engine.threads import pinned_threads
 from tailtheory.experiments.ladder import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti import decisive_calibration as cal
@@ -229,7 +229,7 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
                                         else policy(name, seed, progress))
                 for part in group:
                     t0 = time.perf_counter()
-                    with torch_threads(threads):
+                    with pinned_threads(threads):
                         row = MEASURE[part](model, task, seed)
                     _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
                                               "seconds": round(time.perf_counter() - t0, 1)})

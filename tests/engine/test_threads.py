@@ -47,3 +47,20 @@ def test_model_threads_keeps_torch_default_for_a_large_model():
     assert sum(p.numel() for p in large.parameters()) > th.SMALL_MODEL_PARAMS
     with th.model_threads(large) as n:
         assert n == th.TORCH_DEFAULT
+
+
+def test_pinned_threads_wins_over_the_automatic_choice_inside_it():
+    large = torch.nn.Linear(4000, 2600, device="meta")  # above SMALL_MODEL_PARAMS
+    before = torch.get_num_threads()
+    with th.pinned_threads(1):
+        with th.model_threads(large) as n:
+            assert n == 1 and torch.get_num_threads() == 1
+        assert th.resolve_threads(0, 10**9) == 1
+        assert th.resolve_threads(3, 10**9) == 3  # an explicit count still wins
+    assert torch.get_num_threads() == before
+    assert th.resolve_threads(0, 10**9) == th.TORCH_DEFAULT
+    with pytest.raises(RuntimeError), th.pinned_threads(1):
+        raise RuntimeError("inside")
+    assert th.resolve_threads(0, 10**9) == th.TORCH_DEFAULT
+    with pytest.raises(ValueError, match=">= 1"), th.pinned_threads(0):
+        pass
