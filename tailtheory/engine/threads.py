@@ -79,7 +79,8 @@ def pinned_threads(n: int):
 def model_threads(model, threads: int = 0):
     """Run the block with the thread count a command picks for ``model``: ``threads`` when
     positive, else :func:`resolve_threads`'s choice for its parameter count and device (an open
-    :func:`pinned_threads` block's count, or one thread for a small model on the CPU). The previous count is restored after.
+    :func:`pinned_threads` block's count, or one thread for a small model on the CPU). The
+    previous count is restored after.
 
     What the measurements that run a small model outside a command use (LOPTI's probes in a
     notebook, for one): measured on this 2-core CPU beside two busy processes, the quick probe
