@@ -213,7 +213,8 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
                     progress: bool = True) -> dict:
     """Measure ``parts`` x ``seeds`` on the built rungs ``names`` (default: every built one),
     skipping what is stored, storing each (rung, part, seed) as it finishes with the seconds it
-    took (``seconds``: wall time on ``threads`` threads, whatever else the machine was doing).
+    took (``seconds``: wall time on ``threads`` threads, whatever else the machine was doing;
+    ``threads`` holds the count: every choice of a thread count inside is pinned to it).
     Returns the store."""
     for part in parts:
         if part not in MEASURE:
@@ -232,7 +233,8 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
                     with pinned_threads(threads):
                         row = MEASURE[part](model, task, seed)
                     _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
-                                              "seconds": round(time.perf_counter() - t0, 1)})
+                                              "seconds": round(time.perf_counter() - t0, 1),
+                                              "threads": threads})
     return read()
 
 
@@ -305,13 +307,14 @@ def decisive_by_rung(data: dict | None = None) -> dict[str, dict]:
 
 
 def part_seconds(data: dict | None = None) -> str:
-    """One line: each stored part's CPU-minutes a seed per rung (mean over the seeds that
-    recorded ``seconds``; one thread, on whatever machine measured it)."""
+    """One line: each stored part's CPU-minutes a seed per rung (the median over the seeds that
+    recorded ``seconds``, so that one seed timed on a crowded machine does not set the cost; one
+    thread, on whatever machine measured it)."""
     data, cells = read() if data is None else data, []
     for r, part in ((r, p) for r in RUNGS for p in PARTS):  # rungs in the ladder's order
         secs = [x["seconds"] for x in data.get(r.name, {}).get(part, {}).values()
                 if isinstance(x, dict) and isinstance(x.get("seconds"), (int, float))]
-        cells += [f"{r.name} {part} {np.mean(secs) / 60:.1f} ({len(secs)})"] if secs else []
+        cells += [f"{r.name} {part} {np.median(secs) / 60:.1f} ({len(secs)})"] if secs else []
     return "CPU-minutes a seed of each part (seeds timed): " + (", ".join(cells) or "none timed")
 
 

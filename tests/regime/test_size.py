@@ -83,7 +83,8 @@ def test_effects_are_stored_per_seed_and_never_measured_twice(tmp_path, monkeypa
     row = data["base"]["tail"]["2"]
     assert {k: row[k] for k in ("v2_low", "warm_key", "cpu")} == {"v2_low": 2.0, "warm_key": "key",
                                                                   "cpu": "cpu"}
-    assert set(row) == {"v2_low", "warm_key", "cpu", "seconds"} and 0.0 <= row["seconds"] < 60
+    assert set(row) == {"v2_low", "warm_key", "cpu", "seconds", "threads"}
+    assert 0.0 <= row["seconds"] < 60 and row["threads"] == 1
     with pytest.raises(ValueError, match="unknown part"):
         size.measure_effects(["base"], parts=("gradients",))
 
@@ -153,9 +154,9 @@ def test_the_report_prints_each_verdict_and_with_costs_the_parts_seconds(tmp_pat
     assert "V8 (hf bf16 batch 32, |Delta| > 1e-3) GROWS" in report and "V7" in report
     assert "L1 Spearman PENDING" in report and "CPU-minutes" not in report
     store_rung("ladder_effects", "base", {"tail": {"1": {"seconds": 90.0}, "2": {"seconds": 150.0},
-                                                  "3": {}}}, {}, "test")
-    assert size.size_report(costs=True).endswith(
-        "CPU-minutes a seed of each part (seeds timed): base tail 2.0 (2)")
+                                                  "3": {}, "4": {"seconds": 3000.0}}}, {}, "test")
+    assert size.size_report(costs=True).endswith(  # the median: one crowded seed does not set it
+        "CPU-minutes a seed of each part (seeds timed): base tail 2.5 (3)")
     assert size.part_seconds({}).endswith("none timed")
 
 
