@@ -122,7 +122,7 @@ def plot_size(data: dict | None = None):
 def plot_decide(data: dict | None = None):
     """The ``decide`` recipe along the ladder (:mod:`tailtheory.regime.size_decide`): one panel
     per L1, L4, L5 effect, the seeds (grey), each measured size's mean and sd (blue, joined),
-    labelled with the two-size verdict and, over 4 rungs, the trend's; the paper's value or the
+    titled with the two-size verdict and, over 4 rungs, the trend's; the paper's value or the
     criterion dotted. Returns the figure and its rows (``effect``, ``rung``, ``params``, ``seed``,
     ``value``)."""
     import matplotlib.pyplot as plt
@@ -136,23 +136,22 @@ def plot_decide(data: dict | None = None):
                        for e, r in verdicts.items() for n, vals in r["values"].items()
                        for i, v in enumerate(vals, 1)],
                       columns=["effect", "rung", "params", "seed", "value"])
-    fig, axes = plt.subplots(2, 4, figsize=(13, 6), squeeze=False)
+    fig, axes = plt.subplots(2, 4, figsize=(13, 7), squeeze=False)
     for ax, (effect, r) in zip(axes.flat, verdicts.items()):
         sub = df[df.effect == effect]
         ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2)
         means = sub.groupby("params").value.agg(["mean", "std"]).reset_index()
+        verdict = (" vs ".join(size_decide.TWO_SIZES) + ": " + r["verdict"].split(" (")[0]
+                   + (f"\n{len(r['trend']['rungs'])} rungs: {r['trend']['verdict']}"
+                      if "trend" in r else ""))
         ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o-", ms=5,
-                    color="C0", capsize=3, zorder=3, label=" vs ".join(size_decide.TWO_SIZES)
-                    + ": " + r["verdict"].split(" (")[0] + (
-                        f"; {len(r['trend']['rungs'])} rungs: {r['trend']['verdict']}"
-                        if "trend" in r else ""))
+                    color="C0", capsize=3, zorder=3, label=verdict)
         if effect in REFERENCE:
             ax.axhline(REFERENCE[effect][0], color="0.5", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_xlim(3e5, 4e7)
-        ax.set_title(effect, fontsize=9)
+        ax.set_title(f"{effect}\n{verdict}", fontsize=8)  # the verdicts above, never on the data
         ax.tick_params(labelsize=7)
-        ax.legend(fontsize=7, frameon=False)
     axes.flat[-1].set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("non-embedding parameters", fontsize=8)
