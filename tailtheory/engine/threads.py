@@ -63,8 +63,8 @@ def pinned_threads(n: int):
     inside it (:func:`model_threads`, :func:`resolve_threads` with 0) take ``n`` as well: what a
     command's ``--threads`` means for everything it calls. Without it, a measurement that picks
     its own count for a model above :data:`SMALL_MODEL_PARAMS` would take every core under a
-    caller that asked for one (measured: LOPTI's probes of an 11M-parameter model, 2,868 s
-    beside a busy process against about 200 s expected from the next smaller size)."""
+    caller that asked for one (measured: LOPTI's probes of an 11M-parameter model took 2,868 s
+    a seed beside a busy process, and 373-454 s pinned to one thread)."""
     if check_threads(n) < 1:
         raise ValueError(f"pinned threads must be >= 1, got {n!r}")
     _PINNED.append(n)
