@@ -227,7 +227,7 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
     files = corpus_digest(train_files + held_files, root)
     resume = Resume(checkpoints, f"{config_hash(cfg, files)}:{digest(train, held)}",
                     progress=progress)
-    with torch_threads(resolve_threads(threads, num_params(model), device)):
+    with torch_threads(resolve_threads(threads, num_params(model), device)) as n_threads:
         history, t_train = pretrain(cfg, model.to(device).train(), train, held, progress, resume)
         loss = heldout_loss(model, held, cfg.seq_len, cfg.eval_windows)
     record = {"config": asdict(cfg), "hash": config_hash(cfg, files),
@@ -239,7 +239,7 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
               "heldout_loss": loss, "heldout_ppl": math.exp(loss),
               "unigram_loss": unigram_loss(train, held, cfg.model.vocab_size),
               "history": history, "n_params": num_params(model), "device": device,
-              "threads": torch.get_num_threads(), "tokenizer_seconds": round(t_tok, 2),
+              "threads": n_threads, "tokenizer_seconds": round(t_tok, 2),
               "train_seconds": round(t_train, 2),
               "seconds": round(time.perf_counter() - t0 + resume.resumed_seconds, 2),
               **({"resumed_from": resume.resumed_from} if resume.resumed_from else {})}

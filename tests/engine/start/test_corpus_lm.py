@@ -93,6 +93,7 @@ def test_corpus_lm_cache_layout_and_record(tiny_path):
     assert rec["heldout_ppl"] == pytest.approx(torch.tensor(rec["heldout_loss"]).exp().item())
     assert rec["corpus"]["files_heldout"] >= 1 and rec["corpus"]["tokens_train"] > 0
     assert [h["step"] for h in rec["history"]] == [2, 3]
+    assert rec["threads"] == 1  # the count it trained on (one for a small model), not the one after
 
 
 def test_load_reproduces_the_recorded_heldout_loss(tiny_path):
