@@ -2,7 +2,8 @@
 
 The engine room holds the training step and one run's plumbing; three wings hold the rest:
 
-- the step: ``config`` / ``trainer`` (the loop), ``types`` / ``registry`` / ``methods`` /
+- the step: ``config`` / ``trainer`` (the loop) / ``update_plan`` (advantages, weights and
+  passes between the ``pi_old`` forward and the updates), ``types`` / ``registry`` / ``methods`` /
   ``advantages`` (the batch and parameter types, the method registry, the engine's own losses,
   the group advantages), ``policy_forward`` / ``forward_stats`` / ``step_metrics`` (the
   trainer's forward, its per-token statistics, the step's metrics);

@@ -156,8 +156,11 @@ class TrainConfig(MethodParams):
     with 8,192 ids, ``benchmarks/bench_step.py --workload text``). ``micro-batch``: no graph is
     kept; each pass takes the loss's gradient with respect to the log-probs first, then runs
     forward and backward one micro-batch at a time, so only one micro-batch's activations are
-    alive (one more forward a pass: ~1.3x the update's FLOPs). The same loss and metrics, the
-    same gradient up to float32 rounding."""
+    alive (one more forward a pass: ~1.3x the update's FLOPs). Where the first pass's gradient
+    reads no ``pi_old`` value (plain GRPO or Dr. GRPO with ``pi_old`` recomputed:
+    ``engine/update_plan.py``), it is known before the ``pi_old`` forward, which then carries it
+    back micro-batch by micro-batch: no extra forward. The same loss and metrics, the same
+    gradient up to float32 rounding."""
 
     def __post_init__(self):
         object.__setattr__(self, "_spec", _validate(self))  # parsed once, with the checks

@@ -48,7 +48,8 @@ def wants_exact_kl(cfg) -> bool:
 
 
 def forward_stats(model, rb: RolloutBatch, keep, cfg, step: int, ref=None,
-                  self_ref: bool = False) -> tuple[dict, torch.Tensor | None]:
+                  self_ref: bool = False,
+                  grad_logp: torch.Tensor | None = None) -> tuple[dict, torch.Tensor | None]:
     """The trainer forward's per-token statistics, and with ``self_ref`` its detached logits
     ``(B, T, V)`` (else None: ``self_ref`` is the one use of them, and assembling them from
     micro-batches cost 1.8 s of a 6.5 s update at V = 4,096, 256 rows of up to 134 tokens).
@@ -61,16 +62,33 @@ def forward_stats(model, rb: RolloutBatch, keep, cfg, step: int, ref=None,
     Batches of more than ``cfg.micro_batch`` rows run in micro-batches (:func:`micro_batched`):
     the same statistics, the graph kept per micro-batch, so one ``backward`` of the step's loss
     runs through each micro-batch's graph on its own small tensors.
+
+    ``grad_logp`` (B, T), when given: a loss's gradient with respect to the log-probs, known
+    before the forward. Each micro-batch then runs forward with its graph and backward through
+    it at once (:func:`backward_through`), adding to the parameters' ``.grad``, and the
+    statistics come back detached: one forward serves both the statistics and the update, with
+    one micro-batch's graph alive at a time (the trainer's first pass of a micro-batch update,
+    ``engine/trainer.py``).
     """
     B = rb.response.shape[0]
     if not cfg.micro_batch or B <= cfg.micro_batch:
         st, z = forward_stats_rows(model, rb, keep, cfg, step, ref, self_ref)
+        if grad_logp is not None:
+            st = backward_through(st, grad_logp)
         return st, z if self_ref else None
-    return micro_batched(model, rb, keep, cfg, step, ref, self_ref)
+    return micro_batched(model, rb, keep, cfg, step, ref, self_ref, grad_logp)
 
 
-def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
-                  self_ref: bool) -> tuple[dict, torch.Tensor | None]:
+def backward_through(st: dict, grad_logp: torch.Tensor) -> dict:
+    """Backpropagate ``grad_logp`` (B, T) through the graph of ``st["logp"]`` (the chain rule:
+    ``sum_bt grad_logp[b, t] d logp[b, t] / d theta`` is added to the parameters' ``.grad``);
+    returns the statistics detached."""
+    (st["logp"] * grad_logp).sum().backward()
+    return {name: x.detach() for name, x in st.items()}
+
+
+def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref, self_ref: bool,
+                  grad_logp: torch.Tensor | None = None) -> tuple[dict, torch.Tensor | None]:
     """:func:`forward_stats_rows` over micro-batches of ``cfg.micro_batch`` rows of similar
     length (rows sorted by prompt + response length), each trimmed to its own longest prompt and
     response; results (and, with ``self_ref``, the logits) scattered back to the batch's row
@@ -87,6 +105,8 @@ def micro_batched(model, rb: RolloutBatch, keep, cfg, step: int, ref,
     for rows, sub in micro_batches(rb, cfg.micro_batch):
         st, z = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step,
                                    slice_bt(ref, rows, sub), self_ref)
+        if grad_logp is not None:  # this micro-batch's backward before the next one's forward
+            st = backward_through(st, slice_bt(grad_logp, rows, sub))
         parts.append((rows, st))
         if self_ref:       # else each micro-batch's logits are freed with it (no-grad forwards)
             logits.append(z)
@@ -123,7 +143,7 @@ def backward_by_micro_batch(model, rb: RolloutBatch, keep, cfg, step: int,
     activations are alive at a time (``TrainConfig.update_memory``)."""
     for rows, sub in micro_batches(rb, cfg.micro_batch):
         st, _ = forward_stats_rows(model, sub, slice_bt(keep, rows, sub), cfg, step)
-        (st["logp"] * slice_bt(grad_logp, rows, sub)).sum().backward()
+        backward_through(st, slice_bt(grad_logp, rows, sub))
 
 
 def pad_t(x: torch.Tensor, T: int) -> torch.Tensor:

@@ -11,7 +11,8 @@ see ``engine/registry.py`` for the registry. One step:
    monitor metrics come; ``bypass`` uses the rollout log-probs as ``pi_old``. On ``exact`` that
    forward is also the rollout's log-probs (V1). It keeps its graph: the first update pass runs
    at the same weights, so it reuses it (its detached log-probs are bitwise what a second
-   forward would give).
+   forward would give). A micro-batch update keeps no graph; where its first pass's gradient
+   reads no ``pi_old`` value (``engine/update_plan.py``), that forward carries it back itself.
 3. Advantages (group or OTB, then AR), correction weights (TIS / MIS / IcePop / TRM), the passes
    (one, or Lopti's two), one clipped-surrogate update per pass.
 4. One JSON line to ``RUN/metrics.jsonl`` (keys in
@@ -38,15 +39,15 @@ from tailtheory.engine.evaluate import held_out_accuracy
 from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro_batch,
                                              check_finite, forward_stats, wants_exact_kl)
 from tailtheory.engine.methods import trm_sampled_keep
-from tailtheory.engine.registry import advantages, correction_weight, passes
 from tailtheory.engine.rollout.engine import RolloutBatch, RolloutConfig, RolloutEngine
 from tailtheory.engine.rundir import open_run
 from tailtheory.engine.start.load import (check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
-from tailtheory.engine.step_metrics import (monitor_metrics, pass_mean, rel_change,
-                                            zero_variance_groups)
+from tailtheory.engine.step_metrics import monitor_metrics, pass_mean, rel_change
 from tailtheory.engine.threads import resolve_threads, torch_threads
 from tailtheory.engine.types import PolicyBatch
+from tailtheory.engine.update_plan import (first_pass_gradient, first_pass_known, pass_loss,
+                                           plan_step, reward_tensor)
 
 PROBLEM_SEED = 1000
 """Problem stream of step ``s``: generator seed ``PROBLEM_SEED + 100_000 * seed + s`` (the warm
@@ -91,10 +92,14 @@ class StepRecord:
 
 
 def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int, live: bool, *,
-                exact_from_trainer: bool = True) -> StepRecord:
+                exact_from_trainer: bool = True,
+                grad_logp: torch.Tensor | None = None) -> StepRecord:
     """One trainer forward at the current weights gives ``pi_old`` (recompute) or ``pi_train``
     (bypass), every per-token statistic and ``log_rho``; with ``live`` it keeps its graph for
-    the first update pass (same weights: the same numbers as a second forward).
+    the first update pass (same weights: the same numbers as a second forward). With
+    ``grad_logp`` (B, T), the first pass's ``d loss / d logp`` known before it
+    (``engine/update_plan.py``), it runs micro-batch by micro-batch with each one's graph and
+    carries that gradient into the parameters' ``.grad`` as it goes.
 
     On ``exact`` with ``exact_from_trainer`` (the engine built by :func:`rollout_config` with the
     same value left them to this forward) the record's batch is ``rb`` with this forward's
@@ -107,16 +112,15 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int, live
         keep, vocab_metrics = spec.vocab.fn(probe, cfg)
     exact = cfg.rollout == "exact" and exact_from_trainer
     self_ref = exact and wants_exact_kl(cfg)
-    with torch.set_grad_enabled(live):
-        st, z = forward_stats(model, rb, keep, cfg, step, ref=rb.logits, self_ref=self_ref)
+    with torch.set_grad_enabled(live or grad_logp is not None):
+        st, z = forward_stats(model, rb, keep, cfg, step, ref=rb.logits, self_ref=self_ref,
+                              grad_logp=grad_logp)
     train_logp = st["logp"].detach().masked_fill(~mask, 0.0)
     if exact:  # V1: the exact path's rollout log-probs are this forward's
         rb = replace(rb, logp=train_logp, logits=z if self_ref else rb.logits)
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
-                    rewards=torch.tensor([r.total for r in rewards], dtype=torch.float64,
-                                         device=mask.device),
-                    group_ids=group_ids, sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
+                    rewards=reward_tensor(rewards, mask.device), group_ids=group_ids, sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
                     logits=rb.logits, keep=keep, tokens=rb.response,
                     train_logp=train_logp)              # corrections use pi_train / pi_roll
     b = replace(b, trm_accept=trm_sampled_keep(mask, b.log_rho, cfg))
@@ -141,11 +145,16 @@ def update(model, optimizer, rb, b: PolicyBatch, cfg: TrainConfig, step: int, *,
         logp = current.detach().requires_grad_()
     elif logp is None:
         logp = forward_stats(model, rb, b.keep, cfg, step)[0]["logp"]
-    loss, metrics = cfg.spec.loss.fn(replace(b, logp=logp.masked_fill(~b.mask, 0.0)), cfg)
-    check_finite(loss.detach(), "loss", step)
+    loss, metrics = pass_loss(b, cfg, step, logp)
     loss.backward()
     if cfg.update_memory == "micro-batch":
         backward_by_micro_batch(model, rb, b.keep, cfg, step, logp.grad)
+    return optimizer_step(model, optimizer, cfg, step, metrics)
+
+
+def optimizer_step(model, optimizer, cfg: TrainConfig, step: int, metrics: dict) -> dict:
+    """Clip the gradient the parameters' ``.grad`` hold, step the optimiser, check the weights;
+    returns the pass's ``metrics`` with the gradient norm before clipping."""
     gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
     check_finite(gnorm, "gradient norm", step)
     optimizer.step()
@@ -186,8 +195,10 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer, gene
     bitwise); they are not config fields, so no run's identity holds them:
 
     - ``share_forward``: the ``pi_old`` forward keeps its graph and serves the first update pass
-      (both run at the same weights, so the numbers are those of two forwards); False runs a
-      second forward.
+      (both run at the same weights, so the numbers are those of two forwards); in a micro-batch
+      update whose first pass's gradient is known before it
+      (:func:`~tailtheory.engine.update_plan.first_pass_known`) that forward backpropagates it,
+      micro-batch by micro-batch. False runs a second forward.
     - ``exact_from_trainer``: on the ``exact`` path the rollout log-probs are the trainer's full
       forward (V1); the ``pi_old`` forward is that forward, so the engine samples as ``kv`` and
       the step runs it once. False lets the engine run its own copy of it. ``engine`` must come
@@ -196,33 +207,33 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer, gene
     t0 = time.perf_counter()
     problems, rb, group_ids = rollout_step(step, cfg, task, model, engine, generator)
     t_roll = time.perf_counter() - t0
-    G, spec = cfg.group_size, cfg.spec
+    G = cfg.group_size
     rw = [task.reward(problems[i // G], rb.response[i]) for i in range(rb.response.shape[0])]
+    first = None  # the first pass's gradient, known before the forward: it runs inside it
+    if share_forward and first_pass_known(cfg):
+        first = first_pass_gradient(rb.mask, reward_tensor(rw, rb.mask.device), group_ids, cfg,
+                                    step)
+        optimizer.zero_grad(set_to_none=True)
     rec = step_record(model, rb, rw, group_ids, cfg, step,
                       live=share_forward and cfg.update_memory == "batch",
-                      exact_from_trainer=exact_from_trainer)
-    b = rec.b
-    adv, m_adv = advantages(spec, b, cfg)
-    weight, m_cor = correction_weight(spec, replace(b, adv=adv), cfg)
-    b = replace(b, adv=adv.to(b.old_logp.dtype), weight=weight)
-    groups, m_sched = passes(spec, b, cfg)
-    flat = zero_variance_groups(b.rewards, b.group_ids)                      # (n_groups,)
-    loss_mask = b.mask
-    if cfg.filter_zero_var:  # DAPO (arXiv 2503.14476) drops such groups and samples anew
-        loss_mask = b.mask & ~flat[b.group_ids][:, None]  # out of the loss's denominators too
+                      exact_from_trainer=exact_from_trainer,
+                      grad_logp=None if first is None else first[0])
+    b, groups, flat, loss_mask, m_plan = plan_step(rec.b, cfg)
     # A pass with no active token is skipped: no forward, no optimiser step (AdamW's momentum and
     # step count would still move the weights), no share of the metric averages.
     per_pass = []
     before = [p.detach().clone() for p in model.parameters()]
     for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
-        if (active & loss_mask).any():
+        if (active & loss_mask).any() and first is not None and not per_pass:
+            per_pass.append(optimizer_step(model, optimizer, cfg, step, first[1]))
+        elif (active & loss_mask).any():
             per_pass.append(update(model, optimizer, rec.rb,
                                    replace(b, active=active, mask=loss_mask), cfg, step,
                                    logp=None if per_pass else rec.live_logp,
                                    current=None if per_pass or not share_forward
                                    else rec.b.train_logp))
-    metrics = {"step": step, **monitor_metrics(rec, flat), **rec.vocab_metrics, **m_adv, **m_cor,
-               **m_sched, **pass_mean(per_pass), "update/rel_size": rel_change(before, model),
+    metrics = {"step": step, **monitor_metrics(rec, flat), **rec.vocab_metrics, **m_plan,
+               **pass_mean(per_pass), "update/rel_size": rel_change(before, model),
                "time/rollout_s": t_roll,
                "time/step_s": time.perf_counter() - t0}
     return metrics, replace(rec, b=b)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tailtheory.cli import main
-from tailtheory.engine import trainer
+from tailtheory.engine import trainer, update_plan
 from tailtheory.engine.checkpoint import CHECKPOINT, read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.registry import parse_methods
@@ -263,6 +263,18 @@ def test_shared_forward_matches_two_forwards(method, rollout, pi_old, tmp_path):
         assert torch.equal(runs[True][1][name], w), name
 
 
+def assert_same_run(got: tuple, want: tuple, rel: float, abs_: float) -> None:
+    """Two runs' ``(metrics lines, final weights)`` agree: the same keys and strings, numbers
+    and weights within ``rel`` and ``abs_`` (float32 rounding of another order of operations)."""
+    for a, b in zip(want[0], got[0], strict=True):
+        assert a.keys() == b.keys()
+        for k, v in a.items():
+            assert b[k] == v if v is None or isinstance(v, str) else \
+                b[k] == pytest.approx(v, rel=rel, abs=abs_), k
+    for name, w in want[1].items():
+        torch.testing.assert_close(got[1][name], w, rtol=rel, atol=abs_)
+
+
 @pytest.mark.parametrize("method", ["grpo", "ar+lopti"])
 def test_micro_batch_update_memory_matches_the_kept_graph(method, tmp_path):
     """``update_memory="micro-batch"`` (no graph kept; d loss / d logp, then forward and backward
@@ -281,18 +293,39 @@ def test_micro_batch_update_memory_matches_the_kept_graph(method, tmp_path):
     (m_batch, w_batch), (m_micro, w_micro) = runs["batch"], runs["micro-batch"]
     assert m_batch[0]["loss/policy"] == m_micro[0]["loss/policy"]     # the same numbers
     assert m_batch[-1]["grad/norm"] > 0
-    for a, b in zip(m_batch, m_micro):
-        assert a.keys() == b.keys()
-        for k, v in a.items():
-            assert b[k] == v if v is None or isinstance(v, str) else \
-                b[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
-    for name, w in w_batch.items():
-        torch.testing.assert_close(w_micro[name], w, rtol=1e-4, atol=1e-6)
+    assert_same_run((m_micro, w_micro), (m_batch, w_batch), rel=1e-4, abs_=1e-6)
     assert run_key(TrainConfig(**SMALL)) == run_key(TrainConfig(**SMALL, update_memory="batch"))
     assert run_key(TrainConfig(**SMALL)) != run_key(TrainConfig(**SMALL,
                                                                 update_memory="micro-batch"))
     with pytest.raises(ValueError, match="update_memory must be one of"):
         TrainConfig(**SMALL, update_memory="none")
+
+
+@pytest.mark.parametrize("rollout", ["bf16", "exact"])
+def test_micro_batch_first_pass_runs_inside_the_pi_old_forward(rollout, tmp_path, monkeypatch):
+    """A micro-batch GRPO update whose first pass reads no pi_old value runs one forward a
+    micro-batch a step (statistics and update in one), where a second forward ran before; the
+    metrics and, after two steps, the weights are those of the two-forward path."""
+    from tailtheory.engine import forward_stats as fs
+
+    calls, real = [], fs.forward_stats_rows
+    monkeypatch.setattr(fs, "forward_stats_rows",
+                        lambda *a, **k: calls.append(torch.is_grad_enabled()) or real(*a, **k))
+    runs = {}
+    for share in (True, False):
+        calls.clear()
+        cfg = TrainConfig(**{**SMALL, "prompts_per_step": 3}, rollout=rollout, steps=2,
+                          micro_batch=2, update_memory="micro-batch",
+                          out=str(tmp_path / str(share)))
+        train(cfg, progress=False, task=DenseKK(), share_forward=share)
+        runs[share] = (no_time(read_metrics(cfg.out)), list(calls),
+                       torch.load(Path(cfg.out) / CHECKPOINT, weights_only=True)["model"])
+    (m_one, c_one, w_one), (m_two, c_two, w_two) = runs[True], runs[False]
+    micro_batches = 2 * 3  # 6 rows in micro-batches of 2, each step
+    assert c_one == [True] * micro_batches                # one forward, with its graph
+    assert sorted(c_two) == [False] * 2 * micro_batches + [True] * micro_batches
+    assert m_one[-1]["grad/norm"] > 0
+    assert_same_run((m_one, w_one), (m_two, w_two), rel=1e-5, abs_=1e-7)
 
 
 def test_inverse_cdf_sampler_trains_and_keeps_the_default_key(tmp_path, monkeypatch):
@@ -624,10 +657,10 @@ def test_filter_zero_var_leaves_flat_groups_out_of_the_loss(tmp_path, monkeypatc
     the step's update differs, and the fraction is logged either way."""
     runs = {}
     for name, flat0 in (("off", False), ("on", False), ("on-flat", True)):
-        real = trainer.zero_variance_groups
+        real = update_plan.zero_variance_groups
         mark = (lambda r, g, real=real: real(r, g) | (torch.arange(int(g.max()) + 1, device=g.device) == 0)) \
             if flat0 else real
-        monkeypatch.setattr(trainer, "zero_variance_groups", mark)
+        monkeypatch.setattr(update_plan, "zero_variance_groups", mark)
         cfg = TrainConfig(**SMALL, steps=1, filter_zero_var=name != "off",
                           out=str(tmp_path / name))
         train(cfg, progress=False, task=DenseKK())
