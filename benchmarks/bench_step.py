@@ -207,11 +207,12 @@ Workload ``rung``: a step on a rung of the model-size ladder (``--rung``, defaul
 4,096 ids; 21.8M parameters) with random weights, ``kk`` prompts, 150-token responses and
 ``qwen3``'s contenders; ``step_rung_<name>.json``. Where the rungs are large the step's matrix
 products dominate, and the target is an update at 50% or more of this CPU's one-thread matmul
-peak. Measured on the AMD EPYC (one thread, the other core building a rung; 7.7 TFLOP a step;
-``step_rung_w448.json``, ``docs/benchmarks.md``): the engine 252.4 s a step (update 202.4 s, 37%
-of the peak) against TRL's 204.4 s (update 138.6 s, 54%): 0.81x. Not met: the micro-batch update
-runs a no-grad ``pi_old`` forward before each micro-batch's forward and backward (8 N per token
-against TRL's 6 N; counted so, 49% of the peak). ``--smoke`` runs it at a tiny width.
+peak. Measured on the AMD EPYC (one thread, the other core busy; 7.7 TFLOP a step;
+``step_rung_w448.json``, ``docs/benchmarks.md``): the engine 173.3 s a step (update 128.5 s, 60%
+of the peak) against TRL's 187.6 s (update 125.8 s, 62%): 1.08x. Met since the micro-batch
+update of plain GRPO runs its first pass inside the ``pi_old`` forward (``6 N`` per token, as
+TRL; before, a no-grad ``pi_old`` forward came first: 8 N, 37% of the peak, 0.81x TRL).
+``--smoke`` runs it at a tiny width.
 """
 
 from __future__ import annotations
