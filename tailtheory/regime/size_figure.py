@@ -29,7 +29,23 @@ REFERENCE = {"L1 Spearman": (0.5, "criterion 0.5"), "L1 slope": (1.0, "S4: 1"),
 (0.71 / 0.82, arXiv 2505.12929), the first-order predictions of S4 and M3, and the claims'
 criteria. V2 and V8 have no paper value on this scale."""
 
+BOUNDS = {"L1 Spearman": (-1.0, 1.0), "L4 (d)": (0.0, 1.0), "P4 removed": (0.0, 1.0),
+          "V8 hf bf16": (0.0, 1.0)}
+"""Effect -> the range its values can take (a rank correlation, a share): the dashed
+extrapolation stops where it would leave it."""
+
 PARAMS = {r.name: non_embedding_params(r.model) for r in RUNGS}
+
+
+def extrapolation(intercept: float, slope: float, start: float, bounds=None) -> tuple:
+    """``(x, y)`` of the dashed line: the trend from ``start`` parameters to
+    :data:`EXTRAPOLATE_TO`, cut where it leaves ``bounds`` (``(low, high)`` or None)."""
+    xs = np.geomspace(start, EXTRAPOLATE_TO, 50)
+    ys = intercept + slope * np.log10(xs)
+    if bounds is not None:
+        inside = (ys >= bounds[0]) & (ys <= bounds[1])
+        xs, ys = xs[inside], ys[inside]
+    return xs, ys
 
 
 def size_frame(data: dict | None = None):
@@ -60,6 +76,7 @@ def size_frame(data: dict | None = None):
 
 def _panel(ax, df, effect: str, delta: float | None) -> None:
     sub = df[df.effect == effect]
+    title = effect
     ax.scatter(sub.params, sub.value, s=9, color="0.6", zorder=2, label="seed")
     means = sub.groupby("params").value.agg(["mean", "std", "size"]).reset_index()
     ax.errorbar(means.params, means["mean"], yerr=means["std"].fillna(0), fmt="o", ms=5,
@@ -67,10 +84,12 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
     enough = means[means["size"] >= (size.MIN_SEEDS if effect in size.EFFECTS else 1)]
     if len(enough) >= size.MIN_RUNGS and delta is not None:
         t = size_trend(enough.params, enough["mean"], delta)
-        xs = np.array([enough.params.min(), enough.params.max(), EXTRAPOLATE_TO])
-        ys = t.intercept + t.slope * np.log10(xs)
-        ax.plot(xs[:2], ys[:2], color="C1", label=f"trend: {t.verdict}")
-        ax.plot(xs[1:], ys[1:], color="C1", ls="--", label="extrapolated")
+        xs = np.array([enough.params.min(), enough.params.max()])
+        ax.plot(xs, t.intercept + t.slope * np.log10(xs), color="C1",
+                label=f"trend: {t.verdict}")
+        ax.plot(*extrapolation(t.intercept, t.slope, xs[1], BOUNDS.get(effect)), color="C1",
+                ls="--", label="extrapolated")
+        title = f"{effect}: {t.verdict} ({len(enough)} rungs)"
     ref = REFERENCE.get(effect.split(" (")[0] if effect.startswith("V7") else effect)
     if ref:
         ax.axhline(ref[0], color="0.5", lw=0.8, ls=":", label=ref[1])
@@ -80,7 +99,7 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
                     fmt="none", ecolor="C0", capsize=3, zorder=3)
     ax.set_xscale("log")
     ax.set_xlim(2e5, 2 * EXTRAPOLATE_TO)
-    ax.set_title(effect, fontsize=9)
+    ax.set_title(title, fontsize=9)  # the verdict above the data, never on it
     ax.tick_params(labelsize=7)
 
 

@@ -42,7 +42,17 @@ def test_the_frame_and_a_trend_with_four_rungs():
     fig, _ = size_figure.plot_size(_data(4))
     assert any(lab.startswith("trend: GROWS") for lab in _labels(fig)) and "extrapolated" in \
         _labels(fig)
+    assert "V2 low-p: GROWS (4 rungs)" in {ax.get_title() for ax in fig.axes}
     plt.close(fig)
+
+
+def test_the_extrapolation_stops_at_an_effects_bound():
+    """A rank correlation rising 0.2 a decade from 0.6 at 1M leaves [-1, 1] at 100M: the dashed
+    line stops there, while an unbounded effect runs on to 1B."""
+    xs, ys = size_figure.extrapolation(0.6 - 0.2 * 6, 0.2, 1e6, size_figure.BOUNDS["L1 Spearman"])
+    assert ys.max() <= 1.0 and xs.max() <= 1.0e8 * 1.001 and xs.min() == pytest.approx(1e6)
+    xs, ys = size_figure.extrapolation(0.6 - 0.2 * 6, 0.2, 1e6)
+    assert xs.max() == pytest.approx(size_figure.EXTRAPOLATE_TO) and ys.max() > 1.0
 
 
 def test_no_trend_line_below_four_rungs_or_three_seeds_and_an_empty_store_draws():
