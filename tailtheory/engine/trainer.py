@@ -120,7 +120,8 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int, live
         rb = replace(rb, logp=train_logp, logits=z if self_ref else rb.logits)
     old_logp = train_logp if cfg.pi_old == "recompute" else rb.logp
     b = PolicyBatch(logp=train_logp, old_logp=old_logp, roll_logp=rb.logp, mask=mask,
-                    rewards=reward_tensor(rewards, mask.device), group_ids=group_ids, sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
+                    rewards=reward_tensor(rewards, mask.device), group_ids=group_ids,
+                    sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
                     logits=rb.logits, keep=keep, tokens=rb.response,
                     train_logp=train_logp)              # corrections use pi_train / pi_roll
     b = replace(b, trm_accept=trm_sampled_keep(mask, b.log_rho, cfg))
@@ -224,9 +225,11 @@ def train_step(step: int, cfg: TrainConfig, task, model, engine, optimizer, gene
     per_pass = []
     before = [p.detach().clone() for p in model.parameters()]
     for _, active in groups:  # the first pass run is at pi_old's weights: reuse its forward
-        if (active & loss_mask).any() and first is not None and not per_pass:
+        if not (active & loss_mask).any():
+            continue
+        if first is not None and not per_pass:  # the pi_old forward left its gradient in .grad
             per_pass.append(optimizer_step(model, optimizer, cfg, step, first[1]))
-        elif (active & loss_mask).any():
+        else:
             per_pass.append(update(model, optimizer, rec.rb,
                                    replace(b, active=active, mask=loss_mask), cfg, step,
                                    logp=None if per_pass else rec.live_logp,

@@ -39,7 +39,8 @@ ratio 1 (its clip, dual clip included, inactive there) on the loss's own group a
 
 
 def reward_tensor(rewards: list, device) -> torch.Tensor:
-    """``(B,)`` float64: the total of each response's :class:`~tailtheory.engine.tasks.task.Reward`."""
+    """``(B,)`` float64: the total of each response's
+    :class:`~tailtheory.engine.tasks.task.Reward`."""
     return torch.tensor([r.total for r in rewards], dtype=torch.float64, device=device)
 
 
