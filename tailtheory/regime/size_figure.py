@@ -29,9 +29,11 @@ REFERENCE = {"L1 Spearman": (0.5, "criterion 0.5"), "L1 slope": (1.0, "S4: 1"),
 (0.71 / 0.82, arXiv 2505.12929), the first-order predictions of S4 and M3, and the claims'
 criteria. V2 and V8 have no paper value on this scale."""
 
-BOUNDS = {"L1 Spearman": (-1.0, 1.0), "L4 (d)": (0.0, 1.0), "P4 removed": (0.0, 1.0),
+BOUNDS = {"L1 Spearman": (-1.0, 1.0), "L4 (d)": (0.0, math.inf), "P4 removed": (-math.inf, 1.0),
           "V8 hf bf16": (0.0, 1.0)}
-"""Effect -> the range its values can take (a rank correlation, a share): the dashed
+"""Effect -> the range its values can take: a rank correlation, a norm ratio (one bin's
+gradient norm over all tokens': at least 0, and above 1 where the bins cancel), the share of a
+KL removed (at most 1; pruning may raise the KL) and a share of tokens. The dashed
 extrapolation stops where it would leave it."""
 
 PARAMS = {r.name: non_embedding_params(r.model) for r in RUNGS}
