@@ -125,20 +125,19 @@ def _study_status(st, preset: str) -> dict:
 
 
 def _study_train(st, preset: str, status: dict, workers: int) -> None:
-    """Train the runs ``status`` counts as to train, and measure (and store, on the stored
-    preset) the study."""
+    """Train the runs ``status`` counts as to train, seed by seed across the arms (a sweep stopped
+    part-way holds the same seeds of every arm), and on the stored preset store each run as it
+    finishes."""
     if preset != st.measure_preset:
         st.measure(preset, workers=workers)
         print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
               f"{st.measure_preset} preset's)")
         return
-    from tailtheory.experiments.incremental import store_done   # train what is neither stored nor cached
+    from tailtheory.experiments.incremental import store_done
     from tailtheory.experiments.runs import run_many
 
-    for s in status.values():
-        if s["train"]:
-            run_many(s["train"], workers=workers)
-            store_done(st, preset)                        # after each arm, as it finishes
+    todo = sorted((c for s in status.values() for c in s["train"]), key=lambda c: c.seed)
+    run_many(todo, workers=workers, on_done=lambda cfg: store_done(st, preset))
     print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
 
 

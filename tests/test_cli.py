@@ -245,11 +245,19 @@ def test_study_dry_run_counts_stored_runs(demo_study, monkeypatch, capsys):
     assert "AR: 0 stored, 1 cached, 2 to train" in out
     assert (f"6 runs on the quick preset: 2 stored in results/{demo_study.name}.json, 1 cached "
             f"in the run cache, 3 to train") in out
-    trained = []
-    monkeypatch.setattr(runs, "run_many", lambda cs, **kw: [trained.append(c) or _finish(c)
-                                                            for c in cs])
+    trained, stored = [], []
+
+    def fake_run_many(cs, on_done=None, **kw):
+        for c in cs:
+            trained.append(c), _finish(c), on_done(c)
+            record = incremental.stored_record(demo_study.name)
+            stored.append(sum(len(rows) for rows in record["data"].values()))
+        return []
+
+    monkeypatch.setattr(runs, "run_many", fake_run_many)
     assert main(["study", demo_study.name]) == 0
-    assert trained == [grpo[2], ar[1], ar[2]]
+    assert trained == [ar[1], grpo[2], ar[2]]        # seed by seed across the arms
+    assert stored == [4, 5, 6]                       # each run stored as it finished
     assert f"stored 6 runs in results/{demo_study.name}.json" in capsys.readouterr().out
 
 

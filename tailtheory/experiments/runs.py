@@ -162,8 +162,8 @@ def _worker(argv: list[str]) -> int:
 
 def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
     """Train ``configs`` in up to ``workers`` child processes (one torch thread each); a child is a
-    fresh interpreter, so this works from scripts, notebooks and the CLI alike. ``done()`` is
-    called as each finishes; failures are collected and raised together at the end (the runs
+    fresh interpreter, so this works from scripts, notebooks and the CLI alike. ``done(cfg)`` is
+    called as each one that succeeded finishes; failures are collected and raised together at the end (the runs
     that finished stay in the cache)."""
     import os
     import subprocess
@@ -188,7 +188,8 @@ def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
                 failed.append(f"{run_key(cfg)} ({cfg.method}, seed {cfg.seed}): exit "
                               f"{proc.returncode}\n{log.read()[-2000:]}")
             log.close()
-            done()
+            if proc.returncode == 0:
+                done(cfg)
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(configs)} runs failed:\n" + "\n".join(failed))
 
@@ -200,9 +201,12 @@ def run_seeds(cfg: TrainConfig, seeds=(0, 1, 2), workers: int = 1,
     return run_many([replace(cfg, seed=int(s)) for s in seeds], workers, progress)
 
 
-def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True) -> list[Path]:
+def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True,
+             on_done=None) -> list[Path]:
     """:func:`cached_run` of every config (cached ones return at once), in order; ``workers`` > 1
-    trains that many at a time, each in its own interpreter with one torch thread."""
+    trains that many at a time, each in its own interpreter with one torch thread.
+    ``on_done(cfg)`` is called as each run this call trains finishes (a sweep stores it then);
+    a run that fails is reported with the others at the end and is not passed to it."""
     from tqdm.auto import tqdm
 
     if not isinstance(workers, int) or workers < 1:
@@ -211,13 +215,19 @@ def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True
     todo = [c for c in configs if finished_steps(runs_root() / run_key(c)) < c.steps]
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="runs", unit="run",
                disable=not progress, file=sys.stderr)
+
+    def finished(cfg: TrainConfig) -> None:
+        bar.update()
+        if on_done is not None:
+            on_done(cfg)
+
     try:
         if workers == 1 or len(todo) <= 1:
             for c in todo:
                 cached_run(c, progress=False)
-                bar.update()
+                finished(c)
         else:
-            _run_workers(todo, workers, bar.update)
+            _run_workers(todo, workers, finished)
     finally:
         bar.close()
     return [runs_root() / run_key(c) for c in configs]

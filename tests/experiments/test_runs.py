@@ -91,6 +91,9 @@ def test_fields_added_at_their_default_keep_old_keys(monkeypatch):
 def test_run_seeds_order_and_bad_workers():
     paths = runs.run_seeds(TrainConfig(**SMALL, steps=1), seeds=(1, 0), progress=False)
     assert [json.loads((p / "config.json").read_text())["seed"] for p in paths] == [1, 0]
+    cfgs, done = [TrainConfig(**SMALL, steps=1, seed=s) for s in (0, 2)], []
+    runs.run_many(cfgs, progress=False, on_done=done.append)
+    assert done == cfgs[1:]                     # the run this call trained; seed 0 was cached
     with pytest.raises(ValueError, match="workers"):
         runs.run_many([TrainConfig(**SMALL, steps=1)], workers=0)
 
