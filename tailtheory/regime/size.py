@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from tailtheory.core.estimators import k3
-from tailtheory.core.provenance import cpu_model
+from tailtheory.core.provenance import check_one_start, cpu_model, weights_fingerprint
 from tailtheory.core.stats import token_stats
 from tailtheory.core.trend import size_trend
 from tailtheory.engine.devices import model_generator
@@ -228,14 +228,34 @@ def measure_effects(names: list[str] | None = None, parts=PARTS, seeds=SEEDS, th
                 if group:
                     model, task, key = (decide_policy(name, progress) if group == [DECIDE_PART]
                                         else policy(name, seed, progress))
+                    weights = weights_fingerprint(model)
+                    check_same_start(name, key, weights, seed)
                 for part in group:
                     t0 = time.perf_counter()
                     with pinned_threads(threads):
                         row = MEASURE[part](model, task, seed)
-                    _store(name, part, seed, {**row, "warm_key": key, "cpu": cpu_model(),
+                    _store(name, part, seed, {**row, "warm_key": key, "weights": weights,
+                                              "cpu": cpu_model(),
                                               "seconds": round(time.perf_counter() - t0, 1),
                                               "threads": threads})
     return read()
+
+
+def check_same_start(name: str, key: str, weights: str, seed: int) -> None:
+    """Refuse to add to rung ``name`` a row measured on warm start ``key`` with other ``weights``
+    than its stored rows of that key record (:class:`~tailtheory.core.provenance.MixedStarts`): a
+    warm start rebuilt on another CPU is another model, and a rung's seeds from two models measure
+    neither. Rows stored before fingerprints were recorded are not compared."""
+    rows = [(part, {"seed": int(seed), "provenance": {
+        "start": r["warm_key"], "weights": r["weights"], "cpu": r.get("cpu", "?")}})
+        for part, seeds in read().get(name, {}).items() if isinstance(seeds, dict)
+        for seed, r in seeds.items()
+        if isinstance(r, dict) and r.get("warm_key") == key and "weights" in r]
+    rows.append(("(being measured)", {"seed": seed, "provenance": {
+        "start": key, "weights": weights, "cpu": cpu_model()}}))
+    check_one_start(rows, f"{STORE} rung {name}",
+                    f"Measure the rung's parts again on one warm start (remove its rows of warm "
+                    f"start {key} from results/{STORE}.json first).")
 
 
 def read() -> dict:

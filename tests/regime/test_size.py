@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tailtheory.core.models import tiny_lm
+from tailtheory.core.provenance import MixedStarts, weights_fingerprint
 from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.experiments.ladder import store_rung
@@ -83,10 +84,38 @@ def test_effects_are_stored_per_seed_and_never_measured_twice(tmp_path, monkeypa
     row = data["base"]["tail"]["2"]
     assert {k: row[k] for k in ("v2_low", "warm_key", "cpu")} == {"v2_low": 2.0, "warm_key": "key",
                                                                   "cpu": "cpu"}
-    assert set(row) == {"v2_low", "warm_key", "cpu", "seconds", "threads"}
+    assert set(row) == {"v2_low", "warm_key", "weights", "cpu", "seconds", "threads"}
+    assert row["weights"] == weights_fingerprint(tiny[0])
     assert 0.0 <= row["seconds"] < 60 and row["threads"] == 1
     with pytest.raises(ValueError, match="unknown part"):
         size.measure_effects(["base"], parts=("gradients",))
+
+
+def test_a_rung_never_mixes_two_models_under_one_warm_start(tmp_path, monkeypatch, tiny):
+    """A warm start rebuilt on another CPU is another model under the same key: a new seed or
+    part measured on it beside the stored rows is refused, naming both fingerprints; another
+    key (an independent seed's warm start) and rows stored without a fingerprint are not."""
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    other = tiny_lm(vocab_size=512, hidden=32, layers=1, heads=2, kv_heads=1, seed=1)
+    models = {"key": tiny[0]}
+    monkeypatch.setattr(size, "policy", lambda name, seed, progress=True:
+                        (models[f"key{seed}" if f"key{seed}" in models else "key"], tiny[1],
+                         f"key{seed}" if f"key{seed}" in models else "key"))
+    monkeypatch.setattr(size, "MEASURE", {p: (lambda m, t, s: {"v2_low": 0.0})
+                                          for p in size.PARTS})
+    size.measure_effects(["base"], parts=("tail",), seeds=(1,))
+    models["key"] = other                                  # the same key, rebuilt elsewhere
+    with pytest.raises(MixedStarts, match=weights_fingerprint(other)) as err:
+        size.measure_effects(["base"], parts=("p4",), seeds=(2,))
+    assert weights_fingerprint(tiny[0]) in str(err.value) and "p4" not in size.read()["base"]
+    models["key3"] = other                                 # an independent seed: its own key
+    size.measure_effects(["base"], parts=("p4",), seeds=(3,))
+    stored = size.read()
+    for row in stored["base"]["tail"].values():            # rows stored before fingerprints
+        del row["weights"]
+    store_rung(size.STORE, "base", stored["base"], {}, "test")
+    size.measure_effects(["base"], parts=("p4",), seeds=(2,))
+    assert set(size.read()["base"]["p4"]) == {"2", "3"}
 
 
 def test_a_rung_not_built_names_the_build(tmp_path, monkeypatch):
