@@ -43,12 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WARM = ROOT / "weights" / "w192"
 """The committed ``w192`` warm start: the tokenizer and task of every probe, notebooks' MODEL."""
-PROBE_RUNGS = ("w256", "w384", "w448")
+PROBE_RUNGS = ("w256", "w448")
 STEP_RUNGS = ("w384", "w448")
 NOTEBOOKS = ("04_gradient_dominance", "05_pruning_in_training")
-LIMITS = {"probes": 50, "steps": 80, "notebooks": 75}
-"""Seconds allowed to each child process of a phase (one per rung or notebook): 3 x 50 + 2 x 80
-+ 2 x 75 = 460 s at most, 7.7 minutes. ``--smoke`` probes one rung at width 64 with 400 s (the
+LIMITS = {"probes": 105, "steps": 80, "notebooks": 55}
+"""Seconds allowed to each child process of a phase (one per rung or notebook): 2 x 105 + 2 x 80
++ 2 x 55 = 480 s at most, 8 minutes (a rung's three parts take about 3.6 times its ``tail``
+part under ``--smoke``, and ``tail`` alone took 17-19 s a rung on an H200). ``--smoke`` probes one rung at width 64 with 400 s (the
 CPU takes about 70 s for ``tail`` and 250 s for ``p4`` there)."""
 
 
