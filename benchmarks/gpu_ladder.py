@@ -24,8 +24,8 @@ installed (its claims are entry points) with TRL beside it (``pip install -e '.[
 
 ``--smoke`` runs the two notebooks here, on the CPU, and like any run of them they rewrite their
 figures under ``figures/``. Measured (``benchmarks/results/ladder_gpu_NVIDIA_H200.json`` and
-``docs/benchmarks.md``): the ``tail`` part 17 to 19 s a rung, the step 1.27 s at ``w384`` and
-1.59 s at ``w448`` (1.32x and 1.37x TRL's).
+``docs/benchmarks.md``): the parts 15-19 s (``tail``), 9-13 s (``lopti``) and 25-36 s (``p4``)
+a rung, the step 1.13 s at ``w384`` and 1.36 s at ``w448`` (1.40x and 1.58x TRL's).
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ WARM = ROOT / "weights" / "w192"
 PROBE_RUNGS = ("w256", "w448")
 STEP_RUNGS = ("w384", "w448")
 NOTEBOOKS = ("04_gradient_dominance", "05_pruning_in_training")
-LIMITS = {"probes": 105, "steps": 80, "notebooks": 55}
-"""Seconds allowed to each child process of a phase (one per rung or notebook): 2 x 105 + 2 x 80
-+ 2 x 55 = 480 s at most, 8 minutes (a rung's three parts take about 3.6 times its ``tail``
-part under ``--smoke``, and ``tail`` alone took 17-19 s a rung on an H200). ``--smoke`` probes one rung at width 64 with 400 s (the
-CPU takes about 70 s for ``tail`` and 250 s for ``p4`` there)."""
+LIMITS = {"probes": 90, "steps": 95, "notebooks": 55}
+"""Seconds allowed to each child process of a phase (one per rung or notebook): 2 x 90 + 2 x 95
++ 2 x 55 = 480 s at most, 8 minutes. On an H200 a rung's three parts took 49 s (``w256``) and
+68 s (``w448``) with the model's load besides, a ``w384`` step 70 s (80 s was too short), the
+notebooks 36 and 29 s. ``--smoke`` probes one rung at width 64 with 400 s (the CPU takes about
+105 s for ``tail`` and 270 s for ``p4`` there)."""
 
 
 def gpu_name(device: str) -> str:

@@ -103,7 +103,7 @@ def probe_batch(model, task, cfg, engine, generator: torch.Generator, index: int
                for i in range(rb.response.shape[0])]
     rec = step_record(model, rb, rewards, group_ids, cfg, index, live=False)
     adv, _ = advantages(cfg.spec, rec.b, cfg)                                    # (B, T)
-    prompt = torch.zeros(rb.input_ids.shape[0], rb.prompt_len)                   # (B, P)
+    prompt = torch.zeros(rb.input_ids.shape[0], rb.prompt_len, device=rb.mask.device)  # (B, P)
     mask = torch.cat([prompt.bool(), rb.mask], 1)                                # (B, P+T)
     pi_old = torch.cat([prompt + 1, rec.b.old_logp.exp()], 1).double()
     return ProbeBatch(rb.input_ids, rb.attention_mask, mask,

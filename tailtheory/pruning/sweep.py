@@ -47,7 +47,7 @@ def remaining_mismatch(logits, perturbed_logits, mask, resp_mask=None) -> dict:
     check_same_shape(z, z_prime, ("logits", "perturbed_logits"))
     if z.ndim != 3:
         raise ValueError(f"logits must have shape (B, T, V), got {tuple(z.shape)}")
-    alive = (torch.ones(z.shape[:2], dtype=torch.bool) if resp_mask is None
+    alive = (torch.ones(z.shape[:2], dtype=torch.bool, device=z.device) if resp_mask is None
              else check_mask(resp_mask, z[..., 0], "resp_mask", like_name="logits[..., 0]"))
     m, abs_mean, abs_max, kl = map_row_blocks(_remaining_rows, z, z_prime, keep).unbind(-1)
     n = alive.sum()

@@ -147,10 +147,11 @@ def mass_shares(logits, perturbed_logits, resp_mask=None, edges=P_BIN_EDGES):
     z = check_logits(logits, dtype=None)
     zp = check_logits(perturbed_logits, "perturbed_logits", dtype=None)
     check_same_shape(z, zp, ("logits", "perturbed_logits"))
-    e = torch.tensor(edges, dtype=torch.float64)
+    e = torch.tensor(edges, dtype=torch.float64, device=z.device)
     sums = map_row_blocks(lambda a, b: _share_rows(a, b, e), z, zp)      # (..., 3, nb)
-    alive = torch.ones(z.shape[:-1], dtype=torch.bool) if resp_mask is None else resp_mask.bool()
-    tot = sums[alive].sum(0)                                              # (3, nb)
+    alive = (torch.ones(z.shape[:-1], dtype=torch.bool, device=z.device) if resp_mask is None
+             else resp_mask.bool())
+    tot = sums[alive].sum(0).cpu()                                        # (3, nb)
     lo = (0.0, *edges)
     return pd.DataFrame({"p_lo": lo, "p_hi": (*edges, 1.0),
                          "mass_share": (tot[0] / tot[0].sum()).numpy(),
@@ -177,6 +178,7 @@ def sampled_shares(p_tok, abs_delta, edges=P_BIN_EDGES):
     Shapes: p_tok, abs_delta (N,) -> DataFrame ``p_lo, p_hi, token_share, abs_share``."""
     import pandas as pd
 
+    p_tok, abs_delta = p_tok.cpu(), abs_delta.cpu()
     idx = torch.bucketize(p_tok.double(), torch.tensor(edges, dtype=torch.float64), right=True)
     nb = len(edges) + 1
     n = torch.bincount(idx, minlength=nb).double()
@@ -226,7 +228,8 @@ def sampled_mismatch(rb, z_train, taus=OUTLIER_TAUS) -> dict:
     :func:`~tailtheory.pruning.sweep.remaining_mismatch` of ``(z_train, rb.logits)`` on ``rb.mask``.
     Shapes: rb (B, T), z_train (B, T, V) -> dict of floats.
     """
-    keep = rb.keep if rb.keep is not None else torch.ones(z_train.shape, dtype=torch.bool)
+    keep = (rb.keep if rb.keep is not None else
+            torch.ones(z_train.shape, dtype=torch.bool, device=z_train.device))
     train = token_stats(z_train, rb.response, keep=rb.keep)["logp"]       # (B, T)
     Delta = (rb.logp - train).double().masked_fill(~rb.mask, 0.0)        # (B, T)
     d = Delta[rb.mask].abs()
