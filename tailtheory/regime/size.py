@@ -274,11 +274,12 @@ def _store(name: str, part: str, seed: int, row: dict) -> None:
 def trends(data: dict | None = None) -> dict[str, dict]:
     """Effect -> its per-rung seed values, means and spread, and the trend verdict over the
     rungs with at least :data:`MIN_SEEDS` seeds (``verdict`` says what is missing when fewer
-    than :data:`MIN_RUNGS` rungs have them)."""
+    than :data:`MIN_RUNGS` rungs have them); ``partial``: the seed values of rungs with fewer,
+    outside the trend."""
     data, built = read() if data is None else data, stored()
     out = {}
     for effect, (part, key, delta) in EFFECTS.items():
-        rows = []
+        rows, partial = [], []
         for r in RUNGS:
             vals = [v[key] for v in data.get(r.name, {}).get(part, {}).values()
                     if isinstance(v, dict) and math.isfinite(v.get(key, math.nan))]
@@ -286,7 +287,9 @@ def trends(data: dict | None = None) -> dict[str, dict]:
                 rows.append({"rung": r.name, "params": built[r.name]["non_embedding_params"],
                              "values": vals, "mean": float(np.mean(vals)),
                              "sd": float(np.std(vals, ddof=1))})
-        res = {"part": part, "delta": delta, "rungs": rows}
+            elif vals:
+                partial.append({"rung": r.name, "values": vals})
+        res = {"part": part, "delta": delta, "rungs": rows, "partial": partial}
         if len(rows) >= MIN_RUNGS:
             t = size_trend([r["params"] for r in rows], [r["mean"] for r in rows], delta)
             res.update(verdict=t.verdict, slope=t.slope, low=t.low, high=t.high)
@@ -304,7 +307,10 @@ def trend_table(data: dict | None = None) -> str:
                           for r in t["rungs"]) or "no rung with 3 seeds"
         slope = (f"; slope {t['slope']:+.3g} per decade ({t['low']:+.3g} to {t['high']:+.3g}), "
                  f"delta {t['delta']:g}" if "slope" in t else "")
-        lines.append(f"{effect:11s} {t['verdict']}{slope}: {cells}")
+        part = "".join(f"; {r['rung']} " + ", ".join(f"{v:.3g}" for v in r["values"])
+                       + f" ({len(r['values'])} of {MIN_SEEDS} seeds, not in the trend)"
+                       for r in t["partial"])
+        lines.append(f"{effect:11s} {t['verdict']}{slope}: {cells}{part}")
     return "\n".join(lines)
 
 

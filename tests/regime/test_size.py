@@ -170,6 +170,8 @@ def test_a_trend_needs_four_rungs_with_three_seeds(built):
                   names[3]: [1, 2]})                                   # the fourth has 2 seeds
     t = size.trends(data)["V2 low-p"]
     assert t["verdict"] == "PENDING (3 of 4 rungs measured)" and "slope" not in t
+    assert t["partial"] == [{"rung": names[3], "values": [1, 2]}]    # shown, not in the trend
+    assert f"; {names[3]} 1, 2 (2 of 3 seeds, not in the trend)" in size.trend_table(data)
     assert size.trends({})["L1 Spearman"]["verdict"].startswith("PENDING (0 of 4")
 
 
