@@ -95,7 +95,8 @@ def test_the_ladders_effects_measure_the_part_on_the_decide_warm_start(tmp_path,
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     calls = []
     monkeypatch.setattr(size, "policy", lambda name, seed, progress=True: ("m", "t", "matched"))
-    monkeypatch.setattr(size, "decide_policy", lambda name, progress=True: ("m", "t", "decide"))
+    monkeypatch.setattr(size, "decide_policy", lambda name, progress=True: ("d", "t", "decide"))
+    monkeypatch.setattr(size, "weights_fingerprint", lambda model: f"weights of {model}")
     monkeypatch.setattr(size, "MEASURE", {p: (lambda m, t, s, p=p: calls.append((p, s)) or {})
                                           for p in size.PARTS})
     size.measure_effects([LO, HI], parts=("tail", PART), seeds=(1,))
@@ -104,3 +105,5 @@ def test_the_ladders_effects_measure_the_part_on_the_decide_warm_start(tmp_path,
     data = size.read()
     assert {n: {p: data[n][p]["1"]["warm_key"] for p in ("tail", PART)} for n in (LO, HI)} == {
         n: {"tail": "matched", PART: "decide"} for n in (LO, HI)}
+    assert {data[n][p]["1"]["weights"] for n in (LO, HI) for p in ("tail", PART)} == {
+        "weights of m", "weights of d"}

@@ -32,6 +32,11 @@ def test_ratio_interval_by_hand():
     m = mask.clone()
     m[0] = 0                                                      # masked away: ratio 1
     assert ratio_interval(num, den, m)[0] == pytest.approx(1.0)
+    zero = den.clone()
+    zero[1:] = 0                         # only response 0 has a denominator: resamples lack it
+    ratio, low, high = ratio_interval(num, zero, mask)
+    assert ratio == pytest.approx(float((num * mask).sum() / (zero * mask).sum()))
+    assert math.isnan(low) and math.isnan(high)
 
 
 def test_one_step_numbers_on_a_tiny_model():
@@ -45,6 +50,8 @@ def test_one_step_numbers_on_a_tiny_model():
         assert sum(x["tokens_by_bin"]) == out["tokens"]
         if x["k3"]["fp16"] == 0:        # a tiny model's two forwards may agree bitwise
             assert math.isnan(x["ratio"])
+        elif math.isnan(x["low"]):      # ... on some responses: a resample of only those has
+            assert math.isnan(x["high"]) and x["ratio"] >= 0         # no denominator
         else:
             assert x["low"] <= x["ratio"] <= x["high"]
 
