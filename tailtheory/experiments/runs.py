@@ -163,8 +163,8 @@ def _worker(argv: list[str]) -> int:
 def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
     """Train ``configs`` in up to ``workers`` child processes (one torch thread each); a child is a
     fresh interpreter, so this works from scripts, notebooks and the CLI alike. ``done(cfg)`` is
-    called as each one that succeeded finishes; failures are collected and raised together at the end (the runs
-    that finished stay in the cache)."""
+    called as each run that succeeded finishes; failures are collected and raised together at
+    the end (the runs that finished stay in the cache)."""
     import os
     import subprocess
     import tempfile
