@@ -21,6 +21,7 @@ records each in ``results/ladder.json``; ``verify`` reads that record and never 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import replace
 
@@ -96,10 +97,38 @@ def build(names: list[str] | None = None, progress: bool = True, threads: int = 
                "corpus_seconds": c["seconds"], "warm_key": warm.name,
                "warm_accuracy": w["accuracy"], "warm_steps": w["steps"],
                "warm_window": w["window"], "warm_seconds": w["seconds"],
+               "warm_weights": w.get("weights"),
                "seconds_here": round(time.perf_counter() - t0, 1), "cpu": cpu_model()}
+        row = _keep_previous(row, stored().get(r.name))
         rows.append(row)
         _store(row)
     return rows
+
+
+def _keep_previous(row: dict, old: dict | None) -> dict:
+    """``row`` with ``previous_builds``: the recorded builds of its rung that were another model
+    (another warm-start fingerprint, or, for a row that records none, another held-out loss or
+    warm-start accuracy; a warm start rebuilt on another CPU is another model), each one's CPU,
+    perplexity, accuracy and fingerprint, said on stderr as it is replaced."""
+    if not old:
+        return row
+    earlier = list(old.get("previous_builds", []))
+    if old.get("warm_weights"):
+        same = old["warm_weights"] == row["warm_weights"]
+    else:
+        same = (old.get("heldout_loss"), old.get("warm_accuracy")) == (row["heldout_loss"],
+                                                                        row["warm_accuracy"])
+    if not same:
+        gone = {k: old.get(k) for k in ("cpu", "heldout_ppl", "warm_accuracy", "warm_steps",
+                                        "warm_weights")}
+        earlier.append(gone)
+        print(f"tailtheory: rung {row['rung']} was built as another model than "
+              f"results/{LADDER}.json recorded (made on {gone['cpu']}: perplexity "
+              f"{gone['heldout_ppl']:.1f}, warm start {gone['warm_accuracy']:.3f}; here on "
+              f"{row['cpu']}: {row['heldout_ppl']:.1f}, {row['warm_accuracy']:.3f}); the earlier "
+              f"build is kept under previous_builds, and measurements made on it keep theirs",
+              file=sys.stderr)
+    return {**row, "previous_builds": earlier} if earlier else row
 
 
 def store_rung(store: str, name: str, value, config: dict, command: str) -> None:

@@ -73,6 +73,34 @@ def test_build_records_each_rung_and_keeps_the_others(monkeypatch, tmp_path, cap
     assert out[-1].split()[-2:] == ["-", "-"]
 
 
+def test_a_rebuild_as_another_model_keeps_the_earlier_build(monkeypatch, tmp_path, capsys):
+    """A warm start rebuilt on another CPU is another model: the rung's row is replaced, the
+    earlier build kept under ``previous_builds`` and said on stderr; the same model again adds
+    nothing."""
+    _fake_builds(monkeypatch, tmp_path)
+    assert main(["ladder", "build", "--rung", "base", "--quiet"]) == 0
+    first = ladder.warm_start
+
+    def rebuilt(cfg, progress, threads):                # the same config, another model
+        d = first(cfg, progress, threads)
+        rec = json.loads((d / "sft.json").read_text())
+        (d / "sft.json").write_text(json.dumps({**rec, "accuracy": 0.38, "weights": "b" * 16}))
+        return d
+
+    monkeypatch.setattr(ladder, "warm_start", rebuilt)
+    monkeypatch.setattr(ladder, "cpu_model", lambda: "another CPU")
+    capsys.readouterr()
+    assert main(["ladder", "build", "--rung", "base", "--quiet"]) == 0
+    assert "rung base was built as another model" in capsys.readouterr().err
+    row = ladder.stored()["base"]
+    assert row["warm_accuracy"] == 0.38 and row["warm_weights"] == "b" * 16
+    assert [(p["warm_accuracy"], p["warm_weights"]) for p in row["previous_builds"]] == [
+        (0.4, None)]
+    assert main(["ladder", "build", "--rung", "base", "--quiet"]) == 0      # the same model
+    assert "another model" not in capsys.readouterr().err
+    assert len(ladder.stored()["base"]["previous_builds"]) == 1
+
+
 def test_status_reads_the_builds_and_their_checkpoints(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
