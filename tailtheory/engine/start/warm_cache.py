@@ -101,10 +101,21 @@ def _adopt(src: Path, final: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
-        os.rename(tmp, final)
+        _rename_into(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def _rename_into(tmp: Path, final: Path) -> None:
+    """Rename the complete folder ``tmp`` onto ``final``; where another process has renamed its
+    own copy of the same config there first (two runs starting at once on an empty cache), keep
+    theirs: a folder only ever appears there whole."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "sft.json").exists():
+            raise
 
 
 def _save(final: Path, model, task: Task, record: dict) -> None:
@@ -118,11 +129,7 @@ def _save(final: Path, model, task: Task, record: dict) -> None:
         atomic_write_json(tmp / "sft.json", record)
         if final.exists():  # forced, or a miss given more steps
             shutil.rmtree(final)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished the same config first: keep theirs
-            if not (final / "sft.json").exists():
-                raise
+        _rename_into(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -201,3 +201,33 @@ def test_a_committed_warm_start_is_adopted_and_a_damaged_one_refused(cache, monk
     with pytest.raises(ValueError, match="does not match its fingerprint"):
         warm_start(cfg, progress=False)
     assert not (tmp_path / "other" / "sft" / config_hash(cfg)).exists()
+
+
+def test_two_processes_adopting_one_committed_warm_start_at_once(cache, monkeypatch):
+    """Two runs starting together on an empty cache: the second to rename its copy keeps the
+    first's folder instead of failing (it once failed with 'Directory not empty')."""
+    from tailtheory.engine.start.rungs import rung
+
+    cfg = rung("w192").warm()
+    src = warm_cache.committed(cfg)
+    final = cache / config_hash(cfg)
+    copy = shutil.copytree
+
+    def copy_while_another_finishes(a, b, **kw):
+        copy(src, final)  # the other process's copy lands while ours is being written
+        return copy(a, b, **kw)
+
+    monkeypatch.setattr(warm_cache.shutil, "copytree", copy_while_another_finishes)
+    monkeypatch.setattr(warm_cache, "train_sft", lambda *a, **k: pytest.fail("trained"))
+    assert warm_start(cfg, progress=False) == final
+    assert read_record(final) == read_record(src)
+    assert sorted(p.name for p in cache.iterdir()) == [final.name]  # no temporary left behind
+
+
+def test_a_failed_rename_without_a_finished_copy_is_raised(tmp_path):
+    tmp, final = tmp_path / "tmp", tmp_path / "final"
+    tmp.mkdir()
+    (tmp / "sft.json").write_text("{}")
+    (final / "half").mkdir(parents=True)  # something there, but not a finished warm start
+    with pytest.raises(OSError):
+        warm_cache._rename_into(tmp, final)
