@@ -215,13 +215,13 @@ matched_lopti.table().groupby("label", sort=False)[["first_eval", "final_eval",
 # `K` continuation rollouts (`tau` and `K` calibrated once on `kk_prose`'s known free slots,
 # `results/decisive_calibration.json`). Below, per recipe and policy, each bin's share of the
 # tokens split into decisive (dark) and free, and Figure 1(d)'s per-bin gradient norm split the
-# same way (`results/decisive_<recipe>.json`, `python -m tailtheory.lopti.decisive_store RECIPE`
+# same way (`results/decisive_<recipe>.json`, `python -m tailtheory.lopti.decisive.store RECIPE`
 # measures again); then the designs tried for a recipe whose low-probability tokens decide the
 # answer, judged on their warm starts (`results/decisive_frontier.json`).
 
 # %%
 from tailtheory.core.measurements import StaleMeasurement
-from tailtheory.lopti import decisive_frontier, decisive_report, decisive_store
+from tailtheory.lopti.decisive import frontier as decisive_frontier, report as decisive_report, store as decisive_store
 
 split = {}
 for recipe in decisive_store.RECIPES:

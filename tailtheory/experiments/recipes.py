@@ -27,7 +27,7 @@ truth-tellers in order, ``P0 P2``), from the task's supervised warm start (sampl
 ``[0.225, 0.70]``), lr 1e-4 for 200 steps. Every response token, EOS included, chooses among the
 people still to come and the end, and the reward reads it, so its low-probability tokens are
 decision forks, not paraphrase: the other end, from ``matched``, of what low-probability tokens
-do (:mod:`tailtheory.lopti.decisive_store`). What it matches of the papers: the share of tokens
+do (:mod:`tailtheory.lopti.decisive.store`). What it matches of the papers: the share of tokens
 in LOPTI's lowest bin at its warm start (12.7%, paper 19.2%), two thirds of them decisive. What
 it does not: a worked reasoning trace (its responses are two to four tokens), the model's size
 (0.72M parameters, the papers' 1.5B-7B), and learning: its GRPO does not meet the learning rule

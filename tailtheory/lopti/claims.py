@@ -12,16 +12,17 @@ from __future__ import annotations
 from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.registry import Evidence, Verdict, register
 from tailtheory.experiments import learning
-from tailtheory.lopti import decisive_store, learn_probes, measurement, training
+from tailtheory.lopti import learn_probes, measurement, training
+from tailtheory.lopti.decisive import store as decisive_store
 
 SHARE = "decisive share"
 """The number beside each recipe's verdict: the share of its warm start's lowest-bin tokens
-that decide the answer (:func:`tailtheory.lopti.decisive_store.decisive_share`)."""
+that decide the answer (:func:`tailtheory.lopti.decisive.store.decisive_share`)."""
 
 
 def _share(recipe: str):
     """The stored decisive share of ``recipe`` (context beside a verdict, never remeasured by a
-    check: ``python -m tailtheory.lopti.decisive_store RECIPE`` measures it again)."""
+    check: ``python -m tailtheory.lopti.decisive.store RECIPE`` measures it again)."""
     try:
         data = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement:

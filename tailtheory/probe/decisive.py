@@ -4,8 +4,8 @@ The probe samples one GRPO batch of a task from a checkpoint folder (``--model P
 the folder a run or ``save_pretrained`` wrote, with its tokenizer) or from a recipe's policy
 (``--recipe R --policy warm|mid``), and estimates the decisiveness ``D`` of every lowest-bin token
 of its first ``--prompts`` prompts' responses and of ``--others`` tokens above that bin
-(:mod:`tailtheory.lopti.decisive_probe`), with the calibrated threshold and rollouts
-(:mod:`tailtheory.lopti.decisive_calibration`). It writes, into ``--out``: every probed token
+(:mod:`tailtheory.lopti.decisive.probe`), with the calibrated threshold and rollouts
+(:mod:`tailtheory.lopti.decisive.calibration`). It writes, into ``--out``: every probed token
 (``decisive_tokens.csv``), the bins split into decisive and free tokens with Figure 1(d) split in
 two (``decisive_split.png``, ``decisive_bins.csv``), ``D`` against ``p`` by role
 (``decisive_vs_p.png``), the roles' table on the ``kk`` tasks (``decisive_roles.csv``) and the
@@ -28,9 +28,9 @@ from tailtheory.engine.start.load import load_start
 from tailtheory.engine.tasks.task import TASKS
 from tailtheory.experiments.policies import POLICIES, grpo_config, probed_policy
 from tailtheory.experiments.recipes import check_recipe
-from tailtheory.lopti import decisive_calibration as cal
-from tailtheory.lopti.decisive_probe import OTHERS, PROBE_PROMPTS, measure_decisiveness
-from tailtheory.lopti.decisive_report import (bin_summary, plot_d_vs_p, plot_split,
+from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.probe import OTHERS, PROBE_PROMPTS, measure_decisiveness
+from tailtheory.lopti.decisive.report import (bin_summary, plot_d_vs_p, plot_split,
                                               role_summary, token_table)
 from tailtheory.probe.run import ProbeResult
 
@@ -51,13 +51,13 @@ class DecisiveConfig:
     n_people: int = 2
     device: str = "auto"
     K: int | None = None
-    """Rollouts a branch (None: the calibrated :data:`~tailtheory.lopti.decisive_calibration.K`)."""
+    """Rollouts a branch (None: the calibrated :data:`~tailtheory.lopti.decisive.calibration.K`)."""
     prompts: int = PROBE_PROMPTS
     others: int = OTHERS
     seed: int = 1
     """The GRPO batch: the problems and draws of step 0 of a run with this seed."""
     tau: float | None = None
-    """The threshold (None: the calibrated :data:`~tailtheory.lopti.decisive_calibration.TAU`)."""
+    """The threshold (None: the calibrated :data:`~tailtheory.lopti.decisive.calibration.TAU`)."""
     family: str = FAMILY
 
     def __post_init__(self):

@@ -59,7 +59,7 @@ PATHS = tuple(p for p in TIM_PATHS if p != "exact")
 """The real rollout paths of the learning testbed's mismatch study (V3; T14 reads its runs)."""
 
 DECISIVE_SHARE = "lopti/decisive_share_b0"
-"""The share of the lowest bin's tokens that decide the answer (:mod:`tailtheory.lopti.decisive`);
+"""The share of the lowest bin's tokens that decide the answer (:mod:`tailtheory.lopti.decisive.branches`);
 no paper states it for its models."""
 
 LOPTI_TRAINING = ("L2", "L3", "L6")

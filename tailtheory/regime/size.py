@@ -56,10 +56,10 @@ from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.engine.threads import pinned_threads
 from tailtheory.experiments.ladder import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
-from tailtheory.lopti import decisive_calibration as cal
-from tailtheory.lopti.decisive_probe import OTHERS, measure_decisiveness
-from tailtheory.lopti.decisive_store import PROMPTS as DECISIVE_PROMPTS
-from tailtheory.lopti.decisive_store import decisive_share
+from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
+from tailtheory.lopti.decisive.store import PROMPTS as DECISIVE_PROMPTS
+from tailtheory.lopti.decisive.store import decisive_share
 from tailtheory.lopti.measurement import measure, seed_effects
 from tailtheory.lopti.probes import N_BINS, prob_bins
 from tailtheory.mismatch.claims import envelope_slope
@@ -195,10 +195,10 @@ def lopti_numbers(model, task, seed: int, batches: int = LOPTI_BATCHES, cfg=None
 
 def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_PROMPTS) -> dict:
     """The ``decisive`` part of one seed: what the lowest bin's tokens do at this rung, the
-    ``matched`` store's probe (:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`,
+    ``matched`` store's probe (:func:`~tailtheory.lopti.decisive.probe.measure_decisiveness`,
     its calibrated ``tau`` and ``K``, ``prompts`` prompts of one GRPO batch of seed ``seed``;
     ``cfg``: a ``TrainConfig`` for the batch, default the ``matched`` recipe's), summarised as
-    :func:`~tailtheory.lopti.decisive_store.decisive_share` does: the lowest bin's
+    :func:`~tailtheory.lopti.decisive.store.decisive_share` does: the lowest bin's
     ``token_frac``, ``decisive_share``, ``helps``, ``hurts`` and ``format_breaking``."""
     data = measure_decisiveness(model, task, cfg or grpo_config("matched"), (seed,), 1, cal.K,
                                 OTHERS, prompts, cal.TAU, progress=False)

@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from tailtheory.core.measurements import StaleMeasurement
-from tailtheory.lopti.decisive_store import RECIPES as DECISIVE_RECIPES
-from tailtheory.lopti.decisive_store import decisive_data, decisive_share
+from tailtheory.lopti.decisive.store import RECIPES as DECISIVE_RECIPES
+from tailtheory.lopti.decisive.store import decisive_data, decisive_share
 from tailtheory.regime.quantities import DECISIVE_SHARE, PATHS, RHOS
 
 BIN_KEYS = ("tok_frac", "adv_abs")

@@ -234,7 +234,7 @@ verdict cannot be told apart from "not in the paper's regime".
   paraphrase; where they decide the answer it is open. What share of a 7B model's
   low-probability tokens decide its answer the paper does not state: the row "decide the answer"
   gives the testbed's share (`results/decisive_<recipe>.json`: tokens whose branch rollouts move
-  the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive`) against
+  the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive.branches`) against
   "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive share not stated" where
   no quantity lies outside 2x. The `decide` recipe (Knights and Knaves answered by naming the
   truth-tellers; `docs/engine.md`) is the other end of that share, about two thirds of its

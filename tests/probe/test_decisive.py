@@ -25,7 +25,7 @@ def test_bad_config_is_one_clear_error(kw, message):
 
 
 def test_defaults_are_the_calibrated_tau_and_k():
-    from tailtheory.lopti import decisive_calibration as cal
+    from tailtheory.lopti.decisive import calibration as cal
 
     c = DecisiveConfig(model="m")
     assert (c.K, c.tau) == (cal.K, cal.TAU)

@@ -100,7 +100,7 @@ def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     float64: the first index whose cumulative sum (float64) exceeds ``u`` times the row's total;
     a token of probability 0 is never drawn. Returns ``(B, 1)`` int64. The draw of
     :func:`sample_inverse_cdf`, and of given uniforms (the decisiveness probe's common random
-    numbers, ``tailtheory.lopti.decisive``)."""
+    numbers, ``tailtheory.lopti.decisive.branches``)."""
     c = p.double().cumsum(-1)                                                 # (B, V)
     tok = torch.searchsorted(c, u * c[:, -1:], right=True)                   # first c > u total
     over = tok[:, 0] >= p.shape[-1]          # u * total rounded up to the total: the last

@@ -1,4 +1,4 @@
-"""A scripted policy whose decisiveness is known exactly: the check :mod:`tailtheory.lopti.decisive`
+"""A scripted policy whose decisiveness is known exactly: the check :mod:`tailtheory.lopti.decisive.branches`
 must pass before its numbers are trusted anywhere else.
 
 On the ``kk`` task (Knights and Knaves answered directly: ``n`` words ``T`` / ``F``, then EOS;
@@ -19,7 +19,7 @@ from tailtheory.engine.tasks.task import FORMAT_REWARD
 
 class ScriptedPolicy:
     """The policy of the module docstring on ``task`` (a ``kk`` task) for ``problems``: a
-    decoder (``start(ids, attn, T)``) :func:`~tailtheory.lopti.decisive.branch_values` takes.
+    decoder (``start(ids, attn, T)``) :func:`~tailtheory.lopti.decisive.branches.branch_values` takes.
     The rows' prompts must be those of ``problems``."""
 
     def __init__(self, task, problems, eps: float):

@@ -1,5 +1,5 @@
 """L1-L6 context: the bins split into decisive and free tokens
-(``tailtheory/lopti/decisive_report.py``): the weighted shares and means on a measurement written
+(``tailtheory/lopti/decisive/report.py``): the weighted shares and means on a measurement written
 by hand, and the figures' tables."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from tailtheory.lopti import decisive_report as dr
+from tailtheory.lopti.decisive import report as dr
 
 matplotlib.use("Agg")
 

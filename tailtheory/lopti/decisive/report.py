@@ -1,8 +1,8 @@
 """What a decisiveness measurement shows: LOPTI's bins split into decisive and free tokens.
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a), (b) and (d), each bar split by
-:mod:`tailtheory.lopti.decisive` (``D >= tau`` decisive, else free). The input is
-:func:`tailtheory.lopti.decisive_probe.measure_decisiveness`'s output (one policy); tokens carry
+:mod:`tailtheory.lopti.decisive.branches` (``D >= tau`` decisive, else free). The input is
+:func:`tailtheory.lopti.decisive.probe.measure_decisiveness`'s output (one policy); tokens carry
 their stratum weight, so every share and mean here is the weighted estimate for all response
 tokens of the probed prompts. Each plot returns ``(figure, table)`` for
 ``tailtheory.core.display.show_figure``.

@@ -1,4 +1,4 @@
-"""The designs' frontier (``tailtheory/lopti/decisive_frontier.py``): each design's config and
+"""The designs' frontier (``tailtheory/lopti/decisive/frontier.py``): each design's config and
 warm start, the point it reports, and its figure."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from tailtheory.lopti import decisive_frontier as df
-from tests.lopti.test_decisive_report import _data
+from tailtheory.lopti.decisive import frontier as df
+from tests.lopti.decisive.test_report import _data
 
 matplotlib.use("Agg")
 

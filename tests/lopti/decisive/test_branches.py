@@ -1,6 +1,6 @@
-"""The branch estimator of ``tailtheory/lopti/decisive.py``: common random numbers seeded per
+"""The branch estimator of ``tailtheory/lopti/decisive/branches.py``: common random numbers seeded per
 token, chunking, the decoders it picks, and its errors (its agreement with exact values:
-``tests/lopti/test_decisive_check.py``)."""
+``tests/lopti/decisive/test_scripted.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.fast import InferenceEngine
 from tailtheory.engine.start.load import load_model
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.lopti.decisive import branch_values, decoder_of
-from tailtheory.lopti.decisive_check import ScriptedPolicy
+from tailtheory.lopti.decisive.branches import branch_values, decoder_of
+from tests.lopti.decisive.scripted import ScriptedPolicy
 
 
 @pytest.fixture(scope="module")

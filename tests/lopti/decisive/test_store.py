@@ -1,4 +1,4 @@
-"""L1-L6 context: the stored decisiveness of the recipes (``tailtheory/lopti/decisive_store.py``):
+"""L1-L6 context: the stored decisiveness of the recipes (``tailtheory/lopti/decisive/store.py``):
 its key, the share it reports, and a stale store refused."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tailtheory.core.measurements import StaleMeasurement
-from tailtheory.lopti import decisive_store as ds
-from tests.lopti.test_decisive_report import _data
+from tailtheory.lopti.decisive import store as ds
+from tests.lopti.decisive.test_report import _data
 
 
 def test_config_keys_each_recipe_s_policies_and_the_calibration():

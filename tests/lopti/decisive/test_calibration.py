@@ -1,4 +1,4 @@
-"""The calibration rule of ``tailtheory/lopti/decisive_calibration.py`` on tokens written by
+"""The calibration rule of ``tailtheory/lopti/decisive/calibration.py`` on tokens written by
 hand: tau calls at most 10% of the free tokens decisive, K brings the error under tau / 3."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tailtheory.lopti import decisive_calibration as dc
+from tailtheory.lopti.decisive import calibration as dc
 
 
 def _tokens(free_D, fork_D, se=0.01):

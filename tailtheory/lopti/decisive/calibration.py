@@ -1,7 +1,7 @@
 """The decisiveness threshold ``tau`` and the rollouts ``K``: calibrated once, where the truth is
 known, then fixed.
 
-Source: the decisiveness of :mod:`tailtheory.lopti.decisive` (a question LOPTI, arXiv
+Source: the decisiveness of :mod:`tailtheory.lopti.decisive.branches` (a question LOPTI, arXiv
 2505.12929, leaves open).
 
 ``tau`` is in reward units. On ``kk_prose`` (the ``matched`` recipe's task) a synonym or the
@@ -36,8 +36,8 @@ from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.experiments.policies import grpo_config, policies_identity, probed_policy
-from tailtheory.lopti.decisive import branch_values
-from tailtheory.lopti.decisive_probe import FREE_ROLES, batch_responses, token_roles
+from tailtheory.lopti.decisive.branches import branch_values
+from tailtheory.lopti.decisive.probe import FREE_ROLES, batch_responses, token_roles
 from tailtheory.lopti.onestep import probe_batch
 
 CAL_RECIPE = "matched"
@@ -67,7 +67,7 @@ SE_FRACTION = 1 / 3
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive_calibration"
+COMMAND = "python -m tailtheory.lopti.decisive.calibration"
 
 TAU = 0.081
 """The threshold, in reward units, as calibrated (``results/decisive_calibration.json``): 10% of

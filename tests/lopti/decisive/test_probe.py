@@ -1,4 +1,4 @@
-"""The stratified decisiveness probe of ``tailtheory/lopti/decisive_probe.py``: token-to-word
+"""The stratified decisiveness probe of ``tailtheory/lopti/decisive/probe.py``: token-to-word
 maps for word-level and BPE tokenizers, token roles, the stratified sample's weights, and one
 probed batch end to end on a tiny model."""
 
@@ -11,7 +11,7 @@ import torch
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.start.load import load_model
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.lopti import decisive_probe as dp
+from tailtheory.lopti.decisive import probe as dp
 
 
 def test_token_words_of_the_word_level_tokenizer():

@@ -1,13 +1,13 @@
 """The stored decisiveness of each recipe's two policies: what its low-probability tokens do.
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a) and (d), each bin split by
-:mod:`tailtheory.lopti.decisive` at the calibrated ``tau`` and ``K``
-(:mod:`tailtheory.lopti.decisive_calibration`).
+:mod:`tailtheory.lopti.decisive.branches` at the calibrated ``tau`` and ``K``
+(:mod:`tailtheory.lopti.decisive.calibration`).
 
 Per recipe (:data:`RECIPES`) and policy (its warm start and GRPO half-way,
 :mod:`tailtheory.experiments.policies`): :data:`SEEDS` x one GRPO batch, the responses of its
 first :data:`PROMPTS` prompts probed
-(:func:`~tailtheory.lopti.decisive_probe.measure_decisiveness`),
+(:func:`~tailtheory.lopti.decisive.probe.measure_decisiveness`),
 stored in
 ``results/decisive_<recipe>.json``; ``quick`` reads it, ``thorough`` measures again.
 :func:`decisive_share` is the quantity the ledger and the regime table quote: the weighted share
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from tailtheory.core.measurements import measured
 from tailtheory.experiments.policies import POLICIES, grpo_config, policies_identity, probed_policy
-from tailtheory.lopti import decisive_calibration as cal
-from tailtheory.lopti.decisive_probe import OTHERS, measure_decisiveness
-from tailtheory.lopti.decisive_report import bin_summary
+from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
+from tailtheory.lopti.decisive.report import bin_summary
 
 RECIPES = ("learn", "matched", "decide")
 """The recipes whose policies are probed."""
@@ -34,11 +34,11 @@ SEEDS = (1, 2)
 
 PROMPTS = 4
 """Prompts of each batch whose responses are probed (8 responses each): every lowest-bin token
-of them, about 290 on ``matched``, plus :data:`~tailtheory.lopti.decisive_probe.OTHERS`."""
+of them, about 290 on ``matched``, plus :data:`~tailtheory.lopti.decisive.probe.OTHERS`."""
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive_store"
+COMMAND = "python -m tailtheory.lopti.decisive.store"
 """With a recipe's name after it, measures again and stores ``results/decisive_<recipe>.json``."""
 
 
@@ -57,7 +57,7 @@ def decisive_config(recipe: str) -> dict:
 
 
 def measure_recipe(recipe: str, progress: bool = True) -> dict:
-    """Policy -> :func:`~tailtheory.lopti.decisive_probe.measure_decisiveness` of ``recipe``."""
+    """Policy -> :func:`~tailtheory.lopti.decisive.probe.measure_decisiveness` of ``recipe``."""
     cfg = grpo_config(_check(recipe))
     out = {}
     for policy in POLICIES:

@@ -2,14 +2,14 @@
 warm starts: lowest-bin share against decisive share, one point each.
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a)'s lowest bin (19.2% of Qwen2.5-7B's
-sampled tokens on K&K), split by :mod:`tailtheory.lopti.decisive`.
+sampled tokens on K&K), split by :mod:`tailtheory.lopti.decisive.branches`.
 
 Each design is a task and its supervised warm start (:data:`DESIGNS`; built once and cached like
 every warm start). Its probe is one GRPO batch of 32 prompts x 8 responses at temperature 1, the
 first :data:`PROMPTS` prompts' responses probed at the calibrated ``tau`` and ``K``. The target
 region is at least :data:`LOW_MIN` of the response tokens in the lowest bin with at least half
 of those decisive; whether a design also learns is read from its GRPO runs, not here. Stored in
-``results/decisive_frontier.json`` (``python -m tailtheory.lopti.decisive_frontier``).
+``results/decisive_frontier.json`` (``python -m tailtheory.lopti.decisive.frontier``).
 
 Claims: L2, L3, L6 (which recipe can carry them where low-probability tokens decide).
 """
@@ -21,9 +21,9 @@ from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.start.load import load_start, warm_config
 from tailtheory.engine.start.sft import config_hash
-from tailtheory.lopti import decisive_calibration as cal
-from tailtheory.lopti.decisive_probe import OTHERS, measure_decisiveness
-from tailtheory.lopti.decisive_report import bin_summary
+from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
+from tailtheory.lopti.decisive.report import bin_summary
 
 DESIGNS = {"kk, 3 people": ("kk", 3), "kk, 4 people": ("kk", 4),
            "kk_knights, 3 people": ("kk_knights", 3), "chain_sum": ("chain_sum", 3)}
@@ -39,7 +39,7 @@ LOW_MIN = 0.096
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive_frontier"
+COMMAND = "python -m tailtheory.lopti.decisive.frontier"
 
 
 def design_config(name: str) -> TrainConfig:

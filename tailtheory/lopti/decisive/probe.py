@@ -1,7 +1,7 @@
 """Decisiveness on GRPO batches: which of a policy's low-probability tokens decide the answer.
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1(a) and (d): its bins of ``pi_old``,
-here each split into decisive and free tokens by :mod:`tailtheory.lopti.decisive`.
+here each split into decisive and free tokens by :mod:`tailtheory.lopti.decisive.branches`.
 
 :func:`measure_decisiveness` samples GRPO batches from a policy as the trainer would (the
 problems of step ``i`` of seed ``s``, :func:`tailtheory.lopti.onestep.probe_batch`), keeps the
@@ -11,7 +11,7 @@ weighted back by the inverse of its sampling fraction. Each probed token keeps `
 its advantage, its role (:func:`token_roles`: the ``kk`` tasks' grammar, otherwise ``None``), and
 the branch estimate ``D``, ``gap`` and their standard errors. A token is *decisive* when
 ``D >= tau`` (:data:`TAU`, in reward units, calibrated once on ``kk_prose``'s known free slots,
-:mod:`tailtheory.lopti.decisive_calibration`).
+:mod:`tailtheory.lopti.decisive.calibration`).
 
 Shapes: ``B`` responses, ``T`` response tokens.
 """
@@ -30,7 +30,7 @@ from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
 from tailtheory.engine.tasks.chat import before_stop
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
-from tailtheory.lopti.decisive import branch_values
+from tailtheory.lopti.decisive.branches import branch_values
 from tailtheory.lopti.onestep import ProbeBatch, probe_batch, surrogate_grads
 from tailtheory.lopti.probes import N_BINS, prob_bins
 

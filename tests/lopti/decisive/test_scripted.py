@@ -1,5 +1,5 @@
-"""The scripted policy of ``tailtheory/lopti/decisive_check.py``: its exact values, and the
-branch estimator of ``tailtheory/lopti/decisive.py`` agreeing with them within its error."""
+"""The scripted policy of ``tests/lopti/decisive/scripted.py``: its exact values, and the
+branch estimator of ``tailtheory/lopti/decisive/branches.py`` agreeing with them within its error."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.lopti.decisive import branch_values
-from tailtheory.lopti.decisive_check import ScriptedPolicy, exact_decisiveness
+from tailtheory.lopti.decisive.branches import branch_values
+from tests.lopti.decisive.scripted import ScriptedPolicy, exact_decisiveness
 
 EPS = 0.3
 
