@@ -7,7 +7,7 @@ phase costs only its own share:
 1. ``probes``: at each rung of :data:`PROBE_RUNGS`, a model of that rung's architecture
    (:mod:`tailtheory.engine.start.rungs`) with random weights, speaking the committed ``w192``
    warm start's tokenizer and ``kk_prose`` task, on the device; the size effects' three parts
-   (:mod:`tailtheory.regime.size`: ``tail``, ``p4``, and ``lopti`` on one GRPO batch) timed. Random
+   (:mod:`tailtheory.ladder.effects`: ``tail``, ``p4``, and ``lopti`` on one GRPO batch) timed. Random
    weights answer how long a part takes at that width, not what it measures there.
 2. ``steps``: ``benchmarks/bench_step.py --workload rung`` at each rung of :data:`STEP_RUNGS`, the
    engine's micro-batch step beside TRL's on the same workload (its own report,
@@ -85,7 +85,7 @@ def probe_rung(name: str, device: str, smoke: bool, dest: Path) -> dict:
 
     from tailtheory.core.models import num_params
     from tailtheory.experiments.policies import grpo_config
-    from tailtheory.regime import size
+    from tailtheory.ladder import effects as size
 
     model, task = probe_model(name, device, smoke)
     row = {"params": num_params(model), "parts": {}}

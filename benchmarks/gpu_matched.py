@@ -123,7 +123,7 @@ def fractions(counts: list[int]) -> list[float]:
 def final_policy(cfg, run: Path):
     """The run's last policy: its starting model with the last checkpoint's weights."""
     from tailtheory.engine.checkpoint import read_checkpoint
-    from tailtheory.engine.start.load import load_start
+    from tailtheory.engine.load import load_start
 
     model, task = load_start(cfg)
     model.load_state_dict(read_checkpoint(run / "checkpoint.pt")["model"])
@@ -149,7 +149,7 @@ def main() -> None:
     from tailtheory.engine.checkpoint import read_metrics
     from tailtheory.engine.start.corpus_lm import corpus_lm, read_corpus_record
     from tailtheory.engine.devices import resolve_device
-    from tailtheory.engine.start.load import load_start
+    from tailtheory.engine.load import load_start
     from tailtheory.engine.trainer import train
     from tailtheory.engine.start.warm_cache import warm_start
 

@@ -71,8 +71,8 @@ PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameter
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 
 # %%
-from tailtheory.experiments import ladder
-from tailtheory.regime import size, size_figure
+from tailtheory.ladder import build as ladder
+from tailtheory.ladder import effects as size, figure as size_figure
 
 if PRESET == "full":
     size.measure_effects()

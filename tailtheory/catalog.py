@@ -36,7 +36,7 @@ from tailtheory.tim import methods as _tim_methods  # noqa: F401
 from tailtheory.tim import training as _tim_training  # noqa: F401
 from tailtheory.tim import dose as _tim_dose  # noqa: F401
 from tailtheory.tim import precision_training as _tim_precision_training  # noqa: F401
-from tailtheory.tim import dose_ladder as _tim_dose_ladder  # noqa: F401
+from tailtheory.ladder import dose as _ladder_dose  # noqa: F401
 
 SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """The paper sections, one subpackage each, in the order of the claims (S, M, P, L, T, O, V)."""

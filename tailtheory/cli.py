@@ -14,6 +14,7 @@ import argparse
 import shlex
 import sys
 
+from tailtheory.ladder.cli import ladder, ladder_arguments
 from tailtheory.probe.cli import PROBE_EPILOG
 
 
@@ -40,7 +41,7 @@ def _verify(args: argparse.Namespace) -> int:
             results.append(run_claim(claim, args.profile))
     print(table(results))
     if only is None:
-        from tailtheory.regime.size import size_report
+        from tailtheory.ladder.effects import size_report
 
         print("\n" + size_report())
     write_claims_json(results, out, args.profile)
@@ -214,93 +215,6 @@ def _study_arguments(st) -> None:
                     help="train nothing: store the runs the cache holds finished")
 
 
-def _ladder_arguments(p) -> None:
-    from tailtheory.engine.start.rungs import RUNGS
-
-    p.add_argument("action", choices=("list", "status", "build", "batch-shape", "precision",
-                                       "effects", "calibrate"),
-                   help="list: the rung table (built rungs with their held-out perplexity and "
-                        "warm-start accuracy); status: how far each rung's build is (a stopped "
-                        "build's last checkpoint) and what each effect still needs; build: "
-                        "train what the cache lacks (continuing a stopped build); batch-shape: "
-                        "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
-                        "V7 (bf16 against fp16) on built rungs' warm starts; effects: measure "
-                        "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
-                        "and print each effect's trend over the rungs; calibrate: the logit-noise "
-                        "sigma of each k3 of V6's ladder grid on built rungs' warm starts")
-    p.add_argument("--part", action="append",
-                   choices=("tail", "p4", "lopti", "decisive", "step", "lopti_decide"),
-                   help="effects: a part (repeatable; default all): tail = M7, V2; p4; lopti = L1, "
-                        "L4, L5; decisive share; step speed; lopti_decide = lopti on decide")
-    p.add_argument("--seed", action="append", type=int, choices=(1, 2, 3),
-                   help="effects: a seed to measure (repeatable; default 1, 2 and 3)")
-    p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
-                   help="a rung to build or measure (repeatable; default: every rung, smallest "
-                        "first; batch-shape: every built one)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads; 0 (default) picks the toolkit's choice for the size")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
-def _ladder(args) -> int:
-    """``tailtheory ladder list|build|batch-shape|precision``."""
-    from tailtheory.experiments import ladder
-
-    if args.action == "list":
-        print(ladder.table())
-        return 0
-    if args.action == "status":
-        from tailtheory.regime import size
-
-        for row in ladder.status():
-            state = "built" if row["built"] else "not built"
-            print(f"{row['rung']:5s} {state}: corpus LM {row['corpus']}; warm start {row['warm']}")
-        print(size.size_report(costs=True))
-        return 0
-    if args.action == "batch-shape":
-        from tailtheory.mismatch.batch_shape import BATCH_SHAPE, measure_batch_shape
-
-        for name, rows in measure_batch_shape(args.rung, threads=args.threads or 1).items():
-            top = next(r for r in rows if (r["decoder"], r["dtype"], r["batch"]) ==
-                       ("hf", "bf16", 32))
-            print(f"{name}: hf bf16 batch 32: |Delta| > 1e-3 on {top['over_1e3']:.4f} of "
-                  f"{top['tokens']} tokens, outside [0.9, 1.1] {top['outside']:.4f}")
-        print(f"wrote results/{BATCH_SHAPE}.json")
-        return 0
-    if args.action == "precision":
-        from tailtheory.tim.precision import PRECISION, measure_precision
-
-        for name, row in measure_precision(args.rung, threads=args.threads or 1).items():
-            for setting, x in row["settings"].items():
-                print(f"{name} {setting}: k3 bf16 {x['k3']['bf16']:.3g}, fp16 "
-                      f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
-                      f"{x['high']:.1f})")
-        print(f"wrote results/{PRECISION}.json")
-        return 0
-    if args.action == "calibrate":
-        from tailtheory.tim.dose_ladder import CALIBRATION, measure_noise_sigmas
-
-        for name, row in measure_noise_sigmas(args.rung, threads=args.threads or 1).items():
-            print(f"{name}: " + ", ".join(f"k3 {t}: sigma {x['sigma']:.3g} (k3 {x['k3']:.3g})"
-                                          for t, x in row["targets"].items()))
-        print(f"wrote results/{CALIBRATION}.json")
-        return 0
-    if args.action == "effects":
-        from tailtheory.regime import size
-
-        size.measure_effects(args.rung, tuple(args.part or size.PARTS),
-                             tuple(args.seed or size.SEEDS), threads=args.threads or 1,
-                             progress=not args.quiet)
-        print(size.trend_table())
-        print(f"wrote results/{size.STORE}.json")
-        return 0
-    for row in ladder.build(args.rung, progress=not args.quiet, threads=args.threads):
-        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
-              f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
-    print(f"wrote results/{ladder.LADDER}.json")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
@@ -325,12 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
              "With --model PATH --out DIR: warm-start your checkpoint through its own tokenizer "
              "and chat template and write a folder `tailtheory train --model DIR` takes.",
              add_sft_arguments)
-    _command(sub, "ladder", _ladder, "the model-size ladder of the matched testbed",
+    _command(sub, "ladder", ladder, "the model-size ladder of the matched testbed",
              "The model-size ladder: named rungs of the matched recipe's architecture, each "
              "pretrained on the standard library and warm-started on kk_prose (cached); list "
              "prints the rung table, build trains what the cache lacks and records each rung in "
              "results/ladder.json; batch-shape measures the batch-shape mismatch (V8) on the "
-             "built rungs, precision the bf16 / fp16 mismatch ratio (V7).", _ladder_arguments)
+             "built rungs, precision the bf16 / fp16 mismatch ratio (V7).", ladder_arguments)
     _command(sub, "plot", plot_main, "draw training runs against step (seeds as a band)",
              "Draw reward, accuracy, entropy, mismatch and method metrics of training runs "
              "against step; runs that differ only in seed form one band.", add_plot_arguments)

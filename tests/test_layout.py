@@ -39,7 +39,7 @@ MAX_LINES = 400
 SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
 """The paper sections, one folder each."""
 
-FRONT_ENDS = ("cli", "catalog", "docs", "diagnose", "integrations", "probe", "regime")
+FRONT_ENDS = ("cli", "catalog", "docs", "diagnose", "integrations", "ladder", "probe", "regime")
 """The top floor: what a user runs, and the catalog that collects the sections."""
 
 FLOORS = {"core": 0, "engine": 1, "experiments": 2, **{s: 3 for s in SECTIONS},

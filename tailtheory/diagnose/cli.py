@@ -68,7 +68,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
 
     from tailtheory.diagnose.aggregate import Accumulator
     from tailtheory.diagnose.build import diagnosis
-    from tailtheory.diagnose.ladder_place import nearest_rung
+    from tailtheory.ladder.place import nearest_rung
     from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
     from tailtheory.diagnose.sections import SECTIONS
 

@@ -201,14 +201,14 @@ def register_section(d, register: list[dict] | None = None,
     """Place the :class:`~tailtheory.diagnose.sections.Diagnosis` ``d`` on the register from its
     summary's ``k3``: the verdict lines under ``register``, the dict under
     ``d.points["register"]`` (written as ``register.json``), with the comparison at the model-size
-    ladder's rung nearest ``params`` (:mod:`tailtheory.diagnose.ladder_place`) under its
+    ladder's rung nearest ``params`` (:mod:`tailtheory.ladder.place`) under its
     ``ladder``. A k3 that is missing or NaN is said so and not placed."""
     k3 = d.summary.get("k3")
     if k3 is None or math.isnan(k3):
         d.verdicts["register"] = [f"mean per-token k3 is {k3}: the run cannot be placed on the "
                                   f"dose-response register.", f"caveat: {CAVEAT}"]
         return
-    from tailtheory.diagnose.ladder_place import ladder_lines, ladder_placement
+    from tailtheory.ladder.place import ladder_lines, ladder_placement
 
     p = place_on_register(k3, register)
     p["ladder"] = ladder_placement(k3, params)

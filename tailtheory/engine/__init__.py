@@ -12,7 +12,7 @@ The engine room holds the training step and one run's plumbing; three wings hold
 - :mod:`tailtheory.engine.rollout.engine`: the rollout engine and its decoders (``fast``, ``hf``),
   the inference copies and the noise paths;
 - :mod:`tailtheory.engine.tasks.task`: tasks as text, their words and lengths;
-- :mod:`tailtheory.engine.start.load`: the model a run starts from (load, sft, warm starts, the
+- :mod:`tailtheory.engine.load`: the model a run starts from (load, sft, warm starts, the
   corpus LM).
 
 The engine imports no paper section and nothing from :mod:`tailtheory.experiments`: each

@@ -41,7 +41,7 @@ from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.rollout.engine import RolloutBatch, RolloutConfig, RolloutEngine
 from tailtheory.engine.rundir import open_run
-from tailtheory.engine.start.load import (check_same_folder, from_folder, load_start,
+from tailtheory.engine.load import (check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
 from tailtheory.engine.step_metrics import monitor_metrics, pass_mean, rel_change
 from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -266,7 +266,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
     A model saved in a folder is read and checked first (its tokenizer, its vocabulary, its
-    architecture: :func:`~tailtheory.engine.start.load.load_start`; on ``resume``, that it still holds
+    architecture: :func:`~tailtheory.engine.load.load_start`; on ``resume``, that it still holds
     the run's starting model), before anything is written. The directory is then checked,
     locked and marked (rules in :mod:`tailtheory.engine.rundir`); then the warm start of a
     ``warm`` model is found or trained (one outside its accuracy window raises

@@ -4,7 +4,7 @@ Several sections probe the same two policies of a recipe (LOPTI's one-step probe
 M7's tail probes on the ``matched`` recipe, the regime table), so they live here, below the
 sections, once.
 
-- ``warm``: the recipe's warm start (:func:`tailtheory.engine.start.load.load_start`).
+- ``warm``: the recipe's warm start (:func:`tailtheory.engine.load.load_start`).
 - ``mid``: GRPO seed :data:`MID_SEED` of the recipe half-way (:func:`mid_step`):
   that run is trained again to the step in a folder of its own under the run cache's
   ``probes/`` (the run cache keeps a run's last checkpoint only), and its metric lines are
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.engine.checkpoint import read_checkpoint, read_metrics
-from tailtheory.engine.start.load import load_start
+from tailtheory.engine.load import load_start
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.trainer import train
 from tailtheory.experiments.presets import RECIPE_PRESETS, train_config, warm_sft_config

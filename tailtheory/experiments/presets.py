@@ -44,13 +44,13 @@ def check_preset(preset: str) -> str:
 
 def warm_sft_config(preset: str, task: str = TRACE_TASK) -> SFTConfig:
     """The warm start of ``preset``: the task's own (``full``), a recipe's (``learn`` and
-    ``matched``: :func:`~tailtheory.engine.start.load.warm_config` of the recipe; ``task`` does not
+    ``matched``: :func:`~tailtheory.engine.load.warm_config` of the recipe; ``task`` does not
     apply) or a short one (``quick``)."""
     if check_preset(preset) == "full":
         return SFTConfig.for_task(task)
     if preset in RECIPE_PRESETS:
         from tailtheory.experiments.recipes import recipe_config
-        from tailtheory.engine.start.load import warm_config
+        from tailtheory.engine.load import warm_config
 
         return warm_config(recipe_config(preset))
     return SFTConfig.for_task(task, max_steps=QUICK_SFT_STEPS, eval_every=QUICK_SFT_STEPS,

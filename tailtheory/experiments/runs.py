@@ -32,8 +32,8 @@ from tailtheory.engine.checkpoint import read_metrics
 from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
 from tailtheory.engine.devices import resolve_device
 from tailtheory.engine.rundir import clear_run, wait_for_writer
-from tailtheory.engine.start.load import start_key
-from tailtheory.engine.start.load import read_provenance, warm_config
+from tailtheory.engine.load import start_key
+from tailtheory.engine.load import read_provenance, warm_config
 from tailtheory.engine.start.warm_cache import cache_root, warm_weights
 from tailtheory.engine.trainer import train
 
@@ -58,7 +58,7 @@ def run_identity(cfg: TrainConfig, view: str = "cache") -> dict:
 
     ``view="cache"``: what the run cache's key hashes (:func:`run_key`): the config less
     :data:`NOT_IN_KEY`, the resolved device, and what the run starts from: the warm start's
-    config hash (:func:`tailtheory.engine.start.load.start_key`) or, for a model saved in a
+    config hash (:func:`tailtheory.engine.load.start_key`) or, for a model saved in a
     folder, the folder's :func:`~tailtheory.core.models.checkpoint_fingerprint` (its weights
     and tokenizer, not only its name). ``view="store"``: what a study's stored row is keyed by
     (:meth:`tailtheory.experiments.study.Study.identity`): the same less the machine (the device,

@@ -47,7 +47,7 @@ from typing import Callable, Mapping
 from tailtheory.core.measurements import PROFILES, StaleMeasurement, measurement_path
 from tailtheory.core.registry import load_catalog
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start.load import read_provenance
+from tailtheory.engine.load import read_provenance
 from tailtheory.experiments.comparison import Measurement
 from tailtheory.experiments.incremental import (load_done, store_done, stored_record,
                                                 study_identities)

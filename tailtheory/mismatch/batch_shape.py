@@ -24,7 +24,7 @@ float32). On a CPU the float32 differences may be last-bit only: that is a findi
 failure. Shapes: ``N`` sequences of lengths ``n_i``; per sequence ``n_i - 1`` scored tokens.
 
 Claim V8 (ours; criterion in the ledger): the mismatch against model size, on the rungs of the
-ladder (:func:`measure_batch_shape`, ``tailtheory ladder batch-shape``).
+ladder (:func:`tailtheory.ladder.mismatch.measure_batch_shape`, ``tailtheory ladder batch-shape``).
 """
 
 from __future__ import annotations
@@ -34,15 +34,8 @@ import torch
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
 from tailtheory.core.forward import full_forward, left_pad
-from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.fast import InferenceEngine
-from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_stream,
-                                               load_corpus_lm)
-from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
-from tailtheory.engine.start.rungs import RUNGS, rung
-from tailtheory.engine.threads import torch_threads
-from tailtheory.experiments.ladder import require_built, store_rung, stored
 
 BATCHES = (1, 8, 32)
 """Batch sizes the sequences are scored in; 1 (alone, no padding) is the reference."""
@@ -128,33 +121,3 @@ def ragged_windows(stream: torch.Tensor, n: int, min_len: int, max_len: int,
     lens = torch.randint(min_len, max_len + 1, (n,), generator=g)
     starts = [int(torch.randint(0, stream.numel() - int(L), (1,), generator=g)) for L in lens]
     return [stream[s:s + int(L)].tolist() for s, L in zip(starts, lens)]
-
-
-BATCH_SHAPE = "batch_shape_ladder"
-"""``results/batch_shape_ladder.json``: V8's rows per rung (:func:`measure_batch_shape`)."""
-
-SHAPE_WINDOWS = dict(n=32, min_len=16, max_len=128, seed=0)
-"""V8's sequences per rung: windows of the rung's held-out corpus stream (the ledger's
-criterion)."""
-
-
-def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dict[str, list]:
-    """V8 on the built rungs ``names`` (default: every rung ``results/ladder.json`` holds built):
-    :func:`batch_shape_mismatch` of the rung's corpus LM on :data:`SHAPE_WINDOWS`, stored per
-    rung in ``results/batch_shape_ladder.json`` as each finishes. A rung not built here is a
-    ``ValueError`` naming the command that builds it."""
-    built = stored()
-    names = names or [r.name for r in RUNGS if r.name in built]
-    out = {}
-    for name in names:
-        path = corpus_root() / corpus_key(rung(name).corpus())
-        require_built(name, path / RECORD)
-        model, tok = load_corpus_lm(path)
-        seqs = ragged_windows(heldout_stream(path), **SHAPE_WINDOWS)
-        with torch_threads(threads):
-            rows = batch_shape_mismatch(model.float().eval(), seqs, pad_id=tok.pad_token_id)
-        out[name] = [{**row, "rung": name, "non_embedding_params": built[name][
-            "non_embedding_params"], "cpu": cpu_model()} for row in rows]
-        store_rung(BATCH_SHAPE, name, out[name], {"windows": SHAPE_WINDOWS},
-                   f"tailtheory ladder batch-shape --rung {name}")
-    return out

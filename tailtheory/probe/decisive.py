@@ -24,7 +24,7 @@ from tailtheory.core.checks import check_positive_int
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.devices import DEVICES, resolve_device
 from tailtheory.engine.rollout.engine import FAST
-from tailtheory.engine.start.load import load_start
+from tailtheory.engine.load import load_start
 from tailtheory.engine.tasks.task import TASKS
 from tailtheory.experiments.policies import POLICIES, grpo_config, probed_policy
 from tailtheory.experiments.recipes import check_recipe

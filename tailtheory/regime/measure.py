@@ -165,7 +165,7 @@ def regime_config(recipe: str) -> dict:
     """What ``results/regime_<recipe>.json`` is keyed by: the recipe's fields and warm start,
     the sizes, thresholds, paths and the half-way step."""
     from tailtheory.experiments.recipes import check_recipe
-    from tailtheory.engine.start.load import start_key
+    from tailtheory.engine.load import start_key
     from tailtheory.experiments.policies import MID_SEED
     from tailtheory.lopti.probes import BIN_EDGES
 
@@ -179,7 +179,7 @@ def regime_config(recipe: str) -> dict:
 def measure_regime(recipe: str, progress: bool = True) -> dict:
     """Policy -> rows (:func:`measure_policy`) of the recipe's warm start and half-way policy."""
     from tailtheory.core.provenance import provenance, weights_fingerprint
-    from tailtheory.engine.start.load import load_start, start_key
+    from tailtheory.engine.load import load_start, start_key
     from tailtheory.engine.threads import model_threads
     from tailtheory.experiments.policies import mid_policy
 

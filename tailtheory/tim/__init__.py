@@ -54,6 +54,6 @@ create) is measured along the model-size ladder: `precision` (one step: the bf16
 ratio per rung, `tailtheory ladder precision`) and `precision_training` (the study
 `precision_matched`: fp16 rollouts uncorrected against bf16 with token TIS and with MIS on the
 `matched` recipe, a non-inferiority rule); `tailtheory verify` prints both after its table
-(`tailtheory.regime.size`). V6 along the ladder starts in `dose_ladder`: per rung, the logit-noise
+(`tailtheory.ladder.effects`). V6 along the ladder starts in `dose_ladder`: per rung, the logit-noise
 sigma of each k3 of its grid (`tailtheory ladder calibrate`).
 """

@@ -20,8 +20,8 @@ Per setting: the mean k3 of each dtype, their ratio bf16 / fp16 with a percentil
 interval over responses (:func:`ratio_interval`), and the mean k3 within the bins of ``1 - p``
 (``p`` the float32 probability of the token). Shapes: ``B`` responses, ``T`` response tokens.
 
-On the ladder (:func:`measure_precision`, ``tailtheory ladder precision``): each rung's warm
-start, its numbers stored per rung; the criterion is the ledger's.
+On the model-size ladder: :func:`tailtheory.ladder.mismatch.measure_precision`
+(``tailtheory ladder precision``).
 """
 
 from __future__ import annotations
@@ -30,13 +30,10 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
-from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.engine import FAST, RolloutConfig, RolloutEngine
 from tailtheory.engine.rollout.fast import InferenceEngine
-from tailtheory.engine.threads import torch_threads
-from tailtheory.experiments.ladder import built_names, store_rung, stored, warm_policy
 
 DTYPES = ("bf16", "fp16")
 SETTINGS = ("vs_float32", "same_dtype")
@@ -111,28 +108,4 @@ def precision_mismatch(model, task, n_prompts: int = 64, seed: int = 0,
             "ratio": ratio, "low": low, "high": high, "k3_by_bin": per_bin,
             "tokens_by_bin": [int((mask * (bins == b)).sum())
                               for b in range(len(ONE_MINUS_P_EDGES) - 1)]}
-    return out
-
-
-PRECISION = "precision_ladder"
-"""``results/precision_ladder.json``: V7's one-step numbers per rung of the ladder."""
-
-N_PROMPTS = 64
-"""Held-out ``kk_prose`` prompts a rung's warm start answers for V7 (the ledger's criterion)."""
-
-
-def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[str, dict]:
-    """V7 on the warm starts of the built rungs ``names`` (default: every rung
-    ``results/ladder.json`` holds built), stored per rung in ``results/precision_ladder.json`` as
-    each finishes. A rung whose warm start is not in the cache here is a ``ValueError`` naming
-    the command that builds it (nothing is trained here)."""
-    built, out = stored(), {}
-    for name in built_names(names):
-        model, task, warm = warm_policy(name)
-        with torch_threads(threads):
-            out[name] = {**precision_mismatch(model, task, N_PROMPTS), "rung": name,
-                         "non_embedding_params": built[name]["non_embedding_params"],
-                         "warm_key": warm.name, "cpu": cpu_model()}
-        store_rung(PRECISION, name, out[name], {"n_prompts": N_PROMPTS},
-                   f"tailtheory ladder precision --rung {name}")
     return out

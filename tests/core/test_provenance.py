@@ -18,7 +18,7 @@ from tailtheory.experiments import incremental as inc
 from tailtheory.engine.config import TrainConfig
 from tailtheory.experiments.runs import run_key, runs_root
 from tailtheory.experiments.study import Arm, Study
-from tailtheory.engine.start.load import PROVENANCE, read_provenance
+from tailtheory.engine.load import PROVENANCE, read_provenance
 from tailtheory.engine.trainer import train
 from tests.experiments.test_incremental import places  # noqa: F401 (the fixture: cache and results)
 

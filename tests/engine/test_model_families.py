@@ -16,7 +16,7 @@ from tailtheory.cli import main
 from tailtheory.core.models import load_tokenizer
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import PATHS
-from tailtheory.engine.start.load import load_start
+from tailtheory.engine.load import load_start
 from tailtheory.engine.start.sft_model import ModelSFTConfig, sft_model
 from tests.checkpoints import family_checkpoint
 

@@ -20,7 +20,7 @@ from tailtheory.core.models import checkpoint_fingerprint, load_tokenizer, tiny_
 from tailtheory.engine.start.sft import pack_sft_batch, packed_lengths
 from tailtheory.engine.tasks.task import CORRECT_REWARD, FORMAT_REWARD, TASKS, get_task
 from tailtheory.engine.tasks.tokenizer import build_tokenizer, check_tokenizer
-from tailtheory.engine.start.load import read_provenance
+from tailtheory.engine.load import read_provenance
 from tailtheory.engine.checkpoint import read_metrics
 from tests.checkpoints import QWEN_VOCAB, user_checkpoint
 

@@ -35,7 +35,7 @@ def test_learn_preset_is_the_learning_recipe():
     """``learn``: the recipe's config (five seeds) and the recipe's own warm start."""
     from tailtheory.experiments.recipes import recipe_config
     from tailtheory.engine.start.sft import config_hash
-    from tailtheory.engine.start.load import warm_config
+    from tailtheory.engine.load import warm_config
 
     assert presets.train_config("learn") == recipe_config("learn")
     assert presets.train_config("learn", method="ar", seed=3) == recipe_config(

@@ -60,7 +60,7 @@ def test_matched_recipe_is_learn_in_prose_from_the_pretrained_corpus_lm():
     """``matched`` differs from ``learn`` in its task only, and its warm start starts from the
     corpus LM (its BPE tokenizer) under the same accuracy window."""
     from tailtheory.engine.start.corpus_lm import CorpusLMConfig
-    from tailtheory.engine.start.load import warm_config
+    from tailtheory.engine.load import warm_config
 
     learn, matched = recipes.RECIPES["learn"], recipes.RECIPES["matched"]
     assert {k for k in learn if learn[k] != matched[k]} == {"task"}
@@ -88,7 +88,7 @@ def test_verdicts_name_the_decoder_the_learn_recipe_rolls_out_with():
 def test_decide_recipe_names_the_truth_tellers_from_its_own_warm_start():
     """``decide``: the kk puzzles answered by naming the truth-tellers, its own warm start (no
     corpus LM), a half-way policy at half its steps."""
-    from tailtheory.engine.start.load import warm_config
+    from tailtheory.engine.load import warm_config
     from tailtheory.experiments.policies import mid_step
 
     cfg = recipes.recipe_config("decide")

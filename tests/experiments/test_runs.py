@@ -173,7 +173,7 @@ starts named by their config hash, not from a folder of trained weights."""
 
 def _identities_now(study, preset: str) -> dict:
     from tailtheory.core.measurements import fingerprint
-    from tailtheory.engine.start.load import start_key, warm_config
+    from tailtheory.engine.load import start_key, warm_config
     from tailtheory.engine.start.sft import config_hash
 
     ident = study.identity(preset)

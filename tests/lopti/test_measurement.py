@@ -11,7 +11,7 @@ from tailtheory.core.measurements import StaleMeasurement, save_measurement
 from tailtheory.core.registry import Verdict
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.tasks.task import Reward, get_task
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.lopti import measurement as ms
 from tailtheory.lopti.onestep import METHODS, SGD_LR
 from tailtheory.lopti.probes import N_BINS

@@ -128,7 +128,7 @@ def test_probe_batch_is_the_trainers_rollout_of_that_step():
     from dataclasses import replace
 
     from tailtheory.engine.rollout.engine import RolloutEngine
-    from tailtheory.engine.start.load import load_model
+    from tailtheory.engine.load import load_model
     from tailtheory.engine.trainer import rollout_config, rollout_step
     from tests.lopti.test_measurement import DenseKK, tiny_config
 

@@ -6,7 +6,7 @@ import torch
 
 from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.regime import measure as rm
 from tailtheory.regime.quantities import PATHS, RHOS
 

@@ -11,7 +11,6 @@ import torch
 
 from tailtheory.core.models import tiny_lm
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.tim import precision
 from tailtheory.tim.precision import (DTYPES, PREDICTED_RATIO, SETTINGS, precision_mismatch,
                                       ratio_interval)
 
@@ -54,9 +53,3 @@ def test_one_step_numbers_on_a_tiny_model():
             assert math.isnan(x["high"]) and x["ratio"] >= 0         # no denominator
         else:
             assert x["low"] <= x["ratio"] <= x["high"]
-
-
-def test_a_rung_not_built_names_the_build(monkeypatch, tmp_path):
-    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))   # no rung recorded
-    with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
-        precision.measure_precision(["w192"])

@@ -1,7 +1,7 @@
 """The rungs of the model-size ladder: the ``matched`` testbed's architecture at several sizes.
 
 A rung names a width and a depth; everything else follows one rule, defined here only (the
-ladder's commands and records: :mod:`tailtheory.experiments.ladder`):
+ladder's commands and records: :mod:`tailtheory.ladder.build`):
 
 - **Shape**: width ``w`` and depth ``L`` grow together; heads of 32 (``w / 32`` query heads,
   half as many key-value heads), MLP ``2w``, untied head, vocabulary 4,096 (the corpus BPE).

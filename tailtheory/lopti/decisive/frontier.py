@@ -19,7 +19,7 @@ from __future__ import annotations
 from tailtheory.core.measurements import measured
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
-from tailtheory.engine.start.load import load_start, warm_config
+from tailtheory.engine.load import load_start, warm_config
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness

@@ -19,7 +19,7 @@ from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.engine import trainer
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.copies import fp8_weight_names
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.engine.rollout.noise import (NOISE_PATHS, RolloutNoise, check_noise, noise_seed,
                                      noisy_weights)
 from tailtheory.engine.policy_forward import response_logits, response_logprobs

@@ -12,7 +12,7 @@ import pytest
 from tailtheory.core.models import hf_config, num_params, skeleton_lm, tiny_lm
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.start.corpus_lm import CorpusLMConfig
-from tailtheory.engine.start.load import start_key, warm_config
+from tailtheory.engine.load import start_key, warm_config
 from tailtheory.engine.start.rungs import RUNGS, non_embedding_params, params, rung
 from tailtheory.engine.start.sft import SFTConfig, config_hash
 from tailtheory.experiments.recipes import recipe_config

@@ -9,7 +9,7 @@ import pytest
 
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.fast import InferenceEngine
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.lopti.decisive.branches import branch_values, decoder_of
 from tests.lopti.decisive.scripted import ScriptedPolicy

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.lopti.decisive import probe as dp
 

@@ -1,9 +1,9 @@
 """The run's mean k3 beside GRPO's threshold at the nearest rung of the model-size ladder (V6
-along the ladder, :mod:`tailtheory.tim.dose_ladder`).
+along the ladder, :mod:`tailtheory.ladder.dose`).
 
 The register of :mod:`tailtheory.diagnose.register` was measured on the ``learn`` recipe's 0.7M
 model. The ladder measures the same threshold on the ``matched`` recipe at rungs of growing
-size (:data:`tailtheory.tim.dose_ladder.V6_RUNGS`), each in ``[k3_safe, k3_harm]``. A run is
+size (:data:`tailtheory.ladder.dose.V6_RUNGS`), each in ``[k3_safe, k3_harm]``. A run is
 compared with the rung nearest its model in log parameters (``--params``); without one, with the
 largest rung, the nearest to any model larger than the ladder. Only a measured threshold is
 named: a rung whose runs are missing, or that has no threshold, is said so.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from tailtheory.engine.start.rungs import params, rung
-from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
+from tailtheory.ladder.dose import V6_RUNGS, stored_transfer
 
 PLACEMENTS = {
     "below_safe": "at or below the rung's k3_safe: no harm measured there",
@@ -44,7 +44,7 @@ def ladder_placement(mean_k3: float, n_params: float | None = None,
                      transfer: dict | None = None, sizes: dict[str, int] | None = None) -> dict:
     """Where ``mean_k3`` sits against GRPO's threshold at the rung nearest ``n_params``.
 
-    ``transfer``: :func:`tailtheory.tim.dose_ladder.stored_transfer`'s dict (``None`` reads
+    ``transfer``: :func:`tailtheory.ladder.dose.stored_transfer`'s dict (``None`` reads
     it); ``sizes``: rung -> parameters (default :func:`rung_sizes`). Returns ``rung``,
     ``rung_params``, ``params`` (the run's, or None), ``chosen_by`` (``params`` or ``largest``),
     ``interval`` (the rung's ``(low, high)`` or None), ``placement`` (a key of

@@ -1,4 +1,4 @@
-"""Trend verdicts (``tailtheory/core/trend.py``): the slope and its t interval as scipy's
+"""Trend verdicts (``tailtheory/ladder/trend.py``): the slope and its t interval as scipy's
 regression gives them, each verdict on data built to reach it, and bad input refused."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tailtheory.core.trend import TREND_VERDICTS, extrapolate, size_trend
+from tailtheory.ladder.trend import TREND_VERDICTS, extrapolate, size_trend
 
 SIZES = [1.6e6, 3.6e6, 6.8e6, 13.8e6, 21.8e6]
 """The ladder's parameter counts (five rungs)."""

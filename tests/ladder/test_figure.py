@@ -1,4 +1,4 @@
-"""Notebook 08's figure (``tailtheory/regime/size_figure.py``): the frame holds every stored seed
+"""Notebook 08's figure (``tailtheory/ladder/figure.py``): the frame holds every stored seed
 and the V7 / V8 rung numbers, the trend line appears only with four rungs of three seeds, and
 an empty store still draws (every panel, no line)."""
 
@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from tailtheory.engine.start.rungs import RUNGS  # noqa: E402
-from tailtheory.experiments.ladder import store_rung  # noqa: E402
-from tailtheory.regime import size, size_figure  # noqa: E402
+from tailtheory.ladder.build import store_rung  # noqa: E402
+from tailtheory.ladder import effects as size, figure as size_figure  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """The GRPO step's speed at a rung of the model-size ladder: the ``step`` part of
-:mod:`tailtheory.regime.size`.
+:mod:`tailtheory.ladder.effects`.
 
 On a rung's warm start, one warm-up and one timed step of the ``matched`` recipe's GRPO
 (:func:`tailtheory.engine.trainer.train_step`, seed = the part's seed) on the current thread

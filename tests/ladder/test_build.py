@@ -1,4 +1,4 @@
-"""The model-size ladder's commands and records (``tailtheory/experiments/ladder.py``): the rung
+"""The model-size ladder's commands and records (``tailtheory/ladder/build.py``): the rung
 table, and ``ladder build`` recording each rung as it finishes. Builds here use the smallest
 rungs' configs only, with the corpus LM and the warm start replaced by recorded folders (the
 rungs themselves: ``tests/engine/start/test_rungs.py``)."""
@@ -15,8 +15,8 @@ from tailtheory.engine.start.corpus_lm import corpus_key
 from tailtheory.engine.start.resume import PROGRESS, STATE, partial_folder
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.rungs import RUNGS
-from tailtheory.experiments import ladder
-from tailtheory.experiments.ladder import facts
+from tailtheory.ladder import build as ladder
+from tailtheory.ladder.build import facts
 
 
 def test_a_measurement_names_the_build_of_a_rung_not_built(monkeypatch, tmp_path):

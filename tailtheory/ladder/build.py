@@ -31,7 +31,7 @@ from tailtheory.engine.start.corpus_lm import RECORD, CorpusLMConfig, corpus_key
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.resume import STATE, partial_folder, progress
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start.load import load_start
+from tailtheory.engine.load import load_start
 from tailtheory.engine.start.rungs import (RUNGS, TASK, TASK_KWARGS, Rung, non_embedding_params,
                                           params, rung)
 from tailtheory.engine.start.sft import config_hash

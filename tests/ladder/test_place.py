@@ -1,5 +1,5 @@
 """The run's k3 beside GRPO's threshold at the model-size ladder's nearest rung
-(``tailtheory.diagnose.ladder_place``): the rung chosen by log parameters, each placement on a
+(``tailtheory.ladder.place``): the rung chosen by log parameters, each placement on a
 hand-made transfer, a rung without a threshold said so with the study's state, bad --params
 refused before anything is read, and the line in the command's output."""
 
@@ -10,11 +10,11 @@ import json
 import pytest
 
 from tailtheory.cli import main
-from tailtheory.diagnose.ladder_place import (PLACEMENTS, ladder_lines, ladder_placement,
+from tailtheory.ladder.place import (PLACEMENTS, ladder_lines, ladder_placement,
                                               nearest_rung, rung_sizes)
 
-from .conftest import write_jsonl
-from .test_read import GOOD, _fails
+from tests.diagnose.conftest import write_jsonl
+from tests.diagnose.test_read import GOOD, _fails
 
 SIZES = {"base": 1_000_000, "w256": 8_000_000}
 

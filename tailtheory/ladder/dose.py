@@ -33,7 +33,7 @@ from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import torch_threads
 from tailtheory.engine.trainer import rollout_config, rollout_step, step_record
 from tailtheory.experiments.comparison import Measurement
-from tailtheory.experiments.ladder import built_names, store_rung, warm_policy
+from tailtheory.ladder.build import built_names, store_rung, warm_policy
 from tailtheory.experiments.learning import MATCHED_GAIN, summarize, verdict
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, load_done, register_study

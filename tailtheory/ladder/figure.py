@@ -1,7 +1,7 @@
 """Notebook 08's figure: each effect against model size, one panel per claim.
 
 Per panel: every stored seed (small points), each rung's mean with its seed standard deviation,
-the fitted trend line over the measured rungs once :func:`tailtheory.regime.size.trends` gives a
+the fitted trend line over the measured rungs once :func:`tailtheory.ladder.effects.trends` gives a
 verdict, its extrapolation to 1B parameters dashed (nothing says the trend stays linear in
 ``log10`` of the size), and the paper's value or the claim's criterion as a grey line. The x axis
 is non-embedding parameters (everything but the input embedding and the output head).
@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from tailtheory.core.trend import size_trend
+from tailtheory.ladder.trend import size_trend
 from tailtheory.engine.start.rungs import RUNGS, non_embedding_params, rung
-from tailtheory.regime import size, size_decide, size_mismatch
+from tailtheory.ladder import decide as size_decide, effects as size, mismatch as size_mismatch
 
 EXTRAPOLATE_TO = 1e9
 """Where the dashed extrapolation ends (parameters)."""
@@ -107,7 +107,7 @@ def _panel(ax, df, effect: str, delta: float | None) -> None:
 
 def plot_size(data: dict | None = None):
     """The figure and its data (:func:`size_frame`): one panel per effect of
-    :data:`tailtheory.regime.size.EFFECTS`, then V8 and V7's two settings."""
+    :data:`tailtheory.ladder.effects.EFFECTS`, then V8 and V7's two settings."""
     import matplotlib.pyplot as plt
 
     df = size_frame(data)
@@ -141,7 +141,7 @@ def plot_size(data: dict | None = None):
 
 
 def plot_decide(data: dict | None = None):
-    """The ``decide`` recipe along the ladder (:mod:`tailtheory.regime.size_decide`): one panel
+    """The ``decide`` recipe along the ladder (:mod:`tailtheory.ladder.decide`): one panel
     per L1, L4, L5 effect, the seeds (grey), each measured size's mean and sd (blue, joined),
     titled with the two-size verdict and, over 4 rungs, the trend's; the paper's value or the
     criterion dotted. Returns the figure and its rows (``effect``, ``rung``, ``params``, ``seed``,

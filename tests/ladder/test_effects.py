@@ -1,4 +1,4 @@
-"""The model-size ladder's per-rung effects (``tailtheory/regime/size.py``; L1, L4, L5, M7, V2,
+"""The model-size ladder's per-rung effects (``tailtheory/ladder/effects.py``; L1, L4, L5, M7, V2,
 P4 against size): each part's numbers on a tiny model, the fixed bins of ``1 - p`` by hand,
 storing per (rung, part, seed) and skipping what is stored, the seeds' warm starts, and the
 trend verdicts on data built to reach each one. Tests use no rung above the base."""
@@ -15,9 +15,9 @@ from tailtheory.core.models import tiny_lm
 from tailtheory.core.provenance import MixedStarts, weights_fingerprint
 from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.experiments.ladder import store_rung
+from tailtheory.ladder.build import store_rung
 from tailtheory.experiments.policies import grpo_config
-from tailtheory.regime import size
+from tailtheory.ladder import effects as size
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""V6 along the ladder (``tailtheory/tim/dose_ladder.py``): the bisection finds a target on a
+"""V6 along the ladder (``tailtheory/ladder/dose.py``): the bisection finds a target on a
 known increasing curve and refuses one outside it; the batch's k3 is 0 on the float32 sampler
 and grows with sigma on a tiny model; a rung not built names its build. Nothing is trained."""
 
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.start.load import load_model
+from tailtheory.engine.load import load_model
 from tailtheory.engine.tasks.task import get_task
-from tailtheory.tim import dose_ladder as dl
+from tailtheory.ladder import dose as dl
 
 
 def test_bisection_on_a_known_curve():

@@ -1,4 +1,4 @@
-"""What a run starts from (``tailtheory/engine/start/load.py``): a folder that cannot serve is one line
+"""What a run starts from (``tailtheory/engine/load.py``): a folder that cannot serve is one line
 before ``--out`` is touched, and a run's identity is what the folder holds (the run cache's key,
 ``--resume``).
 
@@ -13,10 +13,10 @@ import pytest
 from tailtheory.cli import main
 from tailtheory.core.models import checkpoint_fingerprint, tiny_lm
 from tailtheory.engine import trainer
-from tailtheory.engine.start import load as start
+from tailtheory.engine import load as start
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.tasks.tokenizer import build_tokenizer
-from tailtheory.engine.start.load import read_provenance
+from tailtheory.engine.load import read_provenance
 from tailtheory.engine.checkpoint import read_metrics
 from tests.checkpoints import bpe_tokenizer, user_checkpoint
 

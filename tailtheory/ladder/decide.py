@@ -20,7 +20,7 @@ sizes' seed variances (Welch); **GROWS** / **SHRINKS** when ``|slope| > 2 se``; 
 equivalence test); **UNRESOLVED** otherwise; PENDING until both sizes have 3 seeds. The warm
 start is cheap to build at every rung, so the part may run at any rung of the ladder
 (:data:`DECIDE_RUNGS`); once at least 4 rungs have 3 seeds, the ladder's own trend over rung
-means (:func:`tailtheory.core.trend.size_trend`, the same ``delta``) is reported beside it.
+means (:func:`tailtheory.ladder.trend.size_trend`, the same ``delta``) is reported beside it.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ import math
 
 import numpy as np
 
-from tailtheory.core.trend import size_trend
+from tailtheory.ladder.trend import size_trend
 from tailtheory.engine.start.rungs import BASE, RUNGS, non_embedding_params, rung
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.experiments.comparison import Z_CRIT
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.measurement import measure, seed_effects, seed_values
-from tailtheory.regime.size_mismatch import MIN_RUNGS, MIN_SEEDS
+from tailtheory.ladder.mismatch import MIN_RUNGS, MIN_SEEDS
 
 TASK = "kk_knights"
 """The ``decide`` recipe's task (three people, the task's default)."""

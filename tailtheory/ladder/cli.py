@@ -1,0 +1,97 @@
+"""The ladder's command, ``tailtheory ladder ACTION``: list, status, build the rungs, and measure
+on them (V8 batch shape, V7 precision, the effects, V6's noise calibration).
+
+Imports inside the functions keep ``tailtheory --help`` fast (a front end's start-up time).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def ladder_arguments(p) -> None:
+    """The options of ``tailtheory ladder``."""
+    from tailtheory.engine.start.rungs import RUNGS
+
+    p.add_argument("action", choices=("list", "status", "build", "batch-shape", "precision",
+                                       "effects", "calibrate"),
+                   help="list: the rung table (built rungs with their held-out perplexity and "
+                        "warm-start accuracy); status: how far each rung's build is (a stopped "
+                        "build's last checkpoint) and what each effect still needs; build: "
+                        "train what the cache lacks (continuing a stopped build); batch-shape: "
+                        "measure V8 (batch-shape mismatch) on built rungs; precision: measure "
+                        "V7 (bf16 against fp16) on built rungs' warm starts; effects: measure "
+                        "L1, L4, L5, M7, V2 and P4 on built rungs (what is stored is skipped) "
+                        "and print each effect's trend over the rungs; calibrate: the logit-noise "
+                        "sigma of each k3 of V6's ladder grid on built rungs' warm starts")
+    p.add_argument("--part", action="append",
+                   choices=("tail", "p4", "lopti", "decisive", "step", "lopti_decide"),
+                   help="effects: a part (repeatable; default all): tail = M7, V2; p4; lopti = L1, "
+                        "L4, L5; decisive share; step speed; lopti_decide = lopti on decide")
+    p.add_argument("--seed", action="append", type=int, choices=(1, 2, 3),
+                   help="effects: a seed to measure (repeatable; default 1, 2 and 3)")
+    p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
+                   help="a rung to build or measure (repeatable; default: every rung, smallest "
+                        "first; batch-shape: every built one)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads; 0 (default) picks the toolkit's choice for the size")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def ladder(args) -> int:
+    """``tailtheory ladder ACTION``: the actions of :func:`ladder_arguments`; exit status 0."""
+    from tailtheory.ladder import build
+
+    if args.action == "list":
+        print(build.table())
+        return 0
+    if args.action == "status":
+        from tailtheory.ladder import effects
+
+        for row in build.status():
+            state = "built" if row["built"] else "not built"
+            print(f"{row['rung']:5s} {state}: corpus LM {row['corpus']}; warm start {row['warm']}")
+        print(effects.size_report(costs=True))
+        return 0
+    if args.action == "batch-shape":
+        from tailtheory.ladder.mismatch import BATCH_SHAPE, measure_batch_shape
+
+        for name, rows in measure_batch_shape(args.rung, threads=args.threads or 1).items():
+            top = next(r for r in rows if (r["decoder"], r["dtype"], r["batch"]) ==
+                       ("hf", "bf16", 32))
+            print(f"{name}: hf bf16 batch 32: |Delta| > 1e-3 on {top['over_1e3']:.4f} of "
+                  f"{top['tokens']} tokens, outside [0.9, 1.1] {top['outside']:.4f}")
+        print(f"wrote results/{BATCH_SHAPE}.json")
+        return 0
+    if args.action == "precision":
+        from tailtheory.ladder.mismatch import PRECISION, measure_precision
+
+        for name, row in measure_precision(args.rung, threads=args.threads or 1).items():
+            for setting, x in row["settings"].items():
+                print(f"{name} {setting}: k3 bf16 {x['k3']['bf16']:.3g}, fp16 "
+                      f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
+                      f"{x['high']:.1f})")
+        print(f"wrote results/{PRECISION}.json")
+        return 0
+    if args.action == "calibrate":
+        from tailtheory.ladder.dose import CALIBRATION, measure_noise_sigmas
+
+        for name, row in measure_noise_sigmas(args.rung, threads=args.threads or 1).items():
+            print(f"{name}: " + ", ".join(f"k3 {t}: sigma {x['sigma']:.3g} (k3 {x['k3']:.3g})"
+                                          for t, x in row["targets"].items()))
+        print(f"wrote results/{CALIBRATION}.json")
+        return 0
+    if args.action == "effects":
+        from tailtheory.ladder import effects
+
+        effects.measure_effects(args.rung, tuple(args.part or effects.PARTS),
+                             tuple(args.seed or effects.SEEDS), threads=args.threads or 1,
+                             progress=not args.quiet)
+        print(effects.trend_table())
+        print(f"wrote results/{effects.STORE}.json")
+        return 0
+    for row in build.build(args.rung, progress=not args.quiet, threads=args.threads):
+        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
+              f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
+    print(f"wrote results/{build.LADDER}.json")
+    return 0
