@@ -9,6 +9,8 @@ The engine room holds the training step and one run's plumbing; three wings hold
   trainer's forward, its per-token statistics, the step's metrics);
 - one run's plumbing: ``checkpoint``, ``rundir`` (a run's folder, locked), ``threads``,
   ``devices``, ``evaluate``;
+- ``reference``: the step of plain GRPO in one file of plain torch, for reading (the trainer's
+  ``train_step`` is what runs; a test holds the two to the same tokens and numbers);
 - :mod:`tailtheory.engine.rollout.engine`: the rollout engine and its decoders (``fast``, ``hf``),
   the inference copies and the noise paths;
 - :mod:`tailtheory.engine.tasks.task`: tasks as text, their words and lengths;
