@@ -16,6 +16,9 @@
   (``tailtheory/<module>.py`` by ``tests/test_<module>.py``), save the few of :data:`UNMIRRORED`.
 - **names**: no public function (a top-level ``def`` without a leading ``_``) of one section has
   the name of another section's public function.
+- **module maps**: in the folders of :data:`MAPPED`, each package's ``__init__.py`` docstring
+  names every module and subpackage it holds, one line each (``- ``name``: ...``, a subpackage
+  ``- ``name/``: ...``), and nothing it does not hold.
 
 Each checker takes the folders it reads, so the tests at the bottom feed it small made-up
 packages and see it catch what it is meant to catch.
@@ -55,6 +58,9 @@ count when you move one up, never raise it."""
 
 UNMIRRORED: dict[str, str] = {}
 """Modules without a mirrored test file, and why (kept as short as possible)."""
+
+MAPPED = ("diagnose",)
+"""Folders whose packages carry a module map in their docstring."""
 
 
 # ---- reading a package ---------------------------------------------------------------------
@@ -256,6 +262,29 @@ def shared_function_names(package: Path, sections=SECTIONS) -> dict[str, list[st
             if len({m.split("/")[0] for m in mods}) > 1}
 
 
+MAP_LINE = re.compile(r"^- ``(\w+/?)``")
+"""A line of a module map: ``- ``name``:`` (a module) or ``- ``name/``:`` (a subpackage)."""
+
+
+def module_map_gaps(package: Path, folders=MAPPED) -> dict[str, list[str]]:
+    """Package (relative to ``package``) -> what its docstring's module map gets wrong: each
+    module or subpackage it holds and does not name (``missing x``), each name it holds not
+    (``stale x``)."""
+    out = {}
+    for folder in folders:
+        for init in sorted((package / folder).rglob("__init__.py")):
+            here = init.parent
+            doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+            named = {m.group(1) for line in doc.splitlines() if (m := MAP_LINE.match(line))}
+            held = {p.stem for p in here.glob("*.py") if p.name != "__init__.py"}
+            held |= {f"{d.name}/" for d in here.iterdir() if (d / "__init__.py").is_file()}
+            gaps = ([f"missing {n}" for n in sorted(held - named)]
+                    + [f"stale {n}" for n in sorted(named - held)])
+            if gaps:
+                out[here.relative_to(package).as_posix()] = gaps
+    return out
+
+
 # ---- the package as it is -------------------------------------------------------------------
 
 GRAPH = import_graph(PACKAGE)
@@ -312,6 +341,12 @@ def test_unmirrored_list_is_current():
 def test_no_public_function_name_in_two_sections():
     assert not SHARED, "public functions of the same name in two sections: " + "; ".join(
         f"{fn} ({', '.join(mods)})" for fn, mods in SHARED.items())
+
+
+def test_package_docstrings_map_their_modules():
+    gaps = module_map_gaps(PACKAGE)
+    assert not gaps, "module maps out of date: " + "; ".join(
+        f"{pkg}/__init__.py: {', '.join(g)}" for pkg, g in gaps.items())
 
 
 def test_the_graph_sees_the_package():
@@ -416,3 +451,13 @@ def test_checker_counts_imports_inside_functions(tmp_path):
         "tailtheory/lopti/b.py": "class K:\n    def m(self):\n        from tailtheory import y\n",
         "tailtheory/cli.py": "def main():\n    from tailtheory.lopti import a\n"})
     assert in_function_imports(pkg) == {"lopti": 3, "cli": 1}
+
+
+def test_checker_catches_a_module_missing_from_its_package_map(tmp_path):
+    pkg = _write(tmp_path, {
+        "tailtheory/diagnose/__init__.py": '"""D.\n\n- ``a``: one.\n- ``gone``: moved.\n"""\n',
+        "tailtheory/diagnose/a.py": "", "tailtheory/diagnose/b.py": "",
+        "tailtheory/diagnose/sub/__init__.py": '"""S.\n\n- ``c``: ``c`` in a sentence.\n"""\n',
+        "tailtheory/diagnose/sub/c.py": "", "tailtheory/other/__init__.py": "",
+        "tailtheory/other/d.py": ""})
+    assert module_map_gaps(pkg) == {"diagnose": ["missing b", "missing sub/", "stale gone"]}

@@ -25,15 +25,19 @@ Sections of the report and the claims they rest on (``docs/claims.md``):
 | TRM acceptance against threshold, length | T12 | ``k2``, ``k3``, ``trm_mask``, ``acceptance_prob`` | ``sections.trm`` |
 | what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``sections.dvp`` |
 | k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``sections.steps`` |
-| the run's mean k3 on the dose-response register | V6 | ``tailtheory.tim.dose.register_table`` | ``register.place_on_register`` |
+| the run's mean k3 on the dose-response register | V6 | ``tailtheory.tim.dose.register_table`` | ``sections.register`` |
 
-Modules: ``formats`` (one reader per input format, one file each, listed once in its table:
-``formats/__init__.py``), ``read`` (format detection, folders, checks, batches: it iterates that
-table), ``aggregate`` (the streaming sums every section shares), ``sections`` (one record per
-report section, one file each, listed once in ``sections.SECTIONS``: its fold, table, verdict
-lines with named thresholds and figure; ``summary.json``'s keys in
-``sections.base.SUMMARY_KEYS``), ``build`` (the diagnosis, section by section), ``register``
-(the run's mean k3 placed on V6's measured thresholds, with their toy-scale caveat), ``report``
-(figures, HTML, the all-or-nothing output folder), ``cli`` (the command and ``run_diagnose``).
-Tests: ``tests/diagnose/``.
+Modules, one line each (``tests/diagnose/`` mirrors them, ``test_<module>.py`` per module):
+
+- ``formats/``: one reader per input format, one file each, listed once in ``formats.TABLE``.
+- ``read``: format detection, folders, checks and batches: it iterates the formats' table.
+- ``columns``: Arrow columns of a dump as checked numpy arrays.
+- ``aggregate``: the streaming sums every section shares (``Accumulator``, running their folds).
+- ``sections/``: one record per report section, one file each, listed once in ``SECTIONS``.
+- ``build``: the diagnosis, section by section; ``summary.json``'s keys, from the sections.
+- ``report``: figures, HTML, the all-or-nothing output folder.
+- ``cli``: the command and ``run_diagnose``.
+
+The placement on the model-size ladder is the ladder's (:mod:`tailtheory.ladder.place`): the
+register section reads it; the ladder never imports ``diagnose``.
 """

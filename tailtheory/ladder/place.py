@@ -1,7 +1,7 @@
 """The run's mean k3 beside GRPO's threshold at the nearest rung of the model-size ladder (V6
 along the ladder, :mod:`tailtheory.ladder.dose`).
 
-The register of :mod:`tailtheory.diagnose.register` was measured on the ``learn`` recipe's 0.7M
+The register of :mod:`tailtheory.diagnose.sections.register` was measured on the ``learn`` recipe's 0.7M
 model. The ladder measures the same threshold on the ``matched`` recipe at rungs of growing
 size (:data:`tailtheory.ladder.dose.V6_RUNGS`), each in ``[k3_safe, k3_harm]``. A run is
 compared with the rung nearest its model in log parameters (``--params``); without one, with the

@@ -1,13 +1,53 @@
-"""The diagnosis built from the sums (``tailtheory.diagnose.build``): TRM's keep of a response
-from its accumulated statistic equals ``trm_mask`` on the whole log-ratios (T12)."""
+"""The diagnosis built from the sums (``tailtheory.diagnose.build``): the keys of ``summary.json``
+gathered from the sections and documented; TRM's keep of a response from its accumulated
+statistic equals ``trm_mask`` on the whole log-ratios (T12)."""
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from tailtheory.diagnose.build import RUN_KEYS, SUMMARY_KEYS, SUMMARY_ORDER, summary_keys
+from tailtheory.diagnose.sections import SECTIONS
 from tailtheory.diagnose.sections.trm import accept
 from tailtheory.trm.mask import trm_mask
+
+
+def test_summary_keys_documented():
+    """Every key of summary.json is defined in docs/diagnose.md, in the same words."""
+    from tailtheory.core.io import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "diagnose.md").read_text()
+    for key, text in SUMMARY_KEYS.items():
+        assert f"| `{key}` | {text} |" in doc, key
+
+
+def test_summary_keys_gathered_from_the_run_and_the_sections():
+    """The schema is gathered from the records: the run's keys and each section's, every one
+    once, in :data:`SUMMARY_ORDER` (which names every key of today's sections)."""
+    named = [k for s in SECTIONS for k in s.summary]
+    assert len(set(named)) == len(named) and not set(named) & set(RUN_KEYS)
+    assert set(SUMMARY_KEYS) == set(RUN_KEYS) | set(named)
+    assert tuple(SUMMARY_KEYS) == SUMMARY_ORDER
+    assert all(SUMMARY_KEYS[k] == s.summary[k] for s in SECTIONS for k in s.summary)
+
+
+def test_a_new_sections_keys_follow_and_a_key_written_twice_is_refused():
+    """A section added to the list brings its keys with it (after the published ones); a key
+    two records write, or an order naming a key nobody writes, is an error."""
+    new = dataclasses.replace(SECTIONS[1], name="new", summary={"new_key": "what it holds"})
+    keys = summary_keys((*SECTIONS, new))
+    assert list(keys)[-1] == "new_key" and list(keys)[:-1] == list(SUMMARY_KEYS)
+    twice = dataclasses.replace(new, summary={"k3": "again"})
+    with pytest.raises(ValueError, match="'k3' of section 'new' is also written by section "
+                                         "'envelope'"):
+        summary_keys((*SECTIONS, twice))
+    with pytest.raises(ValueError, match="also written by the run"):
+        summary_keys((dataclasses.replace(new, summary={"files": "again"}),), order=())
+    with pytest.raises(ValueError, match=r"names keys no section writes: \['gone'\]"):
+        summary_keys(SECTIONS, order=(*SUMMARY_ORDER, "gone"))
 
 
 @pytest.mark.parametrize("criterion, threshold", [("max", 0.05), ("avg", 0.01)])

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tailtheory.cli import main
+from tailtheory.diagnose.build import SUMMARY_KEYS
 from tailtheory.diagnose.cli import diagnose_dumps, run_diagnose
-from tailtheory.diagnose.sections.base import SUMMARY_KEYS
 from tailtheory.mismatch.accumulation import (TAIL_P, accumulation_regression,
                                               sequence_log_ratio, simulate_sequences)
 from tailtheory.core.estimators import k1, k3

@@ -8,6 +8,17 @@ order too, the generic fallback last. Everything else iterates the table
 (:func:`~tailtheory.diagnose.formats.registry.readers`); no other module names a format.
 
 Adding a framework: one file here defining ``READER``, and one line in :data:`TABLE`.
+
+Modules, one line each:
+
+- ``registry``: the ``Reader`` record and the table: register, look up, list, search order.
+- ``base``: what every reader shares: the opened ``Dump``, a ``Batch`` of token rows, tables.
+- ``records``: what the frameworks' own readers share: per-sample records into the generic names.
+- ``generic``: the generic format, the one every other format is read into.
+- ``engine``: this engine's dumps (``tailtheory train --dump-tokens``).
+- ``nemo_rl``: NeMo-RL's training-data logs.
+- ``prime_rl``: prime-rl's token exports.
+- ``slime``: slime / Miles' ``--dump-details`` files.
 """
 
 from tailtheory.diagnose.formats import engine, generic, nemo_rl, prime_rl, slime

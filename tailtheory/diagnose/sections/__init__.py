@@ -1,32 +1,50 @@
 """The sections of ``tailtheory diagnose``'s report: one module per section, listed once below.
 
 Each module defines its ``SECTION`` (:class:`~tailtheory.diagnose.sections.base.Section`: name,
-title, claims, fold, table, figure). :data:`SECTIONS` is the report's order: the
-:class:`~tailtheory.diagnose.aggregate.Accumulator` folds each batch into every section's sums,
-:func:`tailtheory.diagnose.build.diagnosis` fills the tables, summary keys and verdict lines in
-this order, and :mod:`tailtheory.diagnose.report` draws the figures and writes the HTML in it.
+title, claims, fold, table, figure, further files and its keys of ``summary.json``), and holds
+everything of its section: its sums, its checks and their thresholds, its verdict lines.
+:data:`SECTIONS` is the report's order: the :class:`~tailtheory.diagnose.aggregate.Accumulator`
+folds each batch into every section's sums, :func:`tailtheory.diagnose.build.diagnosis` fills
+the tables, summary keys and verdict lines in this order (the summary's schema,
+:data:`tailtheory.diagnose.build.SUMMARY_KEYS`, is gathered from the sections' records), and
+:mod:`tailtheory.diagnose.report` draws the figures and writes the HTML in it.
 
-Adding a section: one file here defining ``SECTION``, one line in :data:`SECTIONS`, and its
-``summary.json`` keys in :data:`~tailtheory.diagnose.sections.base.SUMMARY_KEYS` (the one
-schema of the summary, in its order).
+Adding a section: one file here defining ``SECTION`` (its ``summary`` keys with it), and one
+line in :data:`SECTIONS`, its module's name.
+
+Modules, one line each:
+
+- ``base``: the ``Section`` record, ``Context``, ``Diagnosis``, the verdicts' thresholds, wording.
+- ``faults``: the dumps' faults (domain, shift, temperature, short top-k lists): checks, section.
+- ``envelope``: ``|Delta|`` against p with M3's envelope, the head/tail ratio (M3, M7).
+- ``tail_bias``: mean signed Delta by probability, the tail bias (M4, M5).
+- ``accumulation``: the sequence log-ratio against tail tokens and sqrt(T) (M6).
+- ``trm``: TRM's acceptance against threshold and length (T12).
+- ``dvp``: what DVP's min-p rule at each rho would prune (P1, P2, P4).
+- ``steps``: k1, k3 and ``|Delta|`` per step (TIM's monitors; V2, V5).
+- ``ratios``: the raw importance ratios against the corrections' caps (V4).
+- ``register``: the run's mean k3 on the dose-response register (V6), and ``register.json``.
+- ``bottom_line``: what to do, from the run's place on the register and the faults found.
 """
 
-from tailtheory.diagnose.sections import (accumulation, bottom_line, dvp, envelope, faults, ratios,
-                                          register, steps, tail_bias, trm)
+from importlib import import_module
+
 from tailtheory.diagnose.sections.base import Context, Diagnosis, Section
 
-SECTIONS = (
-    faults.SECTION,
-    envelope.SECTION,
-    tail_bias.SECTION,
-    accumulation.SECTION,
-    trm.SECTION,
-    dvp.SECTION,
-    steps.SECTION,
-    ratios.SECTION,
-    register.SECTION,
-    bottom_line.SECTION,
-)
-"""The report's sections, in its order (the fault checks first, the bottom line last)."""
+SECTIONS: tuple[Section, ...] = tuple(
+    import_module(f"tailtheory.diagnose.sections.{name}").SECTION for name in (
+        "faults",
+        "envelope",
+        "tail_bias",
+        "accumulation",
+        "trm",
+        "dvp",
+        "steps",
+        "ratios",
+        "register",
+        "bottom_line",
+    ))
+"""The report's sections, in its order (the fault checks first, the bottom line last): one line
+per section, naming its module here."""
 
 __all__ = ["SECTIONS", "Context", "Diagnosis", "Section"]

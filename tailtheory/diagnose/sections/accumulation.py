@@ -85,6 +85,12 @@ def _figure(d: Diagnosis, plt):
     return fig, data
 
 
+SUMMARY = {
+    "m6": "accumulation_regression of sum_t log rho on tail tokens and sqrt(T) (null when "
+          "the data cannot fit it)",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "Sequence log-ratio against the number of tail tokens", "M6",
                   lambda ctx, d: accumulation(ctx.acc, d, ctx.complete), AccumulationSums,
-                  _figure)
+                  _figure, summary=SUMMARY)

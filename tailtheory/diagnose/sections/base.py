@@ -1,7 +1,7 @@
 """What the sections of ``tailtheory diagnose``'s report share: the record of a section
 (:class:`Section`), what its table reads (:class:`Context`), the report's content
-(:class:`Diagnosis`), the keys of ``summary.json`` and the thresholds and wording of the
-verdict lines.
+(:class:`Diagnosis`) and the thresholds and wording of the verdict lines. Each section names
+its own keys of ``summary.json`` (:attr:`Section.summary`); ``Delta`` is inference minus trainer.
 
 Source: DVP (arXiv 2512.23087; M3-M6, P2, P4), TRM (arXiv 2512.23075; T12), TIM
 (arXiv 2605.14220; k1, k3). Each verdict line is derived from the numbers with a named threshold
@@ -38,78 +38,12 @@ STEP_GROWTH = 2.0
 TRM_GRID = np.logspace(-6, 1, 29)
 """Thresholds of the acceptance-against-threshold curve (k2 max and k3 avg)."""
 
-SUMMARY_KEYS = {
-    "files": "dump files read",
-    "tokens": "token rows included (finite log-probs)",
-    "sequences": "responses (file, step, sample_id) with every row included",
-    "steps": "distinct values of step",
-    "excluded_rows": "rows left out: a log-prob or a top-k entry is NaN or +-inf",
-    "excluded_by_column": "the same per column, named as in the file (a row may count twice)",
-    "excluded_sequences": "responses with an excluded row: left out of the sequence sections",
-    "k1": "mean over tokens of k1 = -log rho, rho = pi_train / pi_roll (TIM; T12)",
-    "k3": "mean over tokens of k3 = rho - 1 - log rho (TIM; T12)",
-    "abs_delta_mean": "mean abs(Delta), Delta = log pi_roll - log pi_train (DVP M3)",
-    "abs_delta_max": "max abs(Delta)",
-    "tail_p": "tail tokens: trainer p < tail_p (M6's TAIL_P)",
-    "head_p": "head tokens: trainer p > head_p (M7's HEAD_P)",
-    "tail_tokens": "tokens with p < tail_p",
-    "head_tokens": "tokens with p > head_p",
-    "tail_abs_delta_mean": "mean abs(Delta) of tail tokens (null below MIN_GROUP tokens)",
-    "head_abs_delta_mean": "mean abs(Delta) of head tokens (null below MIN_GROUP tokens)",
-    "tail_head_ratio": "tail_abs_delta_mean / head_abs_delta_mean (DVP's (1-p) law: > 1)",
-    "mean_delta": "mean signed Delta of all tokens (M4: >= 0 in expectation)",
-    "mean_delta_t": "its t-statistic",
-    "tail_bias": "mean signed Delta of tail tokens (M4/M5: > 0, largest in the tail)",
-    "tail_bias_t": "its t-statistic",
-    "head_bias": "mean signed Delta of head tokens (M5: near 0)",
-    "head_bias_t": "its t-statistic",
-    "eps_implied_q50": "median over tokens of the smallest eps M3 needs (implied_eps), to "
-                       "0.05 decade",
-    "eps_implied_q99": "its 99th percentile (the envelope drawn)",
-    "eps_implied_max": "its largest finite value",
-    "trm_delta_max": "TRM's threshold on max_t k2 (engine default)",
-    "trm_delta_avg": "TRM's threshold on mean_t k3 (engine default)",
-    "trm_accept_rate": "fraction of complete responses with max_t k2 <= trm_delta_max (T12)",
-    "trm_accept_rate_avg": "fraction with mean_t k3 <= trm_delta_avg",
-    "trm_accept_rate_both": "fraction meeting both",
-    "trm_token_violation_rate": "q: fraction of tokens with k2 > trm_delta_max",
-    "m6": "accumulation_regression of sum_t log rho on tail tokens and sqrt(T) (null when "
-          "the data cannot fit it)",
-    "dvp": "per rho: pruned_token_frac (sampled tokens outside DVP's min-p set), "
-           "abs_delta_share (their share of abs(Delta)), mean_pruned_mass / max_pruned_mass "
-           "(m = 1 - pi(S), an upper bound where the list stops early), exact_frac, "
-           "p2_bias_bound_mean / _max (R_max sum_t m per response) and, with both lists, "
-           "mean_pruned_mass_train (null without top-k columns)",
-    "topk_k": "[shortest, longest] top-k list read (null without top-k columns)",
-    "rho_mean": "mean over tokens of rho = exp(logp_train - logp_rollout), the raw importance "
-                "ratio",
-    "rho_min": "smallest rho",
-    "rho_max": "largest rho",
-    "ratio_caps": "the caps of the engine's corrections (MethodParams): tis_cap, seq_tis_cap, "
-                  "IcePop's band band_low / band_high, MIS's band mis_low / mis_high",
-    "tis_truncated_frac": "fraction of tokens with rho > tis_cap (truncated by token TIS)",
-    "band_masked_frac": "fraction of tokens with rho outside [band_low, band_high] (masked by "
-                        "IcePop / token_reject)",
-    "seq_tis_truncated_frac": "fraction of complete responses with prod_t rho_t > seq_tis_cap",
-    "seq_masked_frac": "fraction of complete responses with prod_t rho_t outside [mis_low, "
-                       "mis_high] (masked by MIS)",
-    "k3_clamped": "mean over tokens of k3 with rho clamped to [band_low, band_high] (a token "
-                  "adds at most the k3 of the band's edge)",
-    "k3_outside_share": "share of the summed k3 carried by the tokens outside [band_low, "
-                        "band_high]",
-    "faults": "the fault checks' warnings: name, level, message, stats (an error refuses the "
-              "dumps instead)",
-    "bottom_line": "what to do: action (nothing, watch, remedy, reduce_mismatch, "
-                   "fix_temperature, no_verdict) and text, with the register's caveat of scale",
-}
-"""Every key of ``summary.json`` and what it holds; ``Delta`` is inference minus trainer."""
-
 
 @dataclass
 class Diagnosis:
-    """The report's content: ``summary`` (:data:`SUMMARY_KEYS`), ``inputs`` (the files read),
-    ``tables`` (name -> DataFrame, the data of each figure), ``verdicts`` (section -> lines) and
-    ``points`` (figure extras)."""
+    """The report's content: ``summary`` (:data:`tailtheory.diagnose.build.SUMMARY_KEYS`),
+    ``inputs`` (the files read), ``tables`` (name -> DataFrame, the data of each figure),
+    ``verdicts`` (section -> lines) and ``points`` (figure extras)."""
 
     summary: dict
     inputs: list = field(default_factory=list)
@@ -185,6 +119,8 @@ class Section:
     - ``figure(d, plt)``: its figure and the data drawn, ``(fig, DataFrame)``; drawn when its
       table has rows.
     - ``files(d)``: further files of the output folder, name -> text.
+    - ``summary``: the keys of ``summary.json`` its table writes, key -> what it holds (the
+      words of ``docs/diagnose.md``); no two sections share a key.
     """
 
     name: str
@@ -194,6 +130,7 @@ class Section:
     fold: Callable[[Any], Any] | None = None
     figure: Callable[["Diagnosis", Any], tuple] | None = None
     files: Callable[["Diagnosis"], dict[str, str]] | None = None
+    summary: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,15 +1,112 @@
-"""The bottom line, last: what to do, from the run's place on the register and the faults found
-(:func:`tailtheory.diagnose.register.bottom_line`), with the register's caveat of scale.
+"""The bottom line, last: what to do, from the run's place on the register
+(:mod:`tailtheory.diagnose.sections.register`) and the faults found
+(:mod:`tailtheory.diagnose.sections.faults`), with the register's caveat of scale.
 
-Source: the register of :mod:`tailtheory.tim.dose` (V6) and :mod:`tailtheory.diagnose.faults`.
+Source: the register of :mod:`tailtheory.tim.dose` (V6) and the fault checks.
 """
 
 from __future__ import annotations
 
-from tailtheory.diagnose.register import bottom_line
 from tailtheory.diagnose.sections.base import Section
+from tailtheory.diagnose.sections.register import k3_text
 
 NAME = "bottom_line"
 
+SOURCE_FIX = ("lower the mismatch at its source: the same precision and kernels on both sides "
+              "(e.g. an fp32 LM head in the sampler, no fp8 KV cache), the trainer's log-probs "
+              "recomputed at the sampling weights")
+"""What the bottom line advises where no measured remedy helps."""
+ACTIONS = ("nothing", "watch", "remedy", "reduce_mismatch", "fix_temperature", "no_verdict")
+"""Every value of the bottom line's ``action``."""
+
+
+def bottom_line(d) -> dict:
+    """What to do, from the run's placement on the register (``d.points["register"]``) and the
+    faults found (``d.points["faults"]``), as ``{"action": one of ACTIONS, "text": ...}``; also
+    ``d.summary["bottom_line"]`` and the verdict ``d.verdicts["bottom_line"]``.
+
+    ``fix_temperature`` when the two sides look scored at different temperatures (the k3 then
+    measures that gap); ``nothing`` when the run's k3 is at or below ``k3_safe``; ``watch``
+    between ``k3_safe`` and ``k3_harm``; at or above ``k3_harm`` ``remedy`` naming the remedies
+    that kept GRPO unharmed there with the k3 they were measured at, else ``reduce_mismatch``
+    (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. The text always
+    ends with the caveat of scale."""
+    p = d.points.get("register")
+    faults = {f.name: f for f in d.points.get("faults", [])}
+    k3 = d.summary.get("k3")
+    short = ("the register was measured on a 0.7M-parameter model on a toy task: an order of "
+             "magnitude to check, not a threshold that transfers")
+    if "temperature" in faults:
+        f = faults["temperature"].stats
+        action, text = "fix_temperature", (
+            f"score both sides at the sampling temperature first (logp_rollout scales as "
+            f"{f['slope']:.3g} x logp_train): this run's k3 {k3_text(k3)} measures the temperature "
+            f"gap, not numerical mismatch; rerun diagnose after the fix")
+    elif p is None:
+        action, text = "no_verdict", f"the run's k3 is {k3}: it cannot be placed on the register"
+    else:
+        where, safe, harm = p["placement"], k3_text(p["k3_safe"]), k3_text(p["k3_harm"])
+        harmed_paths = [r for r in p["real_paths"] if r["harmed"] is True
+                        and r["k3"] is not None and r["k3"] <= p["mean_k3"]]
+        if where == "below_safe":
+            action = "nothing"
+            text = (f"nothing: this run's k3 {k3_text(k3)} is below the register's safe level "
+                    f"k3_safe = {safe} (GRPO was harmed from k3_harm = {harm})")
+            low = [r for r in p["real_paths"] if r["harmed"] is True and r["k3"] is not None
+                   and r["k3"] < p["k3_safe"]]
+            if low:
+                text += ("; but " + ", ".join(f"the real path {r['path']} was harmed at k3 = "
+                                              f"{k3_text(r['k3'])}" for r in low)
+                         + ", below k3_safe: on such a path, k3 alone does not clear a run")
+        elif where == "between":
+            action = "watch"
+            text = (f"watch k3 over steps: this run's k3 {k3_text(k3)} lies between "
+                    f"k3_safe = {safe} and k3_harm = {harm}, where the register measured "
+                    f"nothing; at k3_harm, "
+                    + _at_harm(p))
+        elif where == "at_or_above_harm":
+            good = [r for r in p["remedies"] if r["moves_threshold"] is True]
+            action = "remedy" if good else "reduce_mismatch"
+            text = f"this run's k3 {k3_text(k3)} is at or above k3_harm = {harm}: " + _at_harm(p)
+        else:
+            action = "no_verdict"
+            text = (f"no verdict from the register for this run's k3 {k3_text(k3)}: "
+                    + {"beyond_sweep": f"above every k3 measured ({safe}), none harmed",
+                       "undetermined": f"GRPO's threshold is not determined ({p['reason']})",
+                       "unavailable": f"the register is unavailable ({p['reason']})"}[where])
+        if harmed_paths and where not in ("below_safe",):
+            text += ("; real path(s) harmed at this k3 or below: "
+                     + ", ".join(f"{r['path']} ({k3_text(r['k3'])})" for r in harmed_paths))
+    text = f"{text} (caveat: {short})."
+    out = {"action": action, "text": text}
+    d.summary["bottom_line"] = out
+    d.verdicts["bottom_line"] = [text]
+    return out
+
+
+def _at_harm(p: dict) -> str:
+    """The remedies of the register at k3_harm in words: those that kept GRPO unharmed, with
+    the k3 they were measured at, else :data:`SOURCE_FIX`."""
+    from tailtheory.tim.dose import REMEDIES
+
+    name = {v: k for k, v in REMEDIES.items()}
+    good = [r for r in p["remedies"] if r["moves_threshold"] is True]
+    if good:
+        return ("apply " + " or ".join(f"{name.get(r['method'], r['method'])} (unharmed at "
+                                       f"k3 = {k3_text(r['k3'])})" for r in good)
+                + ", the remedies that kept GRPO unharmed on the register")
+    tried = ", ".join(f"{name.get(r['method'], r['method'])} at k3 = {k3_text(r['k3'])}"
+                      for r in p["remedies"] if r["moves_threshold"] is False)
+    return ("no remedy measured on the register kept GRPO unharmed"
+            + (f" ({tried}: all harmed)" if tried else " (none measured yet)")
+            + f", so {SOURCE_FIX}")
+
+
+SUMMARY = {
+    "bottom_line": "what to do: action (nothing, watch, remedy, reduce_mismatch, "
+                   "fix_temperature, no_verdict) and text, with the register's caveat of scale",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "Bottom line: what to do", "V6's register and the faults",
-                  lambda ctx, d: bottom_line(d))
+                  lambda ctx, d: bottom_line(d), summary=SUMMARY)

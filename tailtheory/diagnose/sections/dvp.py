@@ -14,8 +14,8 @@ import torch
 
 from tailtheory.diagnose.aggregate import Accumulator
 from tailtheory.diagnose.columns import TOPK_MASS_TOL
-from tailtheory.diagnose.faults import truncation_note
 from tailtheory.diagnose.sections.base import PRUNE_CONCENTRATION, Diagnosis, Section, num, plural
+from tailtheory.diagnose.sections.faults import truncation_note
 from tailtheory.core.safeset import safe_vocab_mask
 from tailtheory.pruning.vocab import pruned_mass
 
@@ -158,5 +158,16 @@ def _figure(d: Diagnosis, plt):
     return fig, t
 
 
+SUMMARY = {
+    "dvp": "per rho: pruned_token_frac (sampled tokens outside DVP's min-p set), "
+           "abs_delta_share (their share of abs(Delta)), mean_pruned_mass / max_pruned_mass "
+           "(m = 1 - pi(S), an upper bound where the list stops early), exact_frac, "
+           "p2_bias_bound_mean / _max (R_max sum_t m per response) and, with both lists, "
+           "mean_pruned_mass_train (null without top-k columns)",
+    "topk_k": "[shortest, longest] top-k list read (null without top-k columns)",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "What DVP's pruning would remove", "P1, P2, P4",
-                  lambda ctx, d: dvp(ctx.acc, d, ctx.complete), DvpSums, _figure)
+                  lambda ctx, d: dvp(ctx.acc, d, ctx.complete), DvpSums, _figure,
+                  summary=SUMMARY)

@@ -131,5 +131,24 @@ def hist_files(d: Diagnosis) -> dict[str, str]:
     return {"envelope_hist.csv": tbl.to_csv(index=False, float_format="%.8g")}
 
 
+SUMMARY = {
+    "tokens": "token rows included (finite log-probs)",
+    "k1": "mean over tokens of k1 = -log rho, rho = pi_train / pi_roll (TIM; T12)",
+    "k3": "mean over tokens of k3 = rho - 1 - log rho (TIM; T12)",
+    "abs_delta_mean": "mean abs(Delta), Delta = log pi_roll - log pi_train (DVP M3)",
+    "abs_delta_max": "max abs(Delta)",
+    "tail_tokens": "tokens with p < tail_p",
+    "head_tokens": "tokens with p > head_p",
+    "tail_abs_delta_mean": "mean abs(Delta) of tail tokens (null below MIN_GROUP tokens)",
+    "head_abs_delta_mean": "mean abs(Delta) of head tokens (null below MIN_GROUP tokens)",
+    "tail_head_ratio": "tail_abs_delta_mean / head_abs_delta_mean (DVP's (1-p) law: > 1)",
+    "eps_implied_q50": "median over tokens of the smallest eps M3 needs (implied_eps), to "
+                       "0.05 decade",
+    "eps_implied_q99": "its 99th percentile (the envelope drawn)",
+    "eps_implied_max": "its largest finite value",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "|Delta| against p, with M3's envelope", "M3, M7; DVP's (1-p) law",
-                  lambda ctx, d: envelope(ctx.acc, d), EnvelopeSums, _figure, hist_files)
+                  lambda ctx, d: envelope(ctx.acc, d), EnvelopeSums, _figure, hist_files,
+                  summary=SUMMARY)

@@ -103,6 +103,26 @@ def _figure(d: Diagnosis, plt):
     return fig, t
 
 
+SUMMARY = {
+    "rho_mean": "mean over tokens of rho = exp(logp_train - logp_rollout), the raw importance "
+                "ratio",
+    "rho_min": "smallest rho",
+    "rho_max": "largest rho",
+    "ratio_caps": "the caps of the engine's corrections (MethodParams): tis_cap, seq_tis_cap, "
+                  "IcePop's band band_low / band_high, MIS's band mis_low / mis_high",
+    "tis_truncated_frac": "fraction of tokens with rho > tis_cap (truncated by token TIS)",
+    "band_masked_frac": "fraction of tokens with rho outside [band_low, band_high] (masked by "
+                        "IcePop / token_reject)",
+    "seq_tis_truncated_frac": "fraction of complete responses with prod_t rho_t > seq_tis_cap",
+    "seq_masked_frac": "fraction of complete responses with prod_t rho_t outside [mis_low, "
+                       "mis_high] (masked by MIS)",
+    "k3_clamped": "mean over tokens of k3 with rho clamped to [band_low, band_high] (a token "
+                  "adds at most the k3 of the band's edge)",
+    "k3_outside_share": "share of the summed k3 carried by the tokens outside [band_low, "
+                        "band_high]",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "Importance ratios against the corrections' caps",
                   "TIM's corrections (V4)", lambda ctx, d: ratios(ctx.acc, d, ctx.complete),
-                  RatioSums, _figure)
+                  RatioSums, _figure, summary=SUMMARY)

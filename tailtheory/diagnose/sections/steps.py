@@ -71,5 +71,10 @@ def _figure(d: Diagnosis, plt):
     return fig, t
 
 
+SUMMARY = {
+    "steps": "distinct values of step",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "k1 and k3 over steps", "TIM's monitors (V2, V5)",
-                  lambda ctx, d: steps(ctx.acc, d), StepSums, _figure)
+                  lambda ctx, d: steps(ctx.acc, d), StepSums, _figure, summary=SUMMARY)

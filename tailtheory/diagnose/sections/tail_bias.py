@@ -58,5 +58,16 @@ def _figure(d: Diagnosis, plt):
     return fig, d.tables["tail_bias"]
 
 
+SUMMARY = {
+    "mean_delta": "mean signed Delta of all tokens (M4: >= 0 in expectation)",
+    "mean_delta_t": "its t-statistic",
+    "tail_bias": "mean signed Delta of tail tokens (M4/M5: > 0, largest in the tail)",
+    "tail_bias_t": "its t-statistic",
+    "head_bias": "mean signed Delta of head tokens (M5: near 0)",
+    "head_bias_t": "its t-statistic",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "Mean signed Delta by probability: the tail bias", "M4, M5",
-                  lambda ctx, d: bias(ctx.acc, d), figure=_figure)
+                  lambda ctx, d: bias(ctx.acc, d), figure=_figure,
+                  summary=SUMMARY)

@@ -119,6 +119,16 @@ def _figure(d: Diagnosis, plt):
     return fig, t
 
 
+SUMMARY = {
+    "trm_delta_max": "TRM's threshold on max_t k2 (engine default)",
+    "trm_delta_avg": "TRM's threshold on mean_t k3 (engine default)",
+    "trm_accept_rate": "fraction of complete responses with max_t k2 <= trm_delta_max (T12)",
+    "trm_accept_rate_avg": "fraction with mean_t k3 <= trm_delta_avg",
+    "trm_accept_rate_both": "fraction meeting both",
+    "trm_token_violation_rate": "q: fraction of tokens with k2 > trm_delta_max",
+}
+"""The section's keys of ``summary.json`` and what each holds."""
+
 SECTION = Section(NAME, "TRM's acceptance against threshold and length", "T12",
                   lambda ctx, d: trm(ctx.acc, d, ctx.complete, ctx.delta_max, ctx.delta_avg),
-                  TrmSums, _figure)
+                  TrmSums, _figure, summary=SUMMARY)

@@ -1,18 +1,12 @@
 """What the sections of ``tailtheory diagnose`` share (``tailtheory.diagnose.sections.base``):
-the summary keys documented, the grouping of a statistic into bins, the wording, the list."""
+the grouping of a statistic into bins, the wording, the list of records and the summary keys
+each record names."""
 
 import numpy as np
 
-from tailtheory.diagnose.sections.base import SUMMARY_KEYS, group_bins
+from tailtheory.diagnose.sections.base import group_bins
 
-
-def test_summary_keys_documented():
-    """Every key of summary.json is defined in docs/diagnose.md, in the same words."""
-    from tailtheory.core.io import REPO_ROOT
-
-    doc = (REPO_ROOT / "docs" / "diagnose.md").read_text()
-    for key, text in SUMMARY_KEYS.items():
-        assert f"| `{key}` | {text} |" in doc, key
+from .conftest import DELTA_AVG, DELTA_MAX
 
 
 def test_group_bins_one_per_value_or_quantiles():
@@ -83,3 +77,36 @@ def test_json_safe_and_complete(run):
     s = complete(acc)
     assert len(s["n_tok"]) == d.summary["sequences"] == 60 and s["mass"].shape == (60, 4)
     assert s["n_tok"].sum() == len(recs) == d.summary["tokens"]
+
+
+class _Writes(dict):
+    """A summary that records the keys written into it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.written = set()
+
+    def __setitem__(self, key, value):
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+def test_each_section_writes_the_summary_keys_its_record_names(run):
+    """A section's table writes exactly the keys of its record's ``summary``, and no other
+    section's (the run's own keys are written before any section)."""
+    from tailtheory.diagnose.build import RUN_KEYS
+    from tailtheory.diagnose.sections import SECTIONS
+    from tailtheory.diagnose.sections.base import Context, Diagnosis, complete, json_safe
+
+    acc, d, recs = run
+    ctx = Context(acc, complete(acc), DELTA_MAX, DELTA_AVG, register=[])
+    fresh = Diagnosis(summary=_Writes({k: d.summary[k] for k in RUN_KEYS}))
+    for s in SECTIONS:
+        fresh.summary.written = set()
+        s.table(ctx, fresh)
+        assert fresh.summary.written == set(s.summary), s.name
+    assert json_safe(dict(fresh.summary)) == json_safe(d.summary)        # every key, once
