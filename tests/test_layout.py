@@ -1,7 +1,8 @@
 """The package's structure, read from its source with ``ast`` (no module of it is imported).
 
 - **floors**: ``core`` < ``engine`` < ``experiments`` < the paper sections < the front ends
-  (``cli``, ``catalog``, ``docs``, ``diagnose``, ``integrations``, ``probe``, ``regime``). A
+  (``cli``, ``catalog``, ``docs``, ``diagnose``, ``integrations``, ``ladder``, ``probe``,
+  ``regime``). A
   module imports only its own floor or lower ones: ``core`` imports neither the engine nor a
   section, the engine nothing of the experiments floor, a section no front end. Sections may
   import each other, and no module of the package may sit on an import cycle. Every import
@@ -9,9 +10,14 @@
   absolute, and a module named to ``importlib.import_module`` or ``__import__`` (an f-string
   names every module its pattern matches). The registries find the sections through the
   package's entry point group, which names no module in the code.
+- **rooms**: inside every package, its modules and subpackages (each subpackage one room) import
+  each other without a circle, so no arrow runs back up inside a folder (the engine's wings never
+  import the engine room's modules that import them).
 - **imports inside functions**: each section (and each floor below) holds at most the count of
   :data:`IN_FUNCTION_MAX`; front ends, where start-up time matters, are free.
-- **size**: every module of ``tailtheory/`` holds at most :data:`MAX_LINES` lines.
+- **size**: every module of ``tailtheory/`` holds at most :data:`MAX_LINES` lines; the tracked
+  tree at most :data:`TREE_MAX_MIB` MiB and ``weights/`` :data:`WEIGHTS_MAX_MB` MB, so a GPU run's
+  copy of the tree (64 MiB at most) always fits.
 - **mirrors**: ``tailtheory/<folder>/<module>.py`` is tested by ``tests/<folder>/test_<module>.py``
   (``tailtheory/<module>.py`` by ``tests/test_<module>.py``), save the few of :data:`UNMIRRORED`.
 - **names**: no public function (a top-level ``def`` without a leading ``_``) of one section has
@@ -37,6 +43,13 @@ PACKAGE = ROOT / "tailtheory"
 TESTS = ROOT / "tests"
 
 MAX_LINES = 400
+
+TREE_MAX_MIB = 56
+"""The most the tracked tree may hold, in MiB: a GPU run copies the working tree and refuses one
+over 64 MiB, which must leave room for the wheels such a run carries."""
+
+WEIGHTS_MAX_MB = 30
+"""The most the committed weights (``weights/``) may hold, in MB (10^6 bytes)."""
 """The most lines a module of the package may hold."""
 
 SECTIONS = ("softmax", "mismatch", "pruning", "lopti", "trm", "otb", "tim")
@@ -220,6 +233,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(out)
 
 
+def room_cycles(graph: dict[str, set[str]]) -> dict[str, list[list[str]]]:
+    """Package -> the circles among its rooms. A package's rooms are its own modules and its
+    subpackages, each subpackage one room with everything under it (``engine``'s rooms are
+    ``trainer``, ``config``, ... and the wings ``rollout/``, ``tasks/``, ``start/``): an import
+    from a wing back into a module of the room that imports the wing is a circle here, even when
+    no single module sits on an import cycle."""
+    packages = {m.rsplit(".", 1)[0] for m in graph if "." in m}
+    out = {}
+    for pkg in sorted(packages):
+        pre = pkg + "."
+
+        def room(m: str, pre: str = pre) -> str | None:
+            return pre + m[len(pre):].split(".")[0] if m.startswith(pre) else None
+
+        rooms: dict[str, set[str]] = {}
+        for m, targets in graph.items():
+            r = room(m)
+            if r is not None:
+                rooms.setdefault(r, set()).update(
+                    rt for rt in map(room, targets) if rt is not None and rt != r)
+        found = cycles(rooms)
+        if found:
+            out[pkg] = found
+    return out
+
+
 def line_counts(package: Path) -> dict[str, int]:
     """File (relative to the package's parent) -> its number of lines."""
     return {str(p.relative_to(package.parent)): len(p.read_text(encoding="utf-8").splitlines())
@@ -285,11 +324,28 @@ def module_map_gaps(package: Path, folders=MAPPED) -> dict[str, list[str]]:
     return out
 
 
+def tracked_sizes(root: Path) -> dict[str, int]:
+    """Tracked file (relative to ``root``) -> its size in bytes on disk: git's list of tracked
+    files (``git ls-files``), or, outside a git checkout, every file but the ignored folders."""
+    import subprocess
+
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
+                               check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", ".venv-verl", "cache", "build", "runs", "__pycache__",
+                ".hypothesis", ".pytest_cache"}
+        names = [p.relative_to(root).as_posix() for p in root.rglob("*")
+                 if p.is_file() and not skip & set(p.relative_to(root).parts)]
+    return {n: (root / n).stat().st_size for n in names if n and (root / n).is_file()}
+
+
 # ---- the package as it is -------------------------------------------------------------------
 
 GRAPH = import_graph(PACKAGE)
 UPWARD = upward_imports(GRAPH)
 IN_CYCLE = {m: c for c in cycles(GRAPH) for m in c}
+ROOM_CYCLES = room_cycles(GRAPH)
 LINES = line_counts(PACKAGE)
 IN_FUNCTION = in_function_imports(PACKAGE)
 
@@ -306,6 +362,24 @@ def test_imports_run_down_the_floors(module):
 @pytest.mark.parametrize("module", sorted(GRAPH))
 def test_no_import_cycle(module):
     assert module not in IN_CYCLE, f"{module} is on an import cycle among {IN_CYCLE[module]}"
+
+
+def test_the_tracked_tree_fits_a_gpu_runs_copy():
+    sizes = tracked_sizes(ROOT)
+    total, weights = sum(sizes.values()), sum(s for n, s in sizes.items()
+                                              if n.startswith("weights/"))
+    assert total <= TREE_MAX_MIB * 2**20, (
+        f"the tracked tree holds {total / 2**20:.1f} MiB (at most {TREE_MAX_MIB})")
+    assert weights <= WEIGHTS_MAX_MB * 10**6, (
+        f"weights/ holds {weights / 1e6:.1f} MB (at most {WEIGHTS_MAX_MB})")
+    assert weights > 0 and total > weights      # it reads the tree: the committed warm start
+
+
+def test_no_circle_among_the_rooms_of_any_package():
+    """No arrow runs back up inside a folder either: the engine's wings never import a module of
+    the engine room that imports them (``engine/start/load.py`` did; it is ``engine/load.py``)."""
+    assert not ROOM_CYCLES, "circles among a package's rooms: " + "; ".join(
+        f"{pkg}: {c}" for pkg, cs in ROOM_CYCLES.items() for c in cs)
 
 
 @pytest.mark.parametrize("folder", sorted(IN_FUNCTION_MAX))
@@ -395,6 +469,23 @@ def test_checker_catches_a_cycle_through_a_lazy_import(tmp_path):
         "tailtheory/trm/d.py": "from tailtheory.trm import c\n"})
     assert cycles(import_graph(pkg)) == [["tailtheory.lopti.a", "tailtheory.lopti.b",
                                           "tailtheory.trm.c"]]
+
+
+def test_checker_catches_a_wing_importing_back_into_its_room(tmp_path):
+    """The engine's former shape: ``config`` imports a wing's module, and another module of that
+    wing imports ``config``: no module cycle, but a circle between the room and its wing."""
+    files = {"tailtheory/__init__.py": "", "tailtheory/engine/__init__.py": "",
+             "tailtheory/engine/config.py": "from tailtheory.engine.start import rungs\n",
+             "tailtheory/engine/start/__init__.py": "",
+             "tailtheory/engine/start/rungs.py": "x = 1\n",
+             "tailtheory/engine/start/load.py": "from tailtheory.engine import config\n"}
+    graph = import_graph(_write(tmp_path / "before", files))
+    assert not cycles(graph)
+    assert room_cycles(graph) == {"tailtheory.engine": [["tailtheory.engine.config",
+                                                         "tailtheory.engine.start"]]}
+    moved = {**files, "tailtheory/engine/load.py": files["tailtheory/engine/start/load.py"]}
+    del moved["tailtheory/engine/start/load.py"]
+    assert room_cycles(import_graph(_write(tmp_path / "after", moved))) == {}
 
 
 def test_checker_catches_a_long_module(tmp_path):
