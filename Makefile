@@ -65,9 +65,12 @@ figures: $(STAMP)
 
 ## test: the whole suite, notebooks included (quick preset); notebook 01 runs once, in the real
 ## Jupyter kernel of tests/test_notebook_outputs.py (which fails on any error), not a second time
-## under nbmake; test-thorough runs it under both
+## under nbmake; test-thorough runs it under both. Two pytest workers, one torch thread each
+## (TEST_WORKERS=0 runs in one process); the 25 slowest tests are printed at the end
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" --nbmake tests notebooks --ignore=notebooks/01_token_tail.ipynb
+	$(PY) -m pytest -m "not slow" --nbmake tests notebooks --ignore=notebooks/01_token_tail.ipynb \
+		-n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 ## test-thorough: slow checks too, Hypothesis at thousands of examples
 test-thorough: $(STAMP)

@@ -5,6 +5,11 @@ when ``CI`` is set and is derandomised so a CI run is reproducible.
 
 Notebooks executed in a Jupyter kernel (``test_notebook_outputs.py``, nbmake's ``--nbmake`` runs)
 run under nbclient as it is installed: nothing is patched (``notebook_kernel.py``).
+
+``make test`` runs on two pytest workers (pytest-xdist, ``--dist loadgroup``). Each worker and
+every process it starts (a notebook's kernel, a study's workers) uses one torch thread, so two
+workers fill two cores without oversubscribing them. Tests that run notebooks or start worker
+processes of their own are grouped (:data:`GROUPS`): each group runs on one worker, in order.
 """
 
 import os
@@ -14,6 +19,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Figures and claims.json written during tests go to a scratch folder, not the committed ones.
 os.environ.setdefault("TAILTHEORY_FIGURES", tempfile.mkdtemp(prefix="tailtheory-figures-"))
+# On a pytest-xdist worker: one torch thread here and in every process started from here.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -25,6 +35,33 @@ settings.register_profile("dev", max_examples=60, **_COMMON)
 settings.register_profile("ci", max_examples=60, derandomize=True, print_blob=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+if XDIST_WORKER:
+    torch.set_num_threads(1)
+
+GROUPS = {
+    "notebooks": ("notebooks/", "tests/test_notebook_outputs.py", "tests/test_notebook_kernel.py",
+                  "tests/probe/test_notebooks.py"),
+    "workers": ("tests/experiments/test_runs.py", "tests/experiments/test_study.py",
+                "tests/experiments/test_store_chaos.py"),
+}
+"""pytest-xdist groups (``--dist loadgroup``): the tests that run notebooks in Jupyter kernels
+(they train the ``quick`` runs into the shared run cache, several processes each) and the tests
+that start worker processes of their own, by path prefix; each group runs on one worker."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test of a :data:`GROUPS` path with its ``xdist_group`` (a no-op without xdist)."""
+    root = config.rootpath
+    for item in items:
+        try:
+            rel = item.path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        for group, prefixes in GROUPS.items():
+            if rel.startswith(prefixes):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
