@@ -112,8 +112,8 @@ render: $(STAMP)
 	env -u MPLBACKEND TAILTHEORY_WIDGETS=0 $(PY) docs/notebooks/render.py --figures $(FIGS) $(NB)
 
 ## docs: regenerate the generated docs from the code and the stored measurements: docs/claims.md
-## (the claims registry and paper cards) and docs/regime.md (the regime table, results/); the
-## tests fail when either is stale
+## (the claims registry and paper cards), the module maps of docs/contributing.md (the package
+## docstrings) and docs/regime.md (the regime table, results/); the tests fail when any is stale
 docs: $(STAMP)
 	$(PY) -m tailtheory.docs
 	$(PY) -m tailtheory.regime.table

@@ -22,9 +22,10 @@
   (``tailtheory/<module>.py`` by ``tests/test_<module>.py``), save the few of :data:`UNMIRRORED`.
 - **names**: no public function (a top-level ``def`` without a leading ``_``) of one section has
   the name of another section's public function.
-- **module maps**: in the folders of :data:`MAPPED`, each package's ``__init__.py`` docstring
-  names every module and subpackage it holds, one line each (``- ``name``: ...``, a subpackage
-  ``- ``name/``: ...``), and nothing it does not hold.
+- **module maps**: every package of ``tailtheory/`` (the top level included: :data:`MAPPED`)
+  names in its ``__init__.py`` docstring every module and subpackage it holds, one line each
+  (``- ``name``: ...``, a subpackage ``- ``name/``: ...``), and nothing it does not hold.
+  ``python -m tailtheory.docs`` renders these maps into ``docs/contributing.md``.
 
 Each checker takes the folders it reads, so the tests at the bottom feed it small made-up
 packages and see it catch what it is meant to catch.
@@ -72,8 +73,9 @@ count when you move one up, never raise it."""
 UNMIRRORED: dict[str, str] = {}
 """Modules without a mirrored test file, and why (kept as short as possible)."""
 
-MAPPED = ("diagnose",)
-"""Folders whose packages carry a module map in their docstring."""
+MAPPED = (".",)
+"""Folders (relative to the package) whose packages, each one under them and the folder's own,
+carry a module map in their docstring: ``"."`` is the whole package, its top level included."""
 
 
 # ---- reading a package ---------------------------------------------------------------------
@@ -306,9 +308,9 @@ MAP_LINE = re.compile(r"^- ``(\w+/?)``")
 
 
 def module_map_gaps(package: Path, folders=MAPPED) -> dict[str, list[str]]:
-    """Package (relative to ``package``) -> what its docstring's module map gets wrong: each
-    module or subpackage it holds and does not name (``missing x``), each name it holds not
-    (``stale x``)."""
+    """Package (relative to ``package``; the top level is ``.``) -> what its docstring's module
+    map gets wrong: each module or subpackage it holds and does not name (``missing x``), each
+    name it holds not (``stale x``)."""
     out = {}
     for folder in folders:
         for init in sorted((package / folder).rglob("__init__.py")):
@@ -420,7 +422,15 @@ def test_no_public_function_name_in_two_sections():
 def test_package_docstrings_map_their_modules():
     gaps = module_map_gaps(PACKAGE)
     assert not gaps, "module maps out of date: " + "; ".join(
-        f"{pkg}/__init__.py: {', '.join(g)}" for pkg, g in gaps.items())
+        f"{(PACKAGE / pkg / '__init__.py').relative_to(ROOT)}: {', '.join(g)}"
+        for pkg, g in gaps.items())
+
+
+def test_every_package_is_mapped():
+    """The maps cover the whole package: its top level and every package under it."""
+    checked = {i.parent for f in MAPPED for i in (PACKAGE / f).resolve().rglob("__init__.py")}
+    assert checked == {i.parent for i in PACKAGE.rglob("__init__.py")}
+    assert PACKAGE in checked
 
 
 def test_the_graph_sees_the_package():
@@ -551,4 +561,18 @@ def test_checker_catches_a_module_missing_from_its_package_map(tmp_path):
         "tailtheory/diagnose/sub/__init__.py": '"""S.\n\n- ``c``: ``c`` in a sentence.\n"""\n',
         "tailtheory/diagnose/sub/c.py": "", "tailtheory/other/__init__.py": "",
         "tailtheory/other/d.py": ""})
-    assert module_map_gaps(pkg) == {"diagnose": ["missing b", "missing sub/", "stale gone"]}
+    assert module_map_gaps(pkg, ("diagnose",)) == {
+        "diagnose": ["missing b", "missing sub/", "stale gone"]}
+    assert module_map_gaps(pkg)["other"] == ["missing d"]      # the whole package by default
+
+
+def test_checker_reads_the_top_level_map(tmp_path):
+    """The top level is a package like the others: its map names its modules and folders (a
+    folder without ``__init__.py`` is no package), keyed ``.``."""
+    pkg = _write(tmp_path, {
+        "tailtheory/__init__.py": '"""T.\n\n- ``core/``: below.\n- ``cli``: the command.\n'
+                                  '- ``gone/``: moved.\n  - ``docs``: indented, no entry.\n"""\n',
+        "tailtheory/cli.py": "", "tailtheory/docs.py": "",
+        "tailtheory/core/__init__.py": '"""C.\n\n- ``a``: one.\n"""\n', "tailtheory/core/a.py": "",
+        "tailtheory/engine/__init__.py": "", "tailtheory/data/notes.txt": ""})
+    assert module_map_gaps(pkg) == {".": ["missing docs", "missing engine/", "stale gone/"]}

@@ -3,10 +3,11 @@
 Framework-free: the TRL hook (:mod:`tailtheory.integrations.trl_dump`) and the verl hook
 (:mod:`tailtheory.integrations.verl_dump`) turn their framework's batch into padded ``(B, T)``
 tensors and call :func:`sequence_records` and :class:`JsonlDump`. The format is the one
-``tailtheory/diagnose/read.py`` documents (``docs/diagnose.md``, "The generic format"), in its
-*sequence rows* shape: one JSON object per response, with ``sample_id``, ``step`` (and ``reward``
-when known) as scalars and ``position``, ``token_id``, ``logp_train``, ``logp_rollout`` (and
-``advantage``) as lists of one length, holding only the tokens the mask keeps.
+:mod:`tailtheory.diagnose.formats.generic` documents (``docs/diagnose.md``, "The generic
+format"), in its *sequence rows* shape: one JSON object per response, with ``sample_id``,
+``step`` (and ``reward`` when known) as scalars and ``position``, ``token_id``, ``logp_train``,
+``logp_rollout`` (and ``advantage``) as lists of one length, holding only the tokens the mask
+keeps.
 
 A non-finite log-prob (vLLM's unscorable tokens are NaN in TRL's batch) is written as JSON
 ``null``, which the reader takes as NaN and excludes (counted, never averaged in).

@@ -11,17 +11,18 @@ functions that measure *any* model stay where a user's checkpoint reaches them:
 ``tailtheory.tim.precision``, ``tailtheory.mismatch.batch_shape``):
 
 - ``build``: the rungs built (corpus LM, warm start) and their record ``results/ladder.json``;
-  the per-rung store helpers every part uses;
+  the per-rung store helpers every part uses.
 - ``effects``: the per-rung effects of L1, L4, L5, M7, V2, P4 (``results/ladder_effects.json``)
-  and their trend verdicts;
-- ``decide``: L1, L4, L5 on the ``decide`` recipe at two sizes and along the ladder;
-- ``mismatch``: V7 (bf16 against fp16) and V8 (batch shape) on the rungs, measured and read;
-- ``speed``: the GRPO step's speed at a rung;
-- ``dose``: V6 along the ladder, the logit-noise calibration and the ``dose_ladder`` study;
-- ``trend``: the trend rule, an effect against ``log10`` of the size;
-- ``figure``: notebook 08's figure, each effect against size;
-- ``place``: a run's k3 beside V6's threshold at the nearest rung (read by ``diagnose``);
-- ``cli``: ``tailtheory ladder ACTION``.
+  and their trend verdicts.
+- ``decide``: L1, L4, L5 on the ``decide`` recipe at two sizes and along the ladder.
+- ``mismatch``: V7 (bf16 against fp16) and V8 (batch shape) on the rungs, measured and read.
+- ``speed``: the GRPO step's speed at a rung.
+- ``dose``: V6 along the ladder, the logit-noise calibration and the ``dose_ladder`` study.
+- ``trend``: the trend rule, an effect against ``log10`` of the size.
+- ``figure``: notebook 08's figure, each effect against size.
+- ``place``: a run's k3 beside V6's threshold at the nearest rung (read by ``diagnose``).
+- ``cli``: the command ``tailtheory ladder ACTION``: list, status, build the rungs, and measure
+  on them.
 
 Floor: a front end, beside ``regime``; it imports the sections (their probes) and the
 experiments floor, and nothing of the front ends but itself. ``diagnose`` reads the ladder's

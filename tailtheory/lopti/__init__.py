@@ -37,4 +37,24 @@ Where each claim lives (modules of `tailtheory/lopti/` unless named in full, tes
 | L4 | `probes.bin_grad_norms`, `probes.prob_change_by_bin`, `onestep.update_probes` | - | `claims._l4` | `figures.plot_figure1` | `test_probes.py`, `test_onestep.py`, `test_measurement.py` |
 | L5 | `probes.rise_fraction`, `probes.sequential_prob_change`, `onestep.update_probes` | - | `claims._l5` | `figures.plot_figure3` | `test_probes.py`, `test_onestep.py`, `test_measurement.py` |
 | L6 | `training.lopti_arms`, `tailtheory.experiments.run_numbers.run_summary` | - | `claims._l6` | `training.plot_curves` | `test_training.py` |
+
+Modules, one line each:
+
+- ``reweight``: LOPTI's two changes to the update: Advantage Reweighting and the two-pass
+  schedule (L2, L3).
+- ``methods``: the engine's methods ``ar``, ``lopti`` and ``lopti_reversed`` (the ablation).
+- ``probes``: how one policy-gradient step treats tokens by probability: per-bin gradient
+  norms and probability changes (L4, L5).
+- ``onestep``: one SGD step on one GRPO batch of the warm start: what Figures 1 and 3 draw (L1,
+  L4, L5).
+- ``measurement``: the stored one-step measurement of Figures 1 and 3: which batches, stored
+  where, pooled per seed, judged how (L1, L4, L5).
+- ``learn_probes``: Figures 1 and 3 on the learning testbed, from its warm start and from a
+  policy half-way through GRPO (L4, L5).
+- ``text_probe``: the one-step probes on any checkpoint, on a batch of text (L1, L4, L5).
+- ``training``: LOPTI in training (L2, L3, L6): GRPO, AR, Lopti, AR+Lopti and Lopti reversed,
+  five seeds each.
+- ``claims``: the checks of L1-L6.
+- ``figures``: Figures 1 and 3 from the stored one-step measurement.
+- ``decisive/``: decisiveness: which of a policy's low-probability tokens decide the answer.
 """

@@ -208,8 +208,8 @@ def seed_values(data: dict) -> dict[int, dict]:
 
 
 def _seed_mean_se(xs) -> tuple[float, float]:
-    """Mean and standard error over seeds (:func:`tailtheory.experiments.study.mean_se`); a verdict
-    needs at least two seeds."""
+    """Mean and standard error over seeds (:func:`tailtheory.experiments.comparison.mean_se`); a
+    verdict needs at least two seeds."""
     if len(xs) < 2:
         raise ValueError(f"need >= 2 seeds for a standard error, got {len(xs)}")
     return mean_se(xs)

@@ -49,4 +49,19 @@ The per-token KL estimators `logprob.k1`, `logprob.k2`, `logprob.k3` (TIM's, use
 and the engine's mismatch metrics) are importable from here too (they live in
 `tailtheory.core.estimators`); what the mismatch does to GRPO training, and
 TIM's corrections of it, are the `tim` section's (`tailtheory/tim/`, claims V1-V6).
+
+Modules, one line each:
+
+- ``logprob``: the per-token mismatch of log-probabilities: exact, to first order, its bound
+  and its bias on sampled tokens (M1-M4); the k1/k2/k3 estimators importable from here.
+- ``symbolic``: symbolic derivations (sympy) of the mismatch identities M1 and M2.
+- ``selection``: the selection bias of the tokens the inference engine samples (M4, M5).
+- ``accumulation``: the token mismatch accumulated along sequences (M6).
+- ``real``: the real mismatch on a small transformer: bf16 / fp16 / fp8 copies and KV-cache
+  decoding against the float32 trainer (M7).
+- ``chunked``: M7's real mismatch on any checkpoint, one chunk of positions at a time.
+- ``batch_shape``: batch-shape mismatch of any model: the same sequences scored alone and
+  inside padded batches (V8; on the ladder's rungs: ``tailtheory.ladder.mismatch``).
+- ``claims``: the checks of M1-M7.
+- ``figures``: the figures of M3-M7, each with the data behind it, and notebook 01's explorer.
 """

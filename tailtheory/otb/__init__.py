@@ -48,4 +48,16 @@ The group advantages GRPO, Dr. GRPO and RLOO are the engine's (`tailtheory.engin
 read by its `grpo` and `dr_grpo` losses); the engine's `otb` method is `methods.otb`, an
 advantage-stage method of the engine's method registry that calls
 `baselines.optimal_token_baseline`.
+
+Modules, one line each:
+
+- ``baselines``: token-level advantages: the optimal token baseline, its leave-one-out form
+  and the group baselines it is compared with (O1, O5).
+- ``variance``: the exact variance of token-level policy-gradient estimators on tabular
+  policies, the optimal baseline and the finite-group study (O1-O4, O6).
+- ``experiments``: the tables shared by the checks, the figures and notebook 03.
+- ``methods``: the engine's ``otb`` method, the optimal token baseline as the advantage stage.
+- ``training``: OTB in training (O6, part b): OTB at N = 4 against GRPO at N = 4 and a large N.
+- ``claims``: the checks of O1-O6.
+- ``figures``: the figures of O2, O3, O4 and O6, and notebook 03's explorer.
 """

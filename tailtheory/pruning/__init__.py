@@ -39,4 +39,18 @@ set of `tailtheory.core.safeset`, which the engine shares), with the kept set of
 `tailtheory.core.safeset.dvp_keep` on both sides (`training.p5_arms`: GRPO with bf16 rollouts
 against DVP at each rho; `training.bias_bound`: the P2 bound of one step, pruned mass per token
 times tokens per response).
+
+Modules, one line each:
+
+- ``vocab``: the safe token set and its exact cost: pruned mass, TV, KL, the truncation's
+  log-ratio shift (P1-P3; the rules themselves live in ``tailtheory.core.safeset``).
+- ``trajectory``: the pruned policy over whole trajectories, by exact enumeration (P2).
+- ``sweep``: the trade between pruned mass and the mismatch left after pruning (P4).
+- ``trained_tails``: P4's trade measured on trained models, with the mismatch of sampled tokens.
+- ``matched_tails``: P4's trade on the papers' regime, the ``matched`` recipe's policies.
+- ``chunked``: P4's trade on any checkpoint, one chunk of positions at a time.
+- ``methods``: the engine's ``dvp`` method, the sampler's kept vocabulary used on both sides.
+- ``training``: DVP in training (P5): GRPO with bf16 rollouts, with and without pruning.
+- ``claims``: the checks of P1-P5.
+- ``figures``: the figures of P4, on the random model and on the stored trained-model sweep.
 """

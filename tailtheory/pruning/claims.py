@@ -1,5 +1,7 @@
-"""Checks of DVP's vocabulary-pruning claims P1-P4 (``tailtheory.pruning.vocab``,
-``tailtheory.pruning.trajectory``, ``tailtheory.pruning.sweep``)."""
+"""Checks of DVP's vocabulary-pruning claims P1-P5 (``tailtheory.pruning.vocab``,
+``tailtheory.pruning.trajectory``, ``tailtheory.pruning.sweep``,
+``tailtheory.pruning.trained_tails``, ``tailtheory.pruning.matched_tails``,
+``tailtheory.pruning.training``)."""
 
 from __future__ import annotations
 

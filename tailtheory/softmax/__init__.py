@@ -35,4 +35,12 @@ Where each claim lives (modules of `tailtheory/softmax/`, tests in `tests/softma
 | S3 | `scores.sum_p_squared`, `scores.s3_errors` | `scores.lse_budget` | `claims.check_s3` | - | `test_scores.py` |
 | S4 | `scores.score_norm`, `scores.s4_slacks`, `scores.score_norm_witness_ratio` | `scores.score_norm_bounds`, `scores.score_norm_bound_weak` | `claims.check_s4` | `figures.plot_score_norm` (data `scores.score_norm_table`) | `test_scores.py` |
 | S5 | `wedge.activation_wedge`, `wedge.wedge_summary` | `scores.score_norm_bounds` scaled by `J` | `claims.check_s5` | `figures.plot_layer_wedge` (data `wedge.layer_wedge_table`) | `test_wedge.py` |
+
+Modules, one line each:
+
+- ``scores``: the score of a sampled token at the logit layer and its (1 - p) wedge (S1-S4).
+- ``wedge``: the same wedge through the network, for the activations of every layer (S5).
+- ``symbolic``: symbolic derivations (sympy) of the exact identities S1 and S2.
+- ``claims``: the checks of S1-S5.
+- ``figures``: the figures of S4 and S5, each with the data behind it.
 """

@@ -54,6 +54,28 @@ create) is measured along the model-size ladder: `precision` (one step: the bf16
 ratio per rung, `tailtheory ladder precision`) and `precision_training` (the study
 `precision_matched`: fp16 rollouts uncorrected against bf16 with token TIS and with MIS on the
 `matched` recipe, a non-inferiority rule); `tailtheory verify` prints both after its table
-(`tailtheory.ladder.effects`). V6 along the ladder starts in `dose_ladder`: per rung, the logit-noise
-sigma of each k3 of its grid (`tailtheory ladder calibrate`).
+(`tailtheory.ladder.effects`). V6 along the ladder is the ladder's (`tailtheory.ladder.dose`, study
+`dose_ladder`): per rung, the logit-noise sigma of each k3 of its grid (`tailtheory ladder
+calibrate`).
+
+Modules, one line each:
+
+- ``corrections``: TIM's corrections as pure formulas on ``rho``: importance weights and
+  rejections (V4).
+- ``methods``: the corrections as the engine's methods (``tis``, ``seq_tis``, ``mis``,
+  ``seq_reject``, ``geo_reject``, ``icepop``, ``token_reject``).
+- ``training``: mismatch in training (V3): GRPO runs that differ only in the rollout path, under
+  both ways of getting ``pi_old``.
+- ``rho_sign``: V3's sign-free formalisation, reported beside its verdict: do the ratios ``rho``
+  differ between tokens of positive and negative advantage?
+- ``dose``: the mismatch dose-response (V6; V4 and V5 from its real-path arms): how much
+  rollout mismatch GRPO survives, where the remedies move the threshold, the register.
+- ``length_acceptance``: TRM's acceptance by response length from a run's token dump (the
+  numbers T14 reads).
+- ``precision``: FP16 against BF16 (V7): the same sampled tokens scored in float32 and in 16 bits.
+- ``precision_training``: FP16 against BF16 in training, V7's training half (study
+  ``precision_matched``).
+- ``claims``: the checks of V1-V6.
+- ``figures``: V3's table and figure.
+- ``dose_figures``: the figures and tables of the dose-response (V4-V6).
 """

@@ -1,4 +1,5 @@
-"""Checks of the TIM claims that the rollout engine answers on its own (V1, V2; docs/claims.md).
+"""Checks of the TIM claims V1-V6 (docs/claims.md): the two the rollout engine answers on its
+own (V1, V2) and the training-run claims (V3-V6), read from their studies.
 
 V1: the ``exact`` rollout path reports log-probs bitwise equal to the trainer's, so the k3
 mismatch KL is exactly 0. V2: the ``bf16`` / ``fp16`` copies and KV-cache decoding give a real
@@ -6,8 +7,9 @@ mismatch on the tokens the engine samples: small on average, with a heavy maximu
 
 Both run the engine on M7's model (random-init tiny LM, lm_head sharpened so it has a tail) with
 random prompts; V2 also on the corpus LM of ``tailtheory.engine.start.corpus_lm`` (a tail made by
-pretraining, held-out prompts; stored measurement). The training-run claims (V3-V5) need the
-GRPO notebooks.
+pretraining, held-out prompts; stored measurement). The training-run claims read the studies'
+stored runs: V3 those of ``tailtheory.tim.training``, V4 and V5 the real-path arms of
+``tailtheory.tim.dose``, V6 its dose-response.
 """
 
 from __future__ import annotations

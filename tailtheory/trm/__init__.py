@@ -58,4 +58,18 @@ Where each claim lives (modules of `tailtheory/trm/`, tests in `tests/trm/`):
 Masking in training (T14) runs through the GRPO engine's `trm` method (`methods.trm`, with the
 filter `mask.trm_mask`, which lives in `tailtheory.core.estimators` with k2 and k3) on the
 runs of `tailtheory.tim.training` (notebook 06; stored measurement).
+
+Modules, one line each:
+
+- ``exact``: the exact quantities of TRM's error analysis, by enumeration of a tabular pair.
+- ``bounds``: the bounds on the surrogate error (T1-T8, T10).
+- ``experiments``: exact errors of tabular pairs next to every bound: the tables the checks and
+  notebook 02 share.
+- ``mask``: Trust Region Masking, a sequence kept only when every step stayed inside the trust
+  region (T12).
+- ``methods``: the engine's ``trm`` method, trust region masking as a correction.
+- ``training``: TRM masking in training (T14): acceptance against response length, and whether
+  masking whole sequences keeps training stable where PPO's token clipping alone does not.
+- ``claims``: the checks of T1-T14.
+- ``figures``: the figures of T1-T8, T12, T13 and T14, and notebook 02's explorer.
 """

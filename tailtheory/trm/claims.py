@@ -1,4 +1,4 @@
-"""Checks of TRM's trust-region claims T1-T13 (TRM, arXiv 2512.23075; docs/claims.md).
+"""Checks of TRM's trust-region claims T1-T14 (TRM, arXiv 2512.23075; docs/claims.md).
 
 T1-T8 and T10 share one sweep of random tabular pairs (dense and sparse perturbations, ``V`` 2..4,
 ``T`` up to 12 with ``V = 2``, with and without EOS), each scored with the reward in ``[0, 1]``

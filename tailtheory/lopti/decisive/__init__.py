@@ -8,12 +8,12 @@ how much the expected reward moves with it, estimated by branch rollouts.
 Modules (one job each; the exact check of the estimator, a scripted policy whose ``D`` is known
 in closed form, lives with the tests: ``tests/lopti/decisive/scripted.py``):
 
-- ``branches``: ``D`` and its standard error for one token by paired branch rollouts;
-- ``probe``: decisiveness on GRPO batches, a stratified sample of tokens with their roles;
+- ``branches``: ``D`` and its standard error for one token by paired branch rollouts.
+- ``probe``: decisiveness on GRPO batches, a stratified sample of tokens with their roles.
 - ``calibration``: the threshold ``tau`` and the rollouts ``K``, fixed on free tokens
-  (``results/decisive_calibration.json``);
-- ``report``: LOPTI's bins split into decisive and free tokens, as tables and figures;
-- ``store``: each recipe's stored decisiveness (``results/decisive_<recipe>.json``);
+  (``results/decisive_calibration.json``).
+- ``report``: LOPTI's bins split into decisive and free tokens, as tables and figures.
+- ``store``: each recipe's stored decisiveness (``results/decisive_<recipe>.json``).
 - ``frontier``: the designs tried for a recipe whose low-probability tokens decide the answer
   (``results/decisive_frontier.json``).
 """
