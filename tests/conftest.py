@@ -8,8 +8,8 @@ run under nbclient as it is installed: nothing is patched (``notebook_kernel.py`
 
 ``make test`` runs on two pytest workers (pytest-xdist, ``--dist loadgroup``). Each worker and
 every process it starts (a notebook's kernel, a study's workers) uses one torch thread, so two
-workers fill two cores without oversubscribing them. Tests that run notebooks or start worker
-processes of their own are grouped (:data:`GROUPS`): each group runs on one worker, in order.
+workers fill two cores without oversubscribing them. Tests that start worker processes of their
+own are grouped (:data:`GROUPS`): the group runs on one worker, in order.
 """
 
 import os
@@ -40,14 +40,15 @@ if XDIST_WORKER:
     torch.set_num_threads(1)
 
 GROUPS = {
-    "notebooks": ("notebooks/", "tests/test_notebook_outputs.py", "tests/test_notebook_kernel.py",
-                  "tests/probe/test_notebooks.py"),
-    "workers": ("tests/experiments/test_runs.py", "tests/experiments/test_study.py",
+    "workers": ("notebooks/04_", "notebooks/05_", "notebooks/06_", "notebooks/07_",
+                "tests/experiments/test_runs.py", "tests/experiments/test_study.py",
                 "tests/experiments/test_store_chaos.py"),
 }
-"""pytest-xdist groups (``--dist loadgroup``): the tests that run notebooks in Jupyter kernels
-(they train the ``quick`` runs into the shared run cache, several processes each) and the tests
-that start worker processes of their own, by path prefix; each group runs on one worker."""
+"""pytest-xdist groups (``--dist loadgroup``), by path prefix: the tests that start worker
+processes of their own (the training notebooks' ``WORKERS``, the run cache's and the studies'
+workers) run on one pytest worker, one after another, so that at most one of them at a time adds
+its processes to the two cores. Two of them training the same cached run at once would be safe
+(:func:`tailtheory.experiments.runs.cached_run` waits for the writer), only slow."""
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -168,8 +168,8 @@ def test_guide_links_lead_inside_the_site(built):
             fragment = url.partition("#")[2]
             if fragment:
                 assert fragment in Page(target.read_text(encoding="utf-8")).headings, url
-    engine = Page((out / "docs" / "engine.html").read_text(encoding="utf-8"))
-    assert "../figures/learn_curve.png" in [src for src, _ in engine.images]
+    evidence = Page((out / "docs" / "evidence.html").read_text(encoding="utf-8"))   # the recipes
+    assert "../figures/learn_curve.png" in [src for src, _ in evidence.images]
 
 
 def test_no_page_needs_a_network(built):

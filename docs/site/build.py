@@ -47,7 +47,7 @@ HTML-CSS output is told to use those (no image fonts, no fonts looked up on the 
 machine)."""
 MATHJAX_SRC = "MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 """The script and the combined configuration the package ships (``config/...-full.js``)."""
-GUIDES = ("evidence", "usage", "own_model", "engine", "benchmarks", "integrations",
+GUIDES = ("evidence", "usage", "own_model", "engine", "ladder", "benchmarks", "integrations",
           "contributing", "claims", "regime", "diagnose", "bad_inputs")
 """The order of ``docs/*.md`` in the navigation; a page not named here follows, by name."""
 STYLE = """body{font-family:system-ui,sans-serif;max-width:86em;margin:2em auto;padding:0 1em;

@@ -10,7 +10,7 @@ worked search; sampled responses of 22 to 83 tokens, median above 40; reward on 
 answer only), from the task's supervised warm start (cached; sampled accuracy in
 ``[0.35, 0.70]``), 32 prompts x 8 responses a step on the ``exact`` rollout path, held-out
 accuracy on 256 problems no run trains on. The numbers it reaches, per seed, are in
-``docs/engine.md`` ("Does RL learn here?") and in ``results/learn_curve.json``.
+``docs/evidence.md`` ("Does RL learn here?") and in ``results/learn_curve.json``.
 
 ``matched``: the same GRPO on ``kk_prose`` (the same puzzles and search, written with
 Zipf-weighted synonyms and people checked in any order) from a warm start of the pretrained corpus
@@ -19,7 +19,7 @@ standard library, so the vocabulary's tail is real text, not unused ids). Its sa
 LOPTI's ``pi_old`` bins in about the shares of the paper's Fig. 1(a) (Qwen2.5-7B), and its per-bin
 gradient norms fall as in Fig. 1(d) (the regime table in ``docs/regime.md``). What those tokens
 do differs: about 90% of the lowest bin's tokens at the warm start are free synonym and order
-choices the reward, which reads only the final answer, never sees. ``docs/engine.md`` ("The
+choices the reward, which reads only the final answer, never sees. ``docs/evidence.md`` ("The
 `matched` recipe") gives its bins and learning curve.
 
 ``decide``: GRPO on ``kk_knights`` with three people (the same puzzles answered by naming the
@@ -32,7 +32,7 @@ in LOPTI's lowest bin at its warm start (12.7%, paper 19.2%), two thirds of them
 it does not: a worked reasoning trace (its responses are two to four tokens), the model's size
 (0.72M parameters, the papers' 1.5B-7B), and learning: its GRPO does not meet the learning rule
 of the other recipes, and half-way its lowest bin holds 7.0% of the tokens, 15% of them
-decisive (``docs/engine.md``, "What low-probability tokens do", gives the designs tried).
+decisive (``docs/evidence.md``, "What low-probability tokens do", gives the designs tried).
 """
 
 from __future__ import annotations

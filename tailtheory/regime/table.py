@@ -237,7 +237,7 @@ verdict cannot be told apart from "not in the paper's regime".
   the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive.branches`) against
   "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive share not stated" where
   no quantity lies outside 2x. The `decide` recipe (Knights and Knaves answered by naming the
-  truth-tellers; `docs/engine.md`) is the other end of that share, about two thirds of its
+  truth-tellers; `docs/evidence.md`) is the other end of that share, about two thirds of its
   lowest bin at the warm start; its GRPO does not learn by the rule, so only the one-step claims
   L1, L4 and L5 are measured there (the same verdicts as on `matched`). The same holds for L1,
   L4 and L5, on top of the third bin that marks them regime-limited.
