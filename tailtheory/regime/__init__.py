@@ -17,7 +17,7 @@ Notation: ``warm`` the recipe's warm start, ``mid`` GRPO half-way through the re
 | module | what it holds |
 |---|---|
 | `quantities` | the quantities, the claims they drive, the papers' values with their citation, the ratio rule and the "regime-limited?" reading |
-| `measure` | the regime probe: every quantity on a recipe's two policies, a few GRPO batches each (`python -m tailtheory.regime.measure --recipe NAME`, stored in `results/regime_<recipe>.json`) |
+| `measure` | the regime probe: every quantity on a recipe's two policies, a few GRPO batches each (`tailtheory measure regime_NAME`, stored in `results/regime_<recipe>.json`) |
 | `sources` | which stored measurement each number is read from (stored studies where a recipe has them, the probe for the rest) |
 | `table` | the table, the per-claim reading, `docs/regime.md` (`python -m tailtheory.regime.table`) and notebook 04's figure |
 | `size` | the size axis: each trained-model effect per rung of the model-size ladder (`tailtheory ladder effects`, `results/ladder_effects.json`), its trend verdict, V7's and V8's over the rungs, the report `verify` prints |
