@@ -168,8 +168,8 @@ matched_table.round(3)
 #
 # The one-step probes of section (1) on batches of the `matched` recipe (32 prompts × 8
 # responses, 3 seeds × 4 batches) from its warm start and from GRPO half-way (seed 1 after 60 of
-# 120 steps), stored in `results/lopti_probes_matched.json` (`python -m
-# tailtheory.lopti.learn_probes matched` measures again). Panel (a) marks the paper's shares
+# 120 steps), stored in `results/lopti_probes_matched.json` (`tailtheory measure
+# lopti_probes_matched` measures again). Panel (a) marks the paper's shares
 # (19.2 / 10.2 / 10.1 / 60.5%, black diamonds); L1, L4 and L5 take the worse of the two
 # policies' verdicts.
 
@@ -215,8 +215,8 @@ matched_lopti.table().groupby("label", sort=False)[["first_eval", "final_eval",
 # `K` continuation rollouts (`tau` and `K` calibrated once on `kk_prose`'s known free slots,
 # `results/decisive_calibration.json`). Below, per recipe and policy, each bin's share of the
 # tokens split into decisive (dark) and free, and Figure 1(d)'s per-bin gradient norm split the
-# same way (`results/decisive_<recipe>.json`, `python -m tailtheory.lopti.decisive.store RECIPE`
-# measures again); then the designs tried for a recipe whose low-probability tokens decide the
+# same way (`results/decisive_<recipe>.json`, `tailtheory measure decisive_RECIPE` measures
+# again); then the designs tried for a recipe whose low-probability tokens decide the
 # answer, judged on their warm starts (`results/decisive_frontier.json`).
 
 # %%
@@ -308,7 +308,7 @@ df_fig1.head(12)
 # Batches of the `learn` recipe (32 prompts × 8 responses, 3 seeds × 4 batches) from its warm
 # start and from GRPO half-way through a run of it (seed 1 after 60 of 120 steps): does the
 # interference of Figure 1 appear once the policy is learning? Stored in
-# `results/lopti_probes_learn.json` (`python -m tailtheory.lopti.learn_probes` measures again,
+# `results/lopti_probes_learn.json` (`tailtheory measure lopti_probes_learn` measures again,
 # about 10 CPU minutes); there too L4 and L5 take the worse of the two policies' verdicts. The figures
 # are drawn as above.
 

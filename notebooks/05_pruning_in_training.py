@@ -131,8 +131,8 @@ frame.loc[lambda d: d.claims.str.contains(r"\bP[45]\b")][["claims", "paper", *co
 # held-out prompts: the sequence KL left, the sampled tokens' mean $\lvert\Delta\rvert$ left,
 # the outlier rates and the pruned mass against $\rho$; then where the mismatch sits per bin of
 # the trainer's $p$. P4's verdict is read here (a knee on both policies); section (1) gives
-# today's testbed beside it. Stored (`results/p4_matched.json`); `tailtheory verify --only P4
-# --profile thorough` measures again.
+# today's testbed beside it. Stored (`results/p4_matched.json`); `tailtheory measure p4_matched`
+# measures again.
 
 # %%
 p4_matched = matched_tails.p4_matched_data("quick")
@@ -169,7 +169,7 @@ training.p5_evidence(matched_p5, training.MATCHED_STUDY).numbers
 # shares of the sampler's mass, of $\mathbb{E}\lvert\Delta\rvert$ and of the KL, black dots the
 # share of the sampled tokens' summed $\lvert\Delta\rvert$.
 # Both profiles read the stored measurement (`results/p4_trained.json`: pretraining the corpus
-# LM takes about 5 CPU minutes); `tailtheory verify --only P4 --profile thorough` re-measures it.
+# LM takes about 5 CPU minutes); `tailtheory measure p4_trained` re-measures it.
 
 # %%
 p4 = trained_tails.p4_trained_data("quick")

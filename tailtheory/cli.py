@@ -142,6 +142,45 @@ def _study_train(st, preset: str, status: dict, workers: int) -> None:
     print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
 
 
+def _measure(args: argparse.Namespace) -> int:
+    from tailtheory.experiments import measures as ms
+    from tailtheory.experiments.study import Study
+
+    if args.name == "list":
+        print(ms.table(ms.listing()))
+        return 0
+    if args.name == "stale":
+        return _measure_stale(ms.staleness())
+    entry = ms.get(args.name)
+    if isinstance(entry, Study):
+        print(f"{entry.name}: a study; `{entry.command}` trains what the run cache lacks and "
+              f"stores each run as it finishes (resumes)")
+        return _study(argparse.Namespace(name=entry.name, preset=None, workers=2,
+                                         dry_run=args.dry_run, store_done=False))
+    print(entry.plan(), flush=True)
+    if args.dry_run:
+        return 0
+    if entry.remake is None:
+        raise ValueError(f"{entry.name} is not made again ({entry.path} is kept as recorded)")
+    entry.remake()
+    print(f"stored {entry.path}")
+    return 0
+
+
+def _measure_stale(rows: list[dict]) -> int:
+    """Print the stores that are not current; exit status 2 when one cannot be read, 1 when one
+    is stale or missing, else 0."""
+    for r in rows:
+        if r["state"] == "stale":
+            print(f"{r['name']}: stale (stored fingerprint {r['stored']}, today's {r['today']}); "
+                  f"make it again: {r['command']}")
+        elif r["state"] != "current":
+            print(f"{r['name']}: {r['state']} ({r['detail']}); make it: {r['command']}")
+    states = {r["state"] for r in rows}
+    print(f"{sum(r['state'] == 'current' for r in rows)} of {len(rows)} stores current")
+    return 2 if "unreadable" in states else 1 if states & {"stale", "missing"} else 0
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's default in its help, unless the help states it or there is none to show."""
 
@@ -215,6 +254,22 @@ def _study_arguments(st) -> None:
                     help="train nothing: store the runs the cache holds finished")
 
 
+def _measure_arguments(m) -> None:
+    m.add_argument("name", help="'list' (every stored file: kind, command, rows, models), "
+                                "'stale' (the stores today's code no longer matches), or a "
+                                "stored measurement's name")
+    m.add_argument("--dry-run", action="store_true",
+                   help="print what making NAME again costs and does, then stop")
+
+
+MEASURE_EPILOG = """Resuming: a study (`tailtheory study NAME`), `ladder` and `ladder_effects` store each
+part as it finishes and continue from what is stored; `precision_ladder`, `batch_shape_ladder`
+and `dose_ladder_calibration` store each rung as it finishes but measure every rung again; every
+other measurement is stored once, at the end, and starts over when stopped (the warm starts and
+half-way policies it reads stay cached). `stale` exits 1 when a store is stale or missing, 2 when
+one cannot be read."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; subcommands register their own options here."""
     from tailtheory.diagnose.cli import add_diagnose_arguments, diagnose_main
@@ -252,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
              "Train what the run cache lacks of a registered training study and store its runs "
              "one by one in results/NAME.json (the numbers its claims' verdicts read); 'list' "
              "names them.", _study_arguments)
+    _command(sub, "measure", _measure, "list, check and make again the stored measurements",
+             "The stored measurements of results/: 'list' names every file with its kind "
+             "(study, measurement, record, superseded), the command that makes it, its rows and "
+             "the models (weights fingerprints) it measured; 'stale' the stores whose config "
+             "today's code no longer asks for; NAME prints what making it again costs and "
+             "does, then makes it (a study: `tailtheory study NAME`).", _measure_arguments,
+             epilog=MEASURE_EPILOG)
     _command(sub, "diagnose", diagnose_main, "token-tail report of a real run's per-token dumps",
              "Read per-token dumps of a run (this engine's --dump-tokens or the generic format "
              "of docs/diagnose.md) and write DIR/report.html, its figures and DIR/summary.json.",

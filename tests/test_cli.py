@@ -33,7 +33,7 @@ def test_version(capsys):
 
 
 @pytest.mark.parametrize("command", [[], ["verify"], ["train"], ["sft"], ["methods"], ["study"],
-                                     ["ladder"]])
+                                     ["ladder"], ["measure"]])
 def test_help_is_self_contained_and_shows_defaults(command, capsys):
     with pytest.raises(SystemExit):
         main([*command, "--help"])

@@ -8,6 +8,8 @@ them):
   registry of studies.
 - ``runs``: the run cache and the one runner (each run's CPU time recorded); a run's identity.
 - ``incremental``: every study's store, ``results/<name>.json``, filled run by run.
+- ``measures``: every other stored measurement by name (how it is made again, its cost), and
+  what ``tailtheory measure`` lists and checks of every store.
 - ``comparison``: a measurement across arms and seeds, and its verdict.
 - ``run_numbers``: a run read into the numbers a study keeps: its summary, its curves, its
   token dump.

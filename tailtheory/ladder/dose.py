@@ -35,6 +35,7 @@ from tailtheory.engine.trainer import rollout_config, rollout_step, step_record
 from tailtheory.experiments.comparison import Measurement
 from tailtheory.ladder.build import built_names, store_rung, warm_policy
 from tailtheory.experiments.learning import MATCHED_GAIN, summarize, verdict
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, load_done, register_study
 from tailtheory.tim.dose import SERIES, point_rows, threshold
@@ -84,6 +85,12 @@ def calibrate(k3_of, target: float, lo: float = SIGMA_RANGE[0], hi: float = SIGM
     return best
 
 
+def noise_calibration_config() -> dict:
+    """What ``results/dose_ladder_calibration.json`` is keyed by: the targets and the bisection."""
+    return {"targets": list(TARGETS), "range": list(SIGMA_RANGE), "iterations": ITERATIONS,
+            "batch": "matched, seed 1, step 0"}
+
+
 def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> dict:
     """The sigma of each of :data:`TARGETS` on the warm starts of the built rungs ``names``
     (default: every built rung), stored per rung as each finishes. Nothing is trained."""
@@ -103,10 +110,8 @@ def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> di
         out[name] = {"targets": points, "evaluated": {f"{s:.6g}": k for s, k in
                                                      sorted(cache.items())},
                      "warm_key": warm.name, "cpu": cpu_model()}
-        store_rung(CALIBRATION, name, out[name],
-                   {"targets": list(TARGETS), "range": list(SIGMA_RANGE),
-                    "iterations": ITERATIONS, "batch": "matched, seed 1, step 0"},
-                   f"tailtheory ladder calibrate --rung {name}")
+        store_rung(CALIBRATION, name, out[name], noise_calibration_config(),
+                   measure_command(CALIBRATION))
     return out
 
 
@@ -232,3 +237,10 @@ def stored_transfer() -> dict:
             f"; {n}'s noise sigmas not calibrated: tailtheory ladder calibrate --rung {n}"
             for n in bare) + ")")
     return {**out, "missing": missing, "runs": runs, "of": of}
+
+
+CALIBRATION_MEASURE = register_measure(Measure(
+    CALIBRATION, "V6 along the ladder: the logit-noise sigma of each target k3 on every built "
+    "rung's warm start", f"not recorded; up to {2 + ITERATIONS} rollouts of one GRPO batch for "
+    f"each of {len(TARGETS)} targets a rung", noise_calibration_config,
+    lambda: measure_noise_sigmas(), resume="parts"))

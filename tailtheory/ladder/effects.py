@@ -54,6 +54,7 @@ from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
 from tailtheory.engine.start.warm_cache import load_warm_start, warm_start
 from tailtheory.engine.threads import pinned_threads
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.ladder.build import require_built, store_rung, stored
 from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.decisive import calibration as cal
@@ -263,12 +264,23 @@ def read() -> dict:
     return stored_data(STORE)
 
 
+def effects_config() -> dict:
+    """What ``results/ladder_effects.json`` is keyed by: the parts' sizes and the seeds."""
+    return {"prompts": PROMPTS, "prompt_seed": PROMPT_SEED, "windows": list(WINDOWS),
+            "q_edges": list(Q_EDGES), "lopti_batches": LOPTI_BATCHES, "seeds": list(SEEDS)}
+
+
 def _store(name: str, part: str, seed: int, row: dict) -> None:
     value = read().get(name, {})
     value.setdefault(part, {})[str(seed)] = row
-    config = {"prompts": PROMPTS, "prompt_seed": PROMPT_SEED, "windows": list(WINDOWS),
-              "q_edges": list(Q_EDGES), "lopti_batches": LOPTI_BATCHES, "seeds": list(SEEDS)}
-    store_rung(STORE, name, value, config, f"tailtheory ladder effects --rung {name}")
+    store_rung(STORE, name, value, effects_config(), measure_command(STORE))
+
+
+STORE_MEASURE = register_measure(Measure(
+    STORE, "L1, L4, L5, M7, V2, P4, the decisive share and the step's speed on every built "
+    "rung, per part and seed", "hours: each part's CPU minutes a seed per rung are stored "
+    "(`tailtheory ladder status` prints them); stored parts are skipped",
+    effects_config, lambda: measure_effects(), resume="yes"))
 
 
 def trends(data: dict | None = None) -> dict[str, dict]:

@@ -23,6 +23,7 @@ from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_strea
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.rungs import RUNGS, rung
 from tailtheory.engine.threads import torch_threads
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.ladder.build import built_names, require_built, store_rung, stored, warm_policy
 from tailtheory.ladder.trend import size_trend
 from tailtheory.mismatch.batch_shape import batch_shape_mismatch, ragged_windows
@@ -113,7 +114,7 @@ def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[
                          "non_embedding_params": built[name]["non_embedding_params"],
                          "warm_key": warm.name, "cpu": cpu_model()}
         store_rung(PRECISION, name, out[name], {"n_prompts": N_PROMPTS},
-                   f"tailtheory ladder precision --rung {name}")
+                   measure_command(PRECISION))
     return out
 
 
@@ -143,5 +144,17 @@ def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dic
         out[name] = [{**row, "rung": name, "non_embedding_params": built[name][
             "non_embedding_params"], "cpu": cpu_model()} for row in rows]
         store_rung(BATCH_SHAPE, name, out[name], {"windows": SHAPE_WINDOWS},
-                   f"tailtheory ladder batch-shape --rung {name}")
+                   measure_command(BATCH_SHAPE))
     return out
+
+
+MEASURES = (
+    register_measure(Measure(
+        PRECISION, "V7: the bf16 / fp16 mismatch ratio on every built rung's warm start",
+        f"not recorded; {N_PROMPTS} prompts answered on each built rung",
+        lambda: {"n_prompts": N_PROMPTS}, lambda: measure_precision(), resume="parts")),
+    register_measure(Measure(
+        BATCH_SHAPE, "V8: the batch-shape mismatch of every built rung's corpus LM",
+        f"not recorded; {SHAPE_WINDOWS['n']} windows forwarded at several batch shapes on each "
+        f"built rung", lambda: {"windows": SHAPE_WINDOWS}, lambda: measure_batch_shape(),
+        resume="parts")))

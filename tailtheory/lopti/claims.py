@@ -22,7 +22,7 @@ that decide the answer (:func:`tailtheory.lopti.decisive.store.decisive_share`).
 
 def _share(recipe: str):
     """The stored decisive share of ``recipe`` (context beside a verdict, never remeasured by a
-    check: ``python -m tailtheory.lopti.decisive.store RECIPE`` measures it again)."""
+    check: ``tailtheory measure decisive_RECIPE`` measures it again)."""
     try:
         data = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement:

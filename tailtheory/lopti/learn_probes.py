@@ -20,12 +20,13 @@ step ``i`` of seed ``s``. The rules are the stored measurement's, unchanged (mod
 GRPO on the top-bin rise fraction), applied to each policy; a claim's verdict on the testbed is
 the worst of its two policies' (:func:`tailtheory.experiments.comparison.worst`), fixed before the
 measurement. Stored in ``results/lopti_probes_learn.json``; ``quick`` reads it, ``thorough``
-measures again (about 10 CPU minutes, the mid-run policy included).
+measures again (about 10 CPU minutes, the mid-run policy included;
+``tailtheory measure lopti_probes_learn``).
 
 The ``matched`` recipe (the papers' regime, :data:`RECIPES`) is probed the same way and stored
-apart, in ``results/lopti_probes_matched.json`` (``python -m tailtheory.lopti.learn_probes
-matched``: 42 minutes for the warm start's 12 batches and 25 for the half-way policy's on a busy
-2-core CPU); the claims L1, L4 and L5 are judged there, the ``learn`` recipe's verdicts beside.
+apart, in ``results/lopti_probes_matched.json`` (``tailtheory measure lopti_probes_matched``: 42
+minutes for the warm start's 12 batches and 25 for the half-way policy's on a busy 2-core CPU);
+the claims L1, L4 and L5 are judged there, the ``learn`` recipe's verdicts beside.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from __future__ import annotations
 from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import worst
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.policies import MID_SEED, POLICIES, grpo_config, mid_step, probed_policy
 from tailtheory.lopti.measurement import (PROBE_SIZES, l1_evidence, l4_evidence, l5_evidence,
                                           measure, probe_config as base)
 
-COMMAND = "python -m tailtheory.lopti.learn_probes"
-"""With a recipe's name after it, measures again and stores ``results/lopti_probes_<recipe>.json``
-(no name: ``learn``)."""
+COMMAND = measure_command("lopti_probes_{recipe}")
+"""With the recipe's name put in, measures again and stores
+``results/lopti_probes_<recipe>.json``."""
 
 
 def _sizes(recipe: str = "learn"):
@@ -79,7 +81,7 @@ def learn_probe_data(profile: str, recipe: str = "learn") -> dict:
     or a new one, stored (``thorough``)."""
     return measured(f"lopti_probes_{_check(recipe)}", probe_config(recipe),
                     lambda: measure_learn_probes(True, recipe), profile,
-                    f"{COMMAND} {recipe}")
+                    COMMAND.format(recipe=recipe))
 
 
 def _both(fn, data: dict, shown: tuple = (), recipe: str = "learn") -> Evidence:
@@ -107,9 +109,14 @@ def l5_learn_evidence(data: dict, recipe: str = "learn") -> Evidence:
     return _both(l5_evidence, data, ("delta_AR", "delta_Lopti"), recipe)
 
 
-if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    import sys
+COSTS = {"learn": "about 10 CPU minutes (the half-way policy included)",
+         "matched": "about 67 minutes (42 for the warm start's 12 batches, 25 for the "
+                    "half-way policy's, on a busy 2-core CPU)",
+         "decide": "not recorded (as many batches as matched's, of another task)"}
+"""What measuring each recipe's probes again costs (module docstring)."""
 
-    name = sys.argv[1] if len(sys.argv) > 1 else "learn"
-    learn_probe_data("thorough", name)
-    print(f"stored results/lopti_probes_{name}.json")
+MEASURES = {recipe: register_measure(Measure(
+    f"lopti_probes_{recipe}", f"LOPTI's one-step probes (L1, L4, L5) on the {recipe} recipe's "
+    f"warm start and half-way policy, 3 seeds x 4 batches each", COSTS[recipe],
+    lambda r=recipe: probe_config(r), lambda r=recipe: learn_probe_data("thorough", r)))
+    for recipe in RECIPES}

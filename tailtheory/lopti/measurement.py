@@ -6,8 +6,9 @@ Source: LOPTI (Yang et al., arXiv 2505.12929), Figure 1 and Figure 3.
 :func:`measure` samples ``batches`` GRPO batches per seed from the warm-started ``kk_trace``
 policy (batch ``i`` of seed ``s`` draws the problems the trainer draws at step ``i`` of a run
 with seed ``s``) and keeps :func:`tailtheory.lopti.onestep.batch_stats` of each. The ``full``
-preset's measurement is stored (``results/lopti_probes.json``, keyed by :func:`probe_config`):
-``quick`` reads it, ``thorough`` measures again (about 6 minutes). Sums and counts are stored per
+preset's measurement is stored (``results/lopti_probes.json``, keyed by :func:`probe_config`;
+``tailtheory measure lopti_probes`` makes it again): ``quick`` reads it, ``thorough`` measures
+again (about 6 minutes). Sums and counts are stored per
 batch; :func:`seed_values` pools a seed's batches (token-weighted), and verdicts compare seeds.
 Figures: :mod:`tailtheory.lopti.figures`.
 
@@ -43,6 +44,7 @@ from tailtheory.engine.start.warm_cache import load_warm_start
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import PROBLEM_SEED, rollout_config
 from tailtheory.experiments.comparison import Z_CRIT, compare, mean_se, worst
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.presets import check_preset, train_config, warm_sft_config
 from tailtheory.lopti.onestep import (ALPHA, ETA, L1_PER_BIN, METHODS, SGD_LR, UPDATE_BINS,
                                       batch_stats, probe_batch)
@@ -59,7 +61,7 @@ PROBE_SIZES = {"quick": {"seeds": (0, 1), "batches": 2}, "full": {"seeds": (0, 1
 PROBE_VERSION = 1
 """Part of the stored measurement's config: bump it when a change here changes the numbers."""
 
-COMMAND = "TAILTHEORY_PRESET=full python notebooks/04_gradient_dominance.py"
+COMMAND = measure_command("lopti_probes")
 """The command that regenerates ``results/lopti_probes.json``."""
 
 RHO_MIN = 0.5
@@ -311,3 +313,9 @@ def l5_evidence(data: dict) -> Evidence:
     return Evidence(worst(*(x.verdict for x in c.values())), nums,
                     f"criterion: AR (alpha {ALPHA}) and Lopti (eta {ETA}) each above GRPO by > 2 se "
                     f"over seeds on the top-bin rise fraction; GRPO's level (paper ~0.5) reported")
+
+
+MEASURE = register_measure(Measure(
+    "lopti_probes", "LOPTI's one-step probes of Figures 1 and 3 (L1, L4, L5) on the full "
+    "preset's warm start, 3 seeds x 8 batches", "about 6 CPU minutes",
+    lambda: probe_config("full"), lambda: probe_data("thorough")))

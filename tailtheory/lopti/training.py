@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import Measurement, worst
+from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.plot import plot_curves as draw
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
@@ -91,3 +92,8 @@ def plot_curves(data, labels=None, smooth: int = 5):
     """Reward and held-out accuracy against step of the five methods (or ``labels``), seeds as
     a band (:func:`tailtheory.experiments.plot.plot_curves`). Returns ``(figure, table)``."""
     return draw(data, list(LOPTI_METHODS) if labels is None else labels, smooth)
+
+
+SUPERSEDED = register_measure(Measure(
+    "lopti_training", "L2, L3, L6 in the no-learning regime (full preset, 40 steps, 3 seeds), "
+    "with the AR alpha and Lopti eta sweeps", superseded="study lopti_learn"))

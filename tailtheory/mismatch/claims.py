@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import torch
 
@@ -12,6 +13,7 @@ from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.start.corpus_lm import (CorpusLMConfig, corpus_lm, heldout_batch,
                                                load_corpus_lm)
 from tailtheory.experiments import policies as lp
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.mismatch import accumulation as acc
 from tailtheory.mismatch import logprob as mm
 from tailtheory.mismatch import selection as sel
@@ -293,11 +295,15 @@ def _m7_failures(numbers: dict) -> list[str]:
     return out
 
 
+def m7_corpus_config() -> dict:
+    """What ``results/m7_corpus_lm.json`` is keyed by: the corpus LM's config and the sizes."""
+    B, T = M7_CORPUS_SIZE
+    return {"corpus": asdict(CorpusLMConfig()), "B": B, "T": T, "seed": 0,
+            "paths": list(M7_PATHS)}
+
+
 def _m7_corpus(profile: str) -> dict:
     """M7's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
-    from dataclasses import asdict
-
-
     cfg = CorpusLMConfig()
     B, T = M7_CORPUS_SIZE
 
@@ -306,15 +312,21 @@ def _m7_corpus(profile: str) -> dict:
         model, _ = load_corpus_lm(path, device="cpu")
         return _m7_numbers(model, heldout_batch(path, B, T, seed=0))
 
-    config = {"corpus": asdict(cfg), "B": B, "T": T, "seed": 0, "paths": list(M7_PATHS)}
-    return measured("m7_corpus_lm", config, measure, profile,
-                    "tailtheory verify --only M7 --profile thorough")
+    return measured("m7_corpus_lm", m7_corpus_config(), measure, profile,
+                    measure_command("m7_corpus_lm"))
 
 
 M7_MATCHED_SIZE = (32, 64)
 """M7 on the ``matched`` recipe's policies: (B, T) tokens of prompt + own response
 (:func:`tailtheory.mismatch.real.policy_windows`), the corpus LM's size. Stored
 (``results/m7_matched.json``) like the corpus LM's numbers."""
+
+
+def m7_matched_config() -> dict:
+    """What ``results/m7_matched.json`` is keyed by: the sizes and the probed policies."""
+    B, T = M7_MATCHED_SIZE
+    return {"B": B, "T": T, "seed": 202, "sample_seed": 0, "paths": list(M7_PATHS),
+            **lp.policies_identity("matched")}
 
 
 def _m7_matched(profile: str) -> dict:
@@ -330,10 +342,19 @@ def _m7_matched(profile: str) -> dict:
             out[f"matched_{policy}"] = _m7_numbers(model, policy_windows(model, task, B, T))
         return out
 
-    config = {"B": B, "T": T, "seed": 202, "sample_seed": 0, "paths": list(M7_PATHS),
-              **lp.policies_identity("matched")}
-    return measured("m7_matched", config, measure, profile,
-                    "tailtheory verify --only M7 --profile thorough")
+    return measured("m7_matched", m7_matched_config(), measure, profile,
+                    measure_command("m7_matched"))
+
+
+M7_MEASURES = (
+    register_measure(Measure(
+        "m7_corpus_lm", "M7's envelope of the real bf16 / KV-cache mismatch on the corpus LM's "
+        "held-out text", "minutes (pretraining the corpus LM, when not cached, about 5 CPU "
+        "minutes)", m7_corpus_config, lambda: _m7_corpus("thorough"))),
+    register_measure(Measure(
+        "m7_matched", "M7's envelope on the matched recipe's warm start and half-way policy, "
+        "32 x 64 tokens of their own text each", "minutes (the half-way policy is trained "
+        "first when not cached)", m7_matched_config, lambda: _m7_matched("thorough"))))
 
 
 def envelope_slope(z_train, z_inf) -> tuple[float, int]:

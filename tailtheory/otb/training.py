@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 
@@ -91,3 +92,6 @@ def o6_training_evidence(data) -> Evidence:
                     f"reward, last 10 steps, 2 se over seeds)")
 
 
+SUPERSEDED = register_measure(Measure(
+    "otb_training", "O6 in the no-learning regime (full preset, 3 seeds): OTB N = 4 against "
+    "GRPO N = 4 and N = 16", superseded="study otb_learn"))

@@ -5,7 +5,8 @@ Source: DVP, Li et al., arXiv 2512.23087 (P4). The measurement of
 float32 trainer, the min-p sweep, the sampled tokens' mismatch, the mass shares) on the
 ``matched`` recipe's warm start and its GRPO policy half-way, each on its own sampled responses
 to held-out ``kk_prose`` prompts. P4's verdict is read here (``tailtheory.pruning.claims._p4``),
-today's trained models beside it. Stored in ``results/p4_matched.json``.
+today's trained models beside it. Stored in ``results/p4_matched.json`` (``tailtheory measure
+p4_matched``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from tailtheory.core.measurements import measured
 from tailtheory.engine.threads import torch_threads
 from tailtheory.experiments import policies as lp
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.policies import probed_policy
 from tailtheory.pruning.trained_tails import (P4_TRAINED_VERSION, P_BIN_EDGES, SEQ_QUANTILES,
                                               TrainedP4Config, rollout_setting)
@@ -53,11 +55,18 @@ def p4_matched_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
             **lp.policies_identity("matched")}
 
 
-P4_MATCHED_COMMAND = "tailtheory verify --only P4 --profile thorough"
-"""Regenerates ``results/p4_matched.json`` with ``results/p4_trained.json``."""
+P4_MATCHED_COMMAND = measure_command("p4_matched")
+"""Regenerates ``results/p4_matched.json``."""
 
 
 def p4_matched_data(profile: str, cfg: TrainedP4Config = TrainedP4Config()) -> dict:
     """The stored measurement on the ``matched`` recipe (``quick``) or a new one (``thorough``)."""
     return measured("p4_matched", p4_matched_identity(cfg), lambda: measure_matched(cfg),
                     profile, P4_MATCHED_COMMAND)
+
+
+MEASURE = register_measure(Measure(
+    "p4_matched", "DVP's pruning trade (P4) on the matched recipe's warm start and half-way "
+    "policy, each on its own sampled responses", "about 6 CPU minutes on one thread (232 s and "
+    "135 s recorded; the half-way policy is trained first when not cached)",
+    p4_matched_identity, lambda: p4_matched_data("thorough")))

@@ -54,6 +54,7 @@ from tailtheory.engine.start.corpus_lm import (EOT, PAD, corpus_lm, heldout_batc
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import load_warm_start, read_record
 from tailtheory.engine.threads import torch_threads
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.presets import warm_sft_config
 from tailtheory.mismatch.real import paired_logits
 from tailtheory.pruning.sweep import RHO_SWEEP, pruning_sweep, remaining_mismatch
@@ -321,7 +322,7 @@ def p4_trained_identity(cfg: TrainedP4Config = TrainedP4Config()) -> dict:
             "edges": list(P_BIN_EDGES), "quantiles": list(SEQ_QUANTILES)}
 
 
-P4_TRAINED_COMMAND = "tailtheory verify --only P4 --profile thorough"
+P4_TRAINED_COMMAND = measure_command("p4_trained")
 """Regenerates ``results/p4_trained.json`` (about 3 min on one CPU thread once the corpus LM is
 cached; pretraining it adds about 5 min)."""
 
@@ -330,6 +331,13 @@ def p4_trained_data(profile: str, cfg: TrainedP4Config = TrainedP4Config()) -> d
     """The stored measurement (``quick``) or a new one, stored (``thorough``)."""
     return measured("p4_trained", p4_trained_identity(cfg), lambda: measure_p4_trained(cfg),
                     profile, P4_TRAINED_COMMAND)
+
+
+MEASURE = register_measure(Measure(
+    "p4_trained", "DVP's pruning trade (P4) on the corpus LM's text and rollouts and on a "
+    "trained policy's rollouts", "about 3 CPU minutes on one thread once the corpus LM is "
+    "cached (pretraining it adds about 5)", p4_trained_identity,
+    lambda: p4_trained_data("thorough")))
 
 
 TRAINED_SETTINGS = ("corpus_text", "corpus_rollout", "policy_rollout")

@@ -24,6 +24,7 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.experiments.plot import curve_panels
+from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 
@@ -151,3 +152,8 @@ def plot_p5(data: dict):
     axes[0].relim()          # limits with margins in symlog units, as when drawn by hand
     axes[0].autoscale_view()
     return fig, df
+
+
+SUPERSEDED = register_measure(Measure(
+    "dvp_training", "P5 in the no-learning regime (full preset, 40 steps, 3 seeds, bf16 "
+    "rollouts)", superseded="study dvp_learn"))

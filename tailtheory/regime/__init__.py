@@ -19,7 +19,7 @@ Modules, one line each:
 - ``quantities``: the quantities, the claims they drive, the papers' values with their
   citation, the ratio rule and the "regime-limited?" reading.
 - ``measure``: the regime probe: every quantity on a recipe's two policies, a few GRPO batches
-  each (``python -m tailtheory.regime.measure --recipe NAME``, stored in
+  each (``tailtheory measure regime_NAME``, stored in
   ``results/regime_<recipe>.json``).
 - ``sources``: which stored measurement each number is read from (stored studies where a recipe
   has them, the probe for the rest).

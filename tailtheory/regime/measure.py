@@ -22,7 +22,8 @@ token for token. Per batch (:func:`batch_row`):
   trainer's ``mismatch/k3``).
 
 Rows keep sums and counts (never means), so batches pool exactly (:func:`pooled`). Stored as
-``results/regime_<recipe>.json`` (:func:`regime_data`; each row with its warm start's provenance):
+``results/regime_<recipe>.json`` (:func:`regime_data`; each row with its warm start's provenance;
+``tailtheory measure regime_<recipe>`` for each recipe of :data:`COSTS`):
 ``quick`` reads it, ``thorough`` measures (the ``learn`` recipe: 126 CPU seconds on one thread
 for the 24 batches, 274 with the half-way policy trained once).
 
@@ -36,6 +37,7 @@ from dataclasses import replace
 
 import torch
 
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.lopti.measurement import PROBE_SIZES
 from tailtheory.regime.quantities import PATHS, RHOS
 
@@ -48,8 +50,8 @@ POLICIES = ("warm", "mid")
 SEEDS, BATCHES = PROBE_SIZES["learn"]["seeds"], PROBE_SIZES["learn"]["batches"]
 """Seeds and batches per seed: the stored LOPTI probes' (the same batches)."""
 
-COMMAND = "python -m tailtheory.regime.measure --recipe {recipe}"
-"""Measures a recipe again and stores ``results/regime_<recipe>.json``."""
+COMMAND = measure_command("regime_{recipe}")
+"""With the recipe's name put in, measures it again and stores ``results/regime_<recipe>.json``."""
 
 
 def bin_sums(pi_old, adv, mask) -> tuple[list[int], list[float]]:
@@ -208,22 +210,24 @@ def regime_data(recipe: str, profile: str = "quick") -> dict:
     return measured(name, config, lambda: measure_regime(recipe), profile, command)
 
 
-def main(argv=None) -> int:
-    """``python -m tailtheory.regime.measure --recipe NAME``: measure and store, one thread."""
-    import argparse
-
+def remake(recipe: str) -> None:
+    """Measure ``recipe`` again on one thread and store ``results/regime_<recipe>.json`` (what
+    ``tailtheory measure regime_<recipe>`` runs); prints the CPU seconds it took."""
     from tailtheory.engine.threads import torch_threads
 
-    p = argparse.ArgumentParser(description="Measure a recipe's regime quantities and store "
-                                            "results/regime_<recipe>.json.")
-    p.add_argument("--recipe", default="learn")
-    args = p.parse_args(argv)
     t0 = time.process_time()
     with torch_threads(1):
-        regime_data(args.recipe, "thorough")
-    print(f"stored results/regime_{args.recipe}.json ({time.process_time() - t0:.0f} CPU s)")
-    return 0
+        regime_data(recipe, "thorough")
+    print(f"stored results/regime_{recipe}.json ({time.process_time() - t0:.0f} CPU s)")
 
 
-if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    raise SystemExit(main())
+COSTS = {"learn": "about 2 CPU minutes on one thread (126 s for the 24 batches; 274 s with the "
+                  "half-way policy trained once)",
+         "matched": "about 13 CPU minutes on one thread (775 s recorded for the 24 batches)"}
+"""What measuring each stored recipe again costs (module docstring, the stored rows' seconds)."""
+
+MEASURES = {recipe: register_measure(Measure(
+    f"regime_{recipe}", f"the regime quantities (LOPTI's bins, DVP's pruned mass, TRM's and "
+    f"TIM's k3 per path) on the {recipe} recipe's warm start and half-way policy", cost,
+    lambda r=recipe: regime_config(r), lambda r=recipe: remake(r)))
+    for recipe, cost in COSTS.items()}

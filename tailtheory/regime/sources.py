@@ -16,8 +16,8 @@ measurement it was read from:
    seeds (the probe: 3 seeds x 4 batches of the one half-way policy).
 
 A recipe added later (``matched``, the papers' regime) is one more column by its name: its probe
-(``python -m tailtheory.regime.measure --recipe NAME``), and a reader in :data:`STORED` once its
-studies are stored.
+(an entry of :data:`tailtheory.regime.measure.COSTS`, stored by ``tailtheory measure
+regime_NAME``), and a reader in :data:`STORED` once its studies are stored.
 """
 
 from __future__ import annotations

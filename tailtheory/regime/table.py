@@ -199,9 +199,9 @@ verdict cannot be told apart from "not in the paper's regime".
 - **Testbed values** are computed from stored measurements, never typed in: the `learn` recipe's
   LOPTI probes (`results/lopti_probes_learn.json`), its DVP and mismatch studies
   (`results/dvp_learn.json`, `results/mismatch_learn.json`: their runs at step 0 and step 60,
-  5 seeds) and the regime probe (`results/regime_learn.json`, `python -m
-  tailtheory.regime.measure --recipe learn`: 3 seeds x 4 batches of 32 x 8 responses from the
-  warm start and from GRPO seed 1 at step 60, with bf16 and fp8 rollouts of the same steps).
+  5 seeds) and the regime probe (`results/regime_learn.json`, `tailtheory measure regime_learn`:
+  3 seeds x 4 batches of 32 x 8 responses from the warm start and from GRPO seed 1 at step 60,
+  with bf16 and fp8 rollouts of the same steps).
   "warm start" is the recipe's warm start, "half-way" the policy at step 60 of 120. The
   `matched` recipe (the `learn` testbed written in words drawn from Zipf-weighted synonyms by a
   warm start of a BPE LM pretrained here) takes its column from its regime probe
@@ -216,8 +216,8 @@ verdict cannot be told apart from "not in the paper's regime".
   papers' figures beyond those quotes were not readable here, so none is guessed.
 - Each claim is read against the recipe its verdict is measured on (the column "measured on"
   below): L1-L6, P4, P5 and M7 on `matched`, the others on `learn`. Another recipe is one more
-  column by its name (`regime_rows(("matched", "learn"))`, after `python -m
-  tailtheory.regime.measure --recipe NAME`).
+  column by its name (`regime_rows(("matched", "learn"))`, once `tailtheory measure
+  regime_NAME` has stored its probe: a recipe of `tailtheory.regime.measure.COSTS`).
 - **What "within 2x" covers on `matched`.** Its quantities are the histogram of sampled-token
   probabilities (LOPTI Fig. 1(a): 13.9 / 8.7 / 4.6 / 72.8% of response tokens per `pi_old` bin at
   the warm start, paper 19.2 / 10.2 / 10.1 / 60.5%), beside which its per-bin gradient norms

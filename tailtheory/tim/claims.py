@@ -14,6 +14,8 @@ stored runs: V3 those of ``tailtheory.tim.training``, V4 and V5 the real-path ar
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from tailtheory.core.estimators import k3
@@ -24,6 +26,7 @@ from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.rollout.engine import RolloutConfig, RolloutEngine, sampled_logprobs
 from tailtheory.engine.start.corpus_lm import (CorpusLMConfig, EOT, PAD, corpus_lm, heldout_batch,
                                                load_corpus_lm)
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.mismatch.real import M7_VOCAB, m7_model
 from tailtheory.tim import dose, training
 from tailtheory.tim.rho_sign import rho_sign_table
@@ -110,15 +113,22 @@ def _v2_numbers(batches) -> dict:
     return numbers
 
 
+def v2_corpus_config() -> dict:
+    """What ``results/v2_corpus_lm.json`` is keyed by: the corpus LM's config and the sizes."""
+    return {"corpus": asdict(CorpusLMConfig()), **V2_CORPUS_SIZE}
+
+
 def _v2_corpus(profile: str) -> dict:
     """V2's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
-    from dataclasses import asdict
+    return measured("v2_corpus_lm", v2_corpus_config(),
+                    lambda: _v2_numbers(_corpus_batches(CorpusLMConfig())), profile,
+                    measure_command("v2_corpus_lm"))
 
 
-    cfg = CorpusLMConfig()
-    return measured("v2_corpus_lm", {"corpus": asdict(cfg), **V2_CORPUS_SIZE},
-                    lambda: _v2_numbers(_corpus_batches(cfg)), profile,
-                    "tailtheory verify --only V2 --profile thorough")
+V2_MEASURE = register_measure(Measure(
+    "v2_corpus_lm", "V2's sampled-token mismatch on bf16, fp16 and KV-cache rollouts of the "
+    "corpus LM", "minutes (pretraining the corpus LM, when not cached, about 5 CPU minutes)",
+    v2_corpus_config, lambda: _v2_corpus("thorough")))
 
 
 def _corpus_batches(cfg):

@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.experiments.comparison import Z_CRIT, mean_se
+from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.presets import SEEDS, train_config
 from tailtheory.experiments.study import Arm, Study, register_study
 from tailtheory.tim.dose import PATH_SEEDS
@@ -173,3 +174,9 @@ STUDY = register_study(Study(
 """V3 on the learning testbed, stored run by run in ``results/mismatch_learn.json``
 (``tailtheory study mismatch_learn``): per run its summary, curves, mismatch and length series
 and its token numbers (V3's, T14's and the sign-free row of :mod:`tailtheory.tim.rho_sign`)."""
+
+
+SUPERSEDED = register_measure(Measure(
+    "mismatch_training", "V3, V4, V5, T14 in the no-learning regime (full preset, 20 steps, 3 "
+    "seeds): rollout paths, pi_old modes, knobs and remedies",
+    superseded="studies mismatch_learn and mismatch_dose"))

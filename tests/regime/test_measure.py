@@ -78,6 +78,6 @@ def test_unknown_recipe_is_a_clear_error():
 
 def test_missing_measurement_names_its_command(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
-    with pytest.raises(StaleMeasurement, match="measure it with: python -m "
-                       "tailtheory.regime.measure --recipe learn"):
+    with pytest.raises(StaleMeasurement, match="measure it with: tailtheory measure "
+                       "regime_learn"):
         rm.regime_data("learn")

@@ -21,8 +21,9 @@ kept where ``tau`` is set, and the ``K`` the first rule would need is stored bes
 decisive; set on free tokens at a large ``K``, it measures how much a free choice moves the
 expected reward of *this* policy (a rare synonym leads it into less familiar text).
 
-The stored calibration (``results/decisive_calibration.json``) also reports, at ``tau``, the
-precision and recall of "decisive" for the decision forks among the probed ``p <= 0.5`` tokens.
+The stored calibration (``results/decisive_calibration.json``, made again by ``tailtheory
+measure decisive_calibration``) also reports, at ``tau``, the precision and recall of
+"decisive" for the decision forks among the probed ``p <= 0.5`` tokens.
 :data:`TAU` and :data:`K` below are its outcome, written once; every later measurement uses them.
 """
 
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from tailtheory.core.measurements import measured
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
@@ -67,7 +69,7 @@ SE_FRACTION = 1 / 3
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive.calibration"
+COMMAND = measure_command("decisive_calibration")
 
 TAU = 0.081
 """The threshold, in reward units, as calibrated (``results/decisive_calibration.json``): 10% of
@@ -160,6 +162,8 @@ def calibration(profile: str = "quick") -> dict:
                     lambda: measure_calibration(True), profile, COMMAND)
 
 
-if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    c = calibration("thorough")
-    print({k: v for k, v in c.items() if k != "tokens"})
+MEASURE = register_measure(Measure(
+    "decisive_calibration", "the decisiveness threshold tau and rollouts K, calibrated on "
+    "kk_prose's free slots of the matched recipe's warm start",
+    f"not recorded; {CAL_K} rollouts a branch for each of {CAL_FREE + CAL_FORK} tokens",
+    calibration_config, lambda: calibration("thorough")))

@@ -9,7 +9,9 @@ every warm start). Its probe is one GRPO batch of 32 prompts x 8 responses at te
 first :data:`PROMPTS` prompts' responses probed at the calibrated ``tau`` and ``K``. The target
 region is at least :data:`LOW_MIN` of the response tokens in the lowest bin with at least half
 of those decisive; whether a design also learns is read from its GRPO runs, not here. Stored in
-``results/decisive_frontier.json`` (``python -m tailtheory.lopti.decisive.frontier``).
+``results/decisive_frontier.json`` (``tailtheory measure decisive_frontier``). Those GRPO runs,
+made while choosing, are recorded once in ``results/decisive_designs.json``, each with the
+``tailtheory train`` command that ran it.
 
 Claims: L2, L3, L6 (which recipe can carry them where low-probability tokens decide).
 """
@@ -21,6 +23,7 @@ from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.load import load_start, warm_config
 from tailtheory.engine.start.sft import config_hash
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
 from tailtheory.lopti.decisive.report import bin_summary
@@ -39,7 +42,7 @@ LOW_MIN = 0.096
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive.frontier"
+COMMAND = measure_command("decisive_frontier")
 
 
 def design_config(name: str) -> TrainConfig:
@@ -111,6 +114,13 @@ def plot_frontier(points: dict, recipes: dict | None = None):
     return fig, pd.DataFrame(rows)
 
 
-if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    f = frontier("thorough")
-    print({n: v["point"] for n, v in f.items()})
+MEASURE = register_measure(Measure(
+    "decisive_frontier", "the designs tried for the decide recipe: lowest-bin share against "
+    "decisive share of each warm start (L2, L3, L6)",
+    f"not recorded; {len(DESIGNS)} warm starts (built when not cached), K = {cal.K} rollouts a "
+    f"branch for every lowest-bin token of {PROMPTS} prompts' responses",
+    frontier_config, lambda: frontier("thorough")))
+
+DESIGN_RUNS = register_measure(Measure(
+    "decisive_designs", "GRPO runs of the designs tried for the decide recipe, made while "
+    "choosing it (exploratory, no verdict; each row holds its tailtheory train command)"))

@@ -9,7 +9,8 @@ Per recipe (:data:`RECIPES`) and policy (its warm start and GRPO half-way,
 first :data:`PROMPTS` prompts probed
 (:func:`~tailtheory.lopti.decisive.probe.measure_decisiveness`),
 stored in
-``results/decisive_<recipe>.json``; ``quick`` reads it, ``thorough`` measures again.
+``results/decisive_<recipe>.json``; ``quick`` reads it, ``thorough`` measures again
+(``tailtheory measure decisive_<recipe>``).
 :func:`decisive_share` is the quantity the ledger and the regime table quote: the weighted share
 of the lowest bin's tokens that are decisive, with the shares that help and hurt and the
 format-breaking share counted apart.
@@ -21,6 +22,7 @@ Claims: L1-L6 (the decisive share printed beside each recipe's verdict,
 from __future__ import annotations
 
 from tailtheory.core.measurements import measured
+from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.experiments.policies import POLICIES, grpo_config, policies_identity, probed_policy
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
@@ -38,8 +40,8 @@ of them, about 290 on ``matched``, plus :data:`~tailtheory.lopti.decisive.probe.
 
 VERSION = 1
 
-COMMAND = "python -m tailtheory.lopti.decisive.store"
-"""With a recipe's name after it, measures again and stores ``results/decisive_<recipe>.json``."""
+COMMAND = measure_command("decisive_{recipe}")
+"""With the recipe's name put in, measures again and stores ``results/decisive_<recipe>.json``."""
 
 
 def _check(recipe: str) -> str:
@@ -70,7 +72,7 @@ def measure_recipe(recipe: str, progress: bool = True) -> dict:
 def decisive_data(profile: str, recipe: str) -> dict:
     """The stored measurement of ``recipe`` (``quick``) or a new one, stored (``thorough``)."""
     return measured(f"decisive_{_check(recipe)}", decisive_config(recipe),
-                    lambda: measure_recipe(recipe), profile, f"{COMMAND} {recipe}")
+                    lambda: measure_recipe(recipe), profile, COMMAND.format(recipe=recipe))
 
 
 def decisive_share(data: dict) -> dict:
@@ -84,9 +86,10 @@ def decisive_share(data: dict) -> dict:
     return out
 
 
-if __name__ == "__main__":  # pragma: no cover - the stored measurement's command
-    import sys
-
-    name = sys.argv[1] if len(sys.argv) > 1 else "matched"
-    decisive_data("thorough", name)
-    print(f"stored results/decisive_{name}.json")
+MEASURES = {recipe: register_measure(Measure(
+    f"decisive_{recipe}", f"which lowest-bin tokens decide the answer (L1-L6's decisive share) "
+    f"on the {recipe} recipe's warm start and half-way policy",
+    f"not recorded; K = {cal.K} rollouts a branch for every lowest-bin token of {PROMPTS} "
+    f"prompts' responses (about 290 on matched), {len(SEEDS)} batches a policy",
+    lambda r=recipe: decisive_config(r), lambda r=recipe: decisive_data("thorough", r)))
+    for recipe in RECIPES}
