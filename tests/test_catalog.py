@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tailtheory import catalog
 from tailtheory.core.registry import CATALOG_GROUP
+from registrations_check import registering_modules
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tailtheory"
 
@@ -30,16 +31,9 @@ def _fresh_interpreter() -> tuple[list[str], list[str]]:
 
 
 def _registering_modules() -> set[str]:
-    """Modules of the sections whose code registers a claim, a method or a study."""
-    out = set()
-    for section in catalog.SECTIONS:
-        for path in sorted((PACKAGE / section).glob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            calls = {getattr(n.func, "id", getattr(n.func, "attr", None))
-                     for n in ast.walk(tree) if isinstance(n, ast.Call)}
-            if calls & {"register", "register_study"}:
-                out.add(f"tailtheory.{section}.{path.stem}")
-    return out
+    """Modules of the sections and of the size axis whose code registers a claim, a method, a
+    study or a stored measurement."""
+    return set().union(*(registering_modules(p) for p in (*catalog.SECTIONS, "ladder")))
 
 
 def test_every_section_is_a_package_with_a_paper_card():
@@ -52,7 +46,8 @@ def test_the_catalog_imports_every_registering_module():
     """A section module that registers something and is missing from the catalog would leave
     its claims, methods or studies unfound."""
     found = _registering_modules()
-    assert {"tailtheory.lopti.claims", "tailtheory.tim.dose", "tailtheory.otb.methods"} <= found
+    assert {"tailtheory.lopti.claims", "tailtheory.tim.dose", "tailtheory.otb.methods",
+            "tailtheory.lopti.decisive.store", "tailtheory.ladder.dose"} <= found
     # in a fresh interpreter: here other tests may already have imported a module it misses
     missing = sorted(found - set(_fresh_interpreter()[1]))
     assert not missing, f"registering modules the catalog does not import: {missing}"

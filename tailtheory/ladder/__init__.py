@@ -23,6 +23,7 @@ functions that measure *any* model stay where a user's checkpoint reaches them:
 - ``place``: a run's k3 beside V6's threshold at the nearest rung (read by ``diagnose``).
 - ``cli``: the command ``tailtheory ladder ACTION``: list, status, build the rungs, and measure
   on them.
+- ``registrations``: everything the package registers, in one place (the catalog imports it).
 
 Floor: a front end, beside ``regime``; it imports the sections (their probes) and the
 experiments floor, and nothing of the front ends but itself. ``diagnose`` reads the ladder's

@@ -57,4 +57,5 @@ Modules, one line each:
 - ``claims``: the checks of L1-L6.
 - ``figures``: Figures 1 and 3 from the stored one-step measurement.
 - ``decisive/``: decisiveness: which of a policy's low-probability tokens decide the answer.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

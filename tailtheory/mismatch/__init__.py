@@ -64,4 +64,5 @@ Modules, one line each:
   inside padded batches (V8; on the ladder's rungs: ``tailtheory.ladder.mismatch``).
 - ``claims``: the checks of M1-M7.
 - ``figures``: the figures of M3-M7, each with the data behind it, and notebook 01's explorer.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

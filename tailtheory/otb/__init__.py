@@ -60,4 +60,5 @@ Modules, one line each:
 - ``training``: OTB in training (O6, part b): OTB at N = 4 against GRPO at N = 4 and a large N.
 - ``claims``: the checks of O1-O6.
 - ``figures``: the figures of O2, O3, O4 and O6, and notebook 03's explorer.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

@@ -53,4 +53,5 @@ Modules, one line each:
 - ``training``: DVP in training (P5): GRPO with bf16 rollouts, with and without pruning.
 - ``claims``: the checks of P1-P5.
 - ``figures``: the figures of P4, on the random model and on the stored trained-model sweep.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

@@ -43,4 +43,5 @@ Modules, one line each:
 - ``symbolic``: symbolic derivations (sympy) of the exact identities S1 and S2.
 - ``claims``: the checks of S1-S5.
 - ``figures``: the figures of S4 and S5, each with the data behind it.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

@@ -78,4 +78,5 @@ Modules, one line each:
 - ``claims``: the checks of V1-V6.
 - ``figures``: V3's table and figure.
 - ``dose_figures``: the figures and tables of the dose-response (V4-V6).
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """

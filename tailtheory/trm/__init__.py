@@ -72,4 +72,5 @@ Modules, one line each:
   masking whole sequences keeps training stable where PPO's token clipping alone does not.
 - ``claims``: the checks of T1-T14.
 - ``figures``: the figures of T1-T8, T12, T13 and T14, and notebook 02's explorer.
+- ``registrations``: everything the section registers, in one place (the catalog imports it).
 """
