@@ -68,10 +68,11 @@ WORKERS = 2  # training processes run at once (one torch thread each)
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure
-from tailtheory.core.io import preset
+from tailtheory.core.io import preset, workers
 
 setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
 PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
+WORKERS = workers(WORKERS)  # likewise $TAILTHEORY_WORKERS
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]  # the claims profile of the verdict
 CLAIMS = ["V3", "O6"]
 

@@ -79,10 +79,11 @@ DUMP = None  # your run's per-token dumps (a file or folder `tailtheory diagnose
 
 # %%
 from tailtheory.core.display import provenance, setup_notebook, show_figure, verdict_report
-from tailtheory.core.io import preset
+from tailtheory.core.io import preset, workers
 
 setup_notebook()  # figures inline in Jupyter; elsewhere the Agg backend, figures to files only
 PRESET = preset(PRESET)  # $TAILTHEORY_PRESET, when set, overrides the parameters cell (and says so)
+WORKERS = workers(WORKERS)  # likewise $TAILTHEORY_WORKERS
 PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 
 # %%

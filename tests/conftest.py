@@ -8,8 +8,9 @@ run under nbclient as it is installed: nothing is patched (``notebook_kernel.py`
 
 ``make test`` runs on two pytest workers (pytest-xdist, ``--dist loadgroup``). Each worker and
 every process it starts (a notebook's kernel, a study's workers) uses one torch thread, so two
-workers fill two cores without oversubscribing them. Tests that start worker processes of their
-own are grouped (:data:`GROUPS`): the group runs on one worker, in order.
+workers fill two cores without oversubscribing them; the training notebooks train in their own
+kernel (``TAILTHEORY_WORKERS=1``). Tests that start worker processes of their own are grouped
+(:data:`GROUPS`): the group runs on one worker, in order.
 """
 
 import os
@@ -24,6 +25,10 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if XDIST_WORKER:
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
+    # the training notebooks train their runs in their own kernel, one after another, instead of
+    # starting processes of their own (WORKERS, tailtheory.core.io.workers): the two pytest
+    # workers already fill the cores, and each run process would import torch again
+    os.environ.setdefault("TAILTHEORY_WORKERS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -40,15 +45,13 @@ if XDIST_WORKER:
     torch.set_num_threads(1)
 
 GROUPS = {
-    "workers": ("notebooks/04_", "notebooks/05_", "notebooks/06_", "notebooks/07_",
-                "tests/experiments/test_runs.py", "tests/experiments/test_study.py",
+    "workers": ("tests/experiments/test_runs.py", "tests/experiments/test_study.py",
                 "tests/experiments/test_store_chaos.py"),
 }
 """pytest-xdist groups (``--dist loadgroup``), by path prefix: the tests that start worker
-processes of their own (the training notebooks' ``WORKERS``, the run cache's and the studies'
-workers) run on one pytest worker, one after another, so that at most one of them at a time adds
-its processes to the two cores. Two of them training the same cached run at once would be safe
-(:func:`tailtheory.experiments.runs.cached_run` waits for the writer), only slow."""
+processes of their own (the run cache's and the studies' workers) run on one pytest worker, one
+after another, so that at most one of them at a time adds its processes to the two cores. (The
+training notebooks train in their own kernel here: ``TAILTHEORY_WORKERS`` above.)"""
 
 
 @pytest.hookimpl(tryfirst=True)

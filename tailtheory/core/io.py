@@ -21,6 +21,10 @@ FIGURES_ENV = "TAILTHEORY_FIGURES"
 PRESET_ENV = "TAILTHEORY_PRESET"
 """Environment variable that overrides a notebook's ``PRESET`` parameter."""
 
+WORKERS_ENV = "TAILTHEORY_WORKERS"
+"""Environment variable that overrides a training notebook's ``WORKERS`` parameter (the test
+suite sets it to 1 on its pytest workers, which already fill the cores)."""
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -97,6 +101,26 @@ def preset(default: str, allowed: tuple[str, ...] = ("quick", "full")) -> str:
         print(f"PRESET = {name!r}, from ${PRESET_ENV}"
               + (f" (overrides {default!r} of the parameters cell)" if env != default else ""))
     return name
+
+
+def workers(default: int) -> int:
+    """A training notebook's count of training processes: ``$TAILTHEORY_WORKERS`` if set, else
+    ``default`` (the parameters cell's ``WORKERS``). 1 trains in the notebook's own process, one
+    run after another; a run is deterministic either way, so only the time changes. When the
+    environment variable decides, a line says so; a value that is not an integer >= 1 is a
+    ``ValueError`` naming where it came from."""
+    env = os.environ.get(WORKERS_ENV)
+    raw = default if env is None else env.strip()
+    ok = raw.isdigit() if env is not None else (isinstance(raw, int)
+                                                  and not isinstance(raw, bool))
+    if not ok or int(raw) < 1:
+        source = f"${WORKERS_ENV}" if env is not None else "the parameters cell"
+        raise ValueError(f"WORKERS must be an integer >= 1, got {raw!r} (from {source})")
+    n = int(raw)
+    if env is not None:
+        print(f"WORKERS = {n}, from ${WORKERS_ENV}"
+              + (f" (overrides {default!r} of the parameters cell)" if n != default else ""))
+    return n
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

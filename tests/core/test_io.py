@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from tailtheory.core.io import atomic_write_json, atomic_write_text, preset, save_figure  # noqa: E402
+from tailtheory.core.io import (WORKERS_ENV, atomic_write_json, atomic_write_text,  # noqa: E402
+                                preset, save_figure, workers)
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -45,6 +46,24 @@ def test_save_figure_writes_png_and_csv(tmp_path):
     plt.close(fig)
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "demo.csv").read_text().startswith("x")
+
+
+def test_workers_env_override(monkeypatch, capsys):
+    """``$TAILTHEORY_WORKERS`` overrides a training notebook's ``WORKERS`` and says so; a bad
+    value, from either place, is an error naming its source."""
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    assert workers(2) == 2 and capsys.readouterr().out == ""
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    assert workers(2) == 1
+    assert "WORKERS = 1, from $TAILTHEORY_WORKERS (overrides 2" in capsys.readouterr().out
+    for bad in ("0", "two", "-1", "1.5", ""):
+        monkeypatch.setenv(WORKERS_ENV, bad)
+        with pytest.raises(ValueError, match=r"from \$TAILTHEORY_WORKERS"):
+            workers(2)
+    monkeypatch.delenv(WORKERS_ENV)
+    for bad in (0, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="from the parameters cell"):
+            workers(bad)
 
 
 def test_preset_env_override(monkeypatch, capsys):
