@@ -47,11 +47,14 @@ if XDIST_WORKER:
 GROUPS = {
     "workers": ("tests/experiments/test_runs.py", "tests/experiments/test_study.py",
                 "tests/experiments/test_store_chaos.py"),
+    "notebook_outputs": ("tests/test_notebook_outputs.py",),
 }
-"""pytest-xdist groups (``--dist loadgroup``), by path prefix: the tests that start worker
-processes of their own (the run cache's and the studies' workers) run on one pytest worker, one
-after another, so that at most one of them at a time adds its processes to the two cores. (The
-training notebooks train in their own kernel here: ``TAILTHEORY_WORKERS`` above.)"""
+"""pytest-xdist groups (``--dist loadgroup``), by path prefix. ``workers``: the tests that start
+worker processes of their own (the run cache's and the studies' workers) run on one pytest
+worker, one after another, so that at most one of them at a time adds its processes to the two
+cores (the training notebooks train in their own kernel here: ``TAILTHEORY_WORKERS`` above).
+``notebook_outputs``: its tests share one module-scoped execution of notebook 01 in a kernel,
+which a split across two workers would run twice."""
 
 
 @pytest.hookimpl(tryfirst=True)
