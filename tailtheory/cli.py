@@ -337,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     args.explicit = _explicit_fields(parser, args, argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly, as cat does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # the shell's status for SIGPIPE
     except KeyboardInterrupt:  # Ctrl-C: one line, the way on, and the shell's status for SIGINT
         start = "" if getattr(args, "quiet", True) else "\n"  # end the progress bar's line
         print(f"{start}tailtheory: interrupted{_continue_hint(args, argv)}", file=sys.stderr)

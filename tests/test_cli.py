@@ -299,3 +299,23 @@ def test_verify_writes_to_the_build_folder_not_the_committed_reference(tmp_path,
     monkeypatch.setenv(io.FIGURES_ENV, str(tmp_path / "figures"))  # what `make figures` sets
     assert main(["verify", "--only", "S2", "--quiet"]) == 0
     assert [c["id"] for c in json.loads(committed.read_text())["claims"]] == ["S2"]
+
+
+def test_a_reader_that_leaves_stops_the_command_quietly():
+    """``tailtheory measure list | head -1``: when the reader of stdout is gone, the command
+    ends with the shell's SIGPIPE status and no traceback (here the reading end is closed before
+    the command writes, so the write always fails)."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tailtheory.cli", "measure", "list"],
+                              stdout=w, stderr=subprocess.PIPE, text=True, timeout=120,
+                              cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    finally:
+        os.close(w)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr, proc.stderr
