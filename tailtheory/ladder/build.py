@@ -37,7 +37,7 @@ from tailtheory.engine.start.rungs import (RUNGS, TASK, TASK_KWARGS, Rung, non_e
                                           params, rung)
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
-from tailtheory.engine.start.warm_cache import read_record, warm_start
+from tailtheory.engine.start.warm_cache import committed, read_record, warm_start
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
 
 BASE_TOKENS = CorpusLMConfig().steps * CorpusLMConfig().batch_size * CorpusLMConfig().seq_len
@@ -183,7 +183,9 @@ def require_built(name: str, *paths) -> None:
 def status() -> list[dict]:
     """Per rung: whether it is built, and else how far its corpus LM and its warm start are
     (``done``, ``step K`` of a stopped build's last checkpoint, or ``not started``) in this
-    cache, with the steps each build takes."""
+    cache, with the steps each build takes; a warm start not in the cache but committed with the
+    repository (``weights/``) is ``committed``: the cache adopts it on first use, nothing to
+    train."""
     built, out = stored(), []
     for r in RUNGS:
         row = {"rung": r.name, "built": r.name in built}
@@ -192,7 +194,10 @@ def status() -> list[dict]:
                 ("warm", warm_root() / config_hash(r.warm()), r.warm().max_steps)):
             done = (final / (RECORD if part == "corpus" else "sft.json")).exists()
             ckpt, most = progress(final), "" if part == "corpus" else "at most "
+            kept = None if done or part == "corpus" else committed(r.warm())
             row[part] = ("done" if done else
+                         f"committed ({kept.relative_to(kept.parents[1]).as_posix()}/, adopted "
+                         f"on first use)" if kept is not None else
                          f"step {ckpt['step']} of {most}{steps} (checkpoint {ckpt['saved']})"
                          if ckpt else "checkpointed" if (partial_folder(final) / STATE).exists()
                          else f"not started ({most}{steps} steps)")

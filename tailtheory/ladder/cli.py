@@ -49,8 +49,9 @@ def ladder(args) -> int:
         from tailtheory.ladder import effects
 
         for row in build.status():
-            state = "built" if row["built"] else "not built"
-            print(f"{row['rung']:5s} {state}: corpus LM {row['corpus']}; warm start {row['warm']}")
+            state = "recorded built" if row["built"] else "not built"
+            print(f"{row['rung']:5s} {state}; in this cache: corpus LM {row['corpus']}; "
+                  f"warm start {row['warm']}")
         print(effects.size_report(costs=True))
         return 0
     if args.action == "batch-shape":

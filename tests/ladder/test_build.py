@@ -118,6 +118,9 @@ def test_status_reads_the_builds_and_their_checkpoints(monkeypatch, tmp_path, ca
                                "warm": "done"}
     assert rows[top.name]["corpus"] == f"step 250 of {top.corpus().steps} (checkpoint then)"
     assert rows[top.name]["warm"].startswith("not started (at most")
+    # a committed warm start (weights/w192/) not in this cache: nothing to train
+    assert rows["w192"]["warm"] == "committed (weights/w192/, adopted on first use)"
     assert main(["ladder", "status"]) == 0
     out = capsys.readouterr().out
-    assert f"{top.name:5s} not built: corpus LM step 250" in out and "L1 Spearman PENDING" in out
+    assert f"{top.name:5s} not built; in this cache: corpus LM step 250" in out
+    assert "L1 Spearman PENDING" in out
