@@ -40,14 +40,12 @@ def ladder_arguments(p) -> None:
 
 def ladder(args) -> int:
     """``tailtheory ladder ACTION``: the actions of :func:`ladder_arguments`; exit status 0."""
-    from tailtheory.ladder import build
+    from tailtheory.ladder import build, dose, effects, mismatch
 
     if args.action == "list":
         print(build.table())
         return 0
     if args.action == "status":
-        from tailtheory.ladder import effects
-
         for row in build.status():
             state = "recorded built" if row["built"] else "not built"
             print(f"{row['rung']:5s} {state}; in this cache: corpus LM {row['corpus']}; "
@@ -55,39 +53,31 @@ def ladder(args) -> int:
         print(effects.size_report(costs=True))
         return 0
     if args.action == "batch-shape":
-        from tailtheory.ladder.mismatch import BATCH_SHAPE, measure_batch_shape
-
-        for name, rows in measure_batch_shape(args.rung, threads=args.threads or 1).items():
+        for name, rows in mismatch.measure_batch_shape(args.rung, threads=args.threads or 1).items():
             top = next(r for r in rows if (r["decoder"], r["dtype"], r["batch"]) ==
                        ("hf", "bf16", 32))
             print(f"{name}: hf bf16 batch 32: |Delta| > 1e-3 on {top['over_1e3']:.4f} of "
                   f"{top['tokens']} tokens, outside [0.9, 1.1] {top['outside']:.4f}")
-        print(f"wrote results/{BATCH_SHAPE}.json")
+        print(f"wrote results/{mismatch.BATCH_SHAPE}.json")
         return 0
     if args.action == "precision":
-        from tailtheory.ladder.mismatch import PRECISION, measure_precision
-
-        for name, row in measure_precision(args.rung, threads=args.threads or 1).items():
+        for name, row in mismatch.measure_precision(args.rung, threads=args.threads or 1).items():
             for setting, x in row["settings"].items():
                 print(f"{name} {setting}: k3 bf16 {x['k3']['bf16']:.3g}, fp16 "
                       f"{x['k3']['fp16']:.3g}, ratio {x['ratio']:.1f} ({x['low']:.1f}-"
                       f"{x['high']:.1f})")
-        print(f"wrote results/{PRECISION}.json")
+        print(f"wrote results/{mismatch.PRECISION}.json")
         return 0
     if args.action == "calibrate":
-        from tailtheory.ladder.dose import CALIBRATION, measure_noise_sigmas
-
-        for name, row in measure_noise_sigmas(args.rung, threads=args.threads or 1).items():
+        for name, row in dose.measure_noise_sigmas(args.rung, threads=args.threads or 1).items():
             print(f"{name}: " + ", ".join(f"k3 {t}: sigma {x['sigma']:.3g} (k3 {x['k3']:.3g})"
                                           for t, x in row["targets"].items()))
-        print(f"wrote results/{CALIBRATION}.json")
+        print(f"wrote results/{dose.CALIBRATION}.json")
         return 0
     if args.action == "effects":
-        from tailtheory.ladder import effects
-
         effects.measure_effects(args.rung, tuple(args.part or effects.PARTS),
-                             tuple(args.seed or effects.SEEDS), threads=args.threads or 1,
-                             progress=not args.quiet)
+                                tuple(args.seed or effects.SEEDS), threads=args.threads or 1,
+                                progress=not args.quiet)
         print(effects.trend_table())
         print(f"wrote results/{effects.STORE}.json")
         return 0

@@ -23,8 +23,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import torch
-
 from tailtheory.core.estimators import k3
 from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.core.provenance import cpu_model
