@@ -57,20 +57,31 @@ class Rung:
         """Non-embedding parameters over the base rung's."""
         return non_embedding_params(self.model) / non_embedding_params(CorpusLMConfig().model)
 
-    def corpus(self) -> CorpusLMConfig:
-        """The corpus LM of this rung (the base rung's: ``CorpusLMConfig()`` itself)."""
-        base = CorpusLMConfig()
+    def corpus(self, build: int = 0) -> CorpusLMConfig:
+        """The corpus LM of this rung's build ``build`` (:func:`check_build`): its seed (the
+        initialisation and the order of the windows) is ``build``; build 0's is the base rung's
+        ``CorpusLMConfig()`` itself."""
+        base = replace(CorpusLMConfig(), seed=check_build(build))
         if self.model == base.model:
             return base
         steps = round(base.steps * math.sqrt(self.ratio))
         return replace(base, model=self.model, steps=steps, warmup=steps // 20,
                        lr=base.lr * 128 / self.hidden)
 
-    def warm(self, task: str = TASK) -> SFTConfig:
+    def warm(self, task: str = TASK, build: int = 0) -> SFTConfig:
         """The warm start of ``task`` (a key of :data:`RUNG_TASKS`) at this rung. Default: the
         ``matched`` recipe's ``kk_prose`` from this rung's corpus LM (the base rung's: the recipe's
         own). Another task's warm start is trained from a random init, as at the base: the
-        task's own warm start with this rung's width, depth and heads (its vocabulary kept)."""
+        task's own warm start with this rung's width, depth and heads (its vocabulary kept).
+
+        ``build`` (:func:`check_build`; ``matched`` only): build ``b`` is corpus-LM seed ``b``
+        and warm-start seed ``b`` (the order of the examples, the accuracy checks' samples), so
+        two builds share nothing trained; build 0 is today's model of the rung."""
+        if check_build(build) and task != TASK:
+            raise ValueError(f"builds other than 0 exist for the {TASK!r} warm start only, "
+                             f"not {task!r}")
+        if build:
+            return replace(self.warm(task), seed=build, pretrained=self.corpus(build))
         if task not in RUNG_TASKS:
             raise ValueError(f"no warm start of task {task!r} on the ladder; it holds "
                              f"{', '.join(RUNG_TASKS)}")
@@ -83,6 +94,19 @@ class Rung:
             return replace(base, model=replace(base.model, **shape), lr=base.lr * 128 / self.hidden)
         return replace(base, model=self.model, pretrained=self.corpus(),
                        lr=base.lr * 128 / self.hidden)
+
+
+MAX_BUILD = 99
+"""The largest build number (:func:`check_build`)."""
+
+
+def check_build(build) -> int:
+    """``build`` when it is a build number (an ``int`` in ``0..MAX_BUILD``), else a
+    ``ValueError``: a build is a seed of the corpus LM and of the warm start, not a float or a
+    name."""
+    if isinstance(build, bool) or not isinstance(build, int) or not 0 <= build <= MAX_BUILD:
+        raise ValueError(f"a build is an integer in 0..{MAX_BUILD}, got {build!r}")
+    return build
 
 
 BASE = "base"
