@@ -57,6 +57,20 @@ def cpu_model() -> str:
         return name
 
 
+def machine(device=None) -> str:
+    """What ran a computation on ``device`` (default: the CPU): the GPU's name for a CUDA device
+    (``"NVIDIA H200 (cuda)"``), else :func:`cpu_model`. The kernels, hence the last bits of
+    every float result, are the machine's: a row names it beside the model it measured."""
+    import torch
+
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)} (cuda)"
+    if dev.type != "cpu":
+        return f"{dev.type} device"
+    return cpu_model()
+
+
 def provenance(start_key: str | None, start_weights: str, cpu: str | None = None) -> dict:
     """The provenance a stored row carries: the starting model's key (a warm start's config hash,
     or ``None`` for a model built from a seed), its weights' fingerprint, and the CPU."""

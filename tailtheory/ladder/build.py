@@ -33,11 +33,12 @@ from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.resume import STATE, partial_folder, progress
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.load import load_start
-from tailtheory.engine.start.rungs import (RUNGS, TASK, TASK_KWARGS, Rung, non_embedding_params,
-                                          params, rung)
+from tailtheory.engine.start.rungs import (RUNGS, TASK, TASK_KWARGS, Rung, check_build,
+                                          non_embedding_params, params, rung)
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.engine.start.warm_cache import cache_root as warm_root
-from tailtheory.engine.start.warm_cache import committed, read_record, warm_start
+from tailtheory.engine.start.warm_cache import committed, read_record, warm_start, warm_weights
+from tailtheory.ladder import models
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
 
 BASE_TOKENS = CorpusLMConfig().steps * CorpusLMConfig().batch_size * CorpusLMConfig().seq_len
@@ -85,31 +86,52 @@ def ladder_config() -> dict:
     return {"rungs": [facts(r) for r in RUNGS]}
 
 
-def build(names: list[str] | None = None, progress: bool = True, threads: int = 0) -> list[dict]:
-    """Build the rungs ``names`` (default: all, smallest first): the corpus LM, then the warm
-    start, each found in its cache or trained; each built rung is stored in
-    ``results/ladder.json`` as it finishes (a later rung's failure loses nothing). Returns the
-    built rows. A warm start that misses its window raises
+def build(names: list[str] | None = None, progress: bool = True, threads: int = 0,
+          builds: tuple[int, ...] = (0,), corpus_lms: bool = True) -> list[dict]:
+    """Build ``builds`` (default: build 0) of the rungs ``names`` (default: all, smallest
+    first): the corpus LM, then the warm start, each found in its cache, adopted from
+    ``weights/`` or trained (a stopped one continues from its last checkpoint). Each built model
+    is recorded in ``results/ladder_models.json`` under its label
+    (:mod:`tailtheory.ladder.models`) as it finishes, build 0 also in ``results/ladder.json``
+    (the rung record the earlier measurements read); a later build's failure loses nothing.
+    Returns the built rows. A warm start that misses its window raises
     :class:`~tailtheory.engine.start.warm_cache.WarmStartMissed` (saying what to do) after
-    the rungs before it are stored."""
+    the builds before it are stored. ``corpus_lms=False`` records a warm start committed in
+    ``weights/`` without building its corpus LM (no perplexity, no V8 until it is built); a
+    build that is not committed is then a ``ValueError``."""
     todo = [rung(n) for n in names] if names else list(RUNGS)
+    builds = tuple(check_build(b) for b in builds)
     rows = []
     for r in todo:
-        t0 = time.perf_counter()
-        corpus = corpus_lm(r.corpus(), progress=progress, threads=threads)
-        c = json.loads((corpus / RECORD).read_text())
-        warm = warm_start(r.warm(), progress=progress, threads=threads)
-        w = read_record(warm)
-        row = {**facts(r), "built": True, "heldout_loss": c["heldout_loss"],
-               "heldout_ppl": c["heldout_ppl"], "corpus_key": corpus.name,
-               "corpus_seconds": c["seconds"], "warm_key": warm.name,
-               "warm_accuracy": w["accuracy"], "warm_steps": w["steps"],
-               "warm_window": w["window"], "warm_seconds": w["seconds"],
-               "warm_weights": w.get("weights"),
-               "seconds_here": round(time.perf_counter() - t0, 1), "cpu": cpu_model()}
-        row = _keep_previous(row, stored().get(r.name))
-        rows.append(row)
-        _store(row)
+        for b in builds:
+            t0 = time.perf_counter()
+            if not corpus_lms:
+                if committed(r.warm(build=b)) is None:
+                    raise ValueError(f"build {b} of rung {r.name} is not committed in weights/: "
+                                     f"its warm start needs its corpus LM; build both "
+                                     f"({COMMAND} --rung {r.name} --build {b})")
+                warm = warm_start(r.warm(build=b), progress=progress, threads=threads)
+                model = models.model_row(r.name, b, warm, None)
+                models.store(model, measure_command(models.MODELS))
+                rows.append(model)
+                continue
+            corpus = corpus_lm(r.corpus(b), progress=progress, threads=threads)
+            c = json.loads((corpus / RECORD).read_text())
+            warm = warm_start(r.warm(build=b), progress=progress, threads=threads)
+            warm_weights(r.warm(build=b))                       # an older record: fingerprinted
+            w = read_record(warm)
+            model = models.model_row(r.name, b, warm, corpus)
+            models.store(model, measure_command(models.MODELS))
+            row = {**facts(r), "built": True, "build": b, "label": model["label"],
+                   "heldout_loss": c["heldout_loss"], "heldout_ppl": c["heldout_ppl"],
+                   "corpus_key": corpus.name, "corpus_seconds": c["seconds"],
+                   "warm_key": warm.name, "warm_accuracy": w["accuracy"],
+                   "warm_steps": w["steps"], "warm_window": w["window"],
+                   "warm_seconds": w["seconds"], "warm_weights": w.get("weights"),
+                   "seconds_here": round(time.perf_counter() - t0, 1), "cpu": cpu_model()}
+            if b == 0:
+                _store(_keep_previous(row, stored().get(r.name)))
+            rows.append(row)
     return rows
 
 
@@ -248,3 +270,9 @@ MEASURE = register_measure(Measure(
     "held-out perplexity and warm-start accuracy", "the rung table's estimate: 26 CPU minutes "
     "(base) to about 850 (w448), about 26 CPU hours for all five; cached rungs are not rebuilt",
     ladder_config, lambda: build(), resume="yes"))
+
+MODELS_MEASURE = register_measure(Measure(
+    models.MODELS, "the ladder's models, each build of a rung named by its weights fingerprint, "
+    "with the machine that built it and its held-out perplexity", "as `ladder`: build 0 of every "
+    "rung (`tailtheory ladder build --rung R --build B` adds another build)",
+    lambda: {"label": models.LABEL_FORM}, lambda: build(), resume="yes"))

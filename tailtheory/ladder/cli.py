@@ -33,6 +33,13 @@ def ladder_arguments(p) -> None:
     p.add_argument("--rung", action="append", choices=[r.name for r in RUNGS],
                    help="a rung to build or measure (repeatable; default: every rung, smallest "
                         "first; batch-shape: every built one)")
+    p.add_argument("--build", action="append", type=int, dest="builds", metavar="B",
+                   help="build: a build of each rung to build (repeatable; default 0): build B is "
+                        "corpus-LM seed B and warm-start seed B, an independent model of the "
+                        "rung, named by its weights (results/ladder_models.json)")
+    p.add_argument("--no-corpus", action="store_true",
+                   help="build: record a warm start committed in weights/ without building its "
+                        "corpus LM (no perplexity and no V8 until it is built)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads; 0 (default) picks the toolkit's choice for the size")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -40,15 +47,24 @@ def ladder_arguments(p) -> None:
 
 def ladder(args) -> int:
     """``tailtheory ladder ACTION``: the actions of :func:`ladder_arguments`; exit status 0."""
-    from tailtheory.ladder import build, dose, effects, mismatch
+    from tailtheory.ladder import build, dose, effects, mismatch, models
 
     if args.action == "list":
         print(build.table())
         return 0
     if args.action == "status":
+        print("Models (results/ladder_models.json; committed: weights/ holds it; recorded: its "
+              "fingerprint, machine and perplexity are, its rows count; unrecorded: no "
+              "fingerprint, out of every verdict):")
+        for m in models.summary():
+            ppl = f"perplexity {m['heldout_ppl']:.1f}" if m.get("heldout_ppl") else \
+                "perplexity not measured here"
+            print(f"  {m['label']:22s} {m['state']:10s} built on {m['cpu'] or 'an unrecorded CPU'}"
+                  f"; {ppl}; warm start {m['warm_accuracy']:.3f}")
+        print("Rungs (build 0) in this cache:")
         for row in build.status():
             state = "recorded built" if row["built"] else "not built"
-            print(f"{row['rung']:5s} {state}; in this cache: corpus LM {row['corpus']}; "
+            print(f"  {row['rung']:5s} {state}; corpus LM {row['corpus']}; "
                   f"warm start {row['warm']}")
         print(effects.size_report(costs=True))
         return 0
@@ -81,8 +97,13 @@ def ladder(args) -> int:
         print(effects.trend_table())
         print(f"wrote results/{effects.STORE}.json")
         return 0
-    for row in build.build(args.rung, progress=not args.quiet, threads=args.threads):
-        print(f"{row['rung']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
+    for row in build.build(args.rung, progress=not args.quiet, threads=args.threads,
+                           builds=tuple(args.builds or (0,)), corpus_lms=not args.no_corpus):
+        if "heldout_ppl" not in row:
+            print(f"{row['label']}: committed warm start recorded (corpus LM not built here)",
+                  file=sys.stderr)
+            continue
+        print(f"{row['label']}: held-out perplexity {row['heldout_ppl']:.1f}, warm start "
               f"{row['warm_accuracy']:.3f} after {row['warm_steps']} steps", file=sys.stderr)
-    print(f"wrote results/{build.LADDER}.json")
+    print(f"wrote results/{models.MODELS}.json")
     return 0

@@ -69,8 +69,8 @@ from tailtheory.pruning.claims import MASS_NEGLIGIBLE
 from tailtheory.pruning.trained_tails import TrainedP4Config, rollout_setting, trained_knees
 from tailtheory.ladder.decide import TWO_SIZES, decide_numbers, decide_policy, decide_table
 from tailtheory.ladder.decide import PART as DECIDE_PART
-from tailtheory.ladder.mismatch import (MIN_RUNGS, MIN_SEEDS, stored_data, v7_verdict,
-                                             v8_trend)
+from tailtheory.ladder.mismatch import (MIN_RUNGS, MIN_SEEDS, stored_data, v7_models,
+                                        v7_verdict, v8_trend)
 from tailtheory.ladder.speed import step_numbers
 from tailtheory.ladder.dose import V6_RUNGS, stored_transfer
 from tailtheory.tim.precision_training import stored_v7_training
@@ -360,6 +360,7 @@ def size_report(costs: bool = False) -> str:
     """What ``verify`` prints after its table (stored measurements only: each effect's trend,
     V8's, V7's and V6's verdicts); with ``costs`` (``ladder status``) :func:`part_seconds` too."""
     v8, v7, v7t, v6 = v8_trend(), v7_verdict(), stored_v7_training(), stored_transfer()
+    v7m = v7_models("v7_64")
     cells8 = ", ".join(f"{x['rung']} {x['value']:.4f}" for x in v8["rungs"]) or "none"
     cells7 = "; ".join(f"{x['rung']} {x['verdict']} (" + ", ".join(
         f"{k} {r:.0f} [{a:.0f}, {b:.0f}]" for k, (r, a, b) in x["intervals"].items()) + ")"
@@ -380,7 +381,14 @@ def size_report(costs: bool = False) -> str:
                     "step", ("tokens_per_s", "update_peak_share")).items()) or "not measured "
                 "(tailtheory ladder effects --part step)")
             + f"\nV8 (hf bf16 batch 32, |Delta| > 1e-3) {v8['verdict']}{slope8}: {cells8}"
-            + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) {v7['verdict']}: {cells7}"
+            + f"\nV7 (bf16 / fp16 k3 ratio in [32, 128]) on the named models, 64 prompts: "
+              f"{v7m['verdict']}: " + ("; ".join(
+                  f"{x['model']} {x['verdict']} (" + ", ".join(
+                      f"{k} {r:.1f} [{a:.1f}, {b:.1f}]" for k, (r, a, b)
+                      in x["intervals"].items()) + f"; {x['machine']})" for x in v7m["models"])
+                  or "none measured (tailtheory measure v7_64)")
+            + f"\nV7 on the first builds (superseded: their rows name no model) {v7['verdict']}: "
+              f"{cells7}"
             + f"\nV7 in training (fp16 uncorrected against bf16 with TIS and with MIS, margin "
               f"0.03, matched recipe): {v7t['verdict']}" + "".join(
                 f"; {k} {v:+.3f}" for k, v in v7t.items() if k.startswith("fp16 - ")

@@ -148,7 +148,141 @@ def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dic
     return out
 
 
+# ---- V7 on named models --------------------------------------------------------------------
+
+V7_RULES = {
+    "v7_64": {"n_prompts": N_PROMPTS, "n_boot": 2000, "mc_sd": None},
+    "v7_units": {"n_prompts": 256, "n_boot": 2000, "mc_sd": 0.05},
+}
+"""V7's designs on a named model, store name -> sizes: ``v7_64`` is the rule the rungs were
+first measured under (64 prompts, one bootstrap of 2,000 resamples); ``v7_units`` the rule
+written after it (ledger): 256 prompts, and bootstrap resamples doubled until each bound's Monte
+Carlo sd is at most 0.05 (:func:`settled_interval`), builds the units, the machine a factor."""
+
+
+def settled_interval(num, den, mc_sd: float | None, n_boot: int = 2000, runs: int = 8,
+                     seed: int = 0, most: int = 2 ** 20) -> dict:
+    """The bf16 / fp16 ratio of per-response sums ``num``, ``den`` ((B,) each) with its 95%
+    percentile bootstrap interval. ``mc_sd=None``: one bootstrap of ``n_boot`` resamples (seed
+    ``seed``), as first measured. Else ``runs`` independent bootstraps of ``n_boot`` resamples,
+    the bounds the quantiles of all of them pooled, each bound's Monte Carlo sd estimated as
+    the sd of the runs' bounds over ``sqrt(runs)``; ``n_boot`` doubles until both are at most
+    ``mc_sd`` (a ``RuntimeError`` past ``most`` resamples a run). -> ``ratio``, ``low``,
+    ``high``, ``n_boot`` (a run), ``runs``, ``mc_sd`` (the larger of the two bounds')."""
+    import torch
+
+    from tailtheory.tim.precision import ratio_interval
+
+    num = torch.as_tensor(num, dtype=torch.float64)[:, None]
+    den = torch.as_tensor(den, dtype=torch.float64)[:, None]
+    ones = torch.ones_like(num)
+    if mc_sd is None:
+        ratio, low, high = ratio_interval(num, den, ones, n_boot=n_boot, seed=seed)
+        return {"ratio": ratio, "low": low, "high": high, "n_boot": n_boot, "runs": 1,
+                "mc_sd": None}
+    sn, sd = num[:, 0], den[:, 0]
+    while True:
+        bounds, pooled = [], []
+        for r in range(runs):
+            g = torch.Generator().manual_seed(seed + r)
+            idx = torch.randint(len(sn), (n_boot, len(sn)), generator=g)
+            boot = sn[idx].sum(1) / sd[idx].sum(1)
+            bounds.append(torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)))
+            pooled.append(boot)
+        b = torch.stack(bounds)                                     # (runs, 2)
+        err = float((b.std(0, unbiased=True) / runs ** 0.5).max())
+        if err <= mc_sd:
+            low, high = torch.quantile(torch.cat(pooled), torch.tensor(
+                [0.025, 0.975], dtype=torch.float64)).tolist()
+            return {"ratio": float(sn.sum() / sd.sum()), "low": low, "high": high,
+                    "n_boot": n_boot, "runs": runs, "mc_sd": err}
+        if n_boot * 2 > most:
+            raise RuntimeError(f"the bounds' Monte Carlo sd is {err:.3g} > {mc_sd} at {n_boot} "
+                               f"resamples a run")
+        n_boot *= 2
+
+
+def model_verdict(intervals: dict) -> str:
+    """A model's V7 verdict from its settings' ``(ratio, low, high)``: HOLDS when every interval
+    lies inside :data:`V7_RANGE`, REFUTED when one lies wholly outside it, else NOT-REPRODUCED
+    (the ledger's rule, per model)."""
+    lo, hi = V7_RANGE
+    if any(b < lo or a > hi for _, a, b in intervals.values()):
+        return "REFUTED"
+    return "HOLDS" if all(lo <= a and b <= hi for _, a, b in intervals.values()) \
+        else "NOT-REPRODUCED"
+
+
+def measure_v7(names: list[str] | None = None, rule: str = "v7_64", threads: int = 1,
+               device: str = "cpu") -> dict[str, dict]:
+    """V7 under ``rule`` (:data:`V7_RULES`) on the models ``names`` (labels of
+    :mod:`tailtheory.ladder.models`; default: every model whose weights are kept here and that
+    ``rule``'s store lacks), each stored in ``results/<rule>.json`` under its label as it
+    finishes, with its fingerprint and the machine that measured it. Every response's k3 sums
+    are kept, so an interval can be recomputed from the store. A model not kept here is a
+    ``ValueError`` naming what would build it."""
+    from tailtheory.core.provenance import machine
+    from tailtheory.ladder import models
+
+    if rule not in V7_RULES:
+        raise ValueError(f"unknown V7 rule {rule!r}; valid: {', '.join(V7_RULES)}")
+    spec, have = V7_RULES[rule], stored_data(rule)
+    names = names or [k for k in models.read() if k not in have and models.locate(k)]
+    out = {}
+    for name in names:
+        model, task, folder = models.load(name, device=device)
+        row = models.read()[name]
+        with torch_threads(threads):
+            got = precision_mismatch(model, task, spec["n_prompts"], per_response=True)
+        for setting, x in got["settings"].items():
+            x.update(settled_interval(x["sums"]["bf16"], x["sums"]["fp16"], spec["mc_sd"],
+                                      spec["n_boot"]))
+        out[name] = {**got, "model": name, "weights": row["warm"]["weights"],
+                     "machine": machine(device), "rung": row["rung"], "build": row["build"],
+                     "non_embedding_params": row["non_embedding_params"], "rule": rule,
+                     "verdict": model_verdict({k: (v["ratio"], v["low"], v["high"])
+                                               for k, v in got["settings"].items()})}
+        _store_model(rule, name, out[name], spec)
+    return out
+
+
+def _store_model(store: str, name: str, value, config: dict) -> None:
+    """Put ``value`` under model ``name`` in ``results/<store>.json``, keeping the others."""
+    from tailtheory.core.measurements import update_measurement
+
+    def merged():
+        data = dict(stored_data(store))
+        data[name] = value
+        return config, data
+
+    update_measurement(store, merged, measure_command(store))
+
+
+def v7_models(rule: str = "v7_64") -> dict:
+    """V7 under ``rule`` per stored model (its verdict, intervals, machine) and the claim's:
+    REFUTED when any model is, HOLDS when every model of at least :data:`MIN_RUNGS` rungs
+    holds, else NOT-REPRODUCED (PENDING while fewer rungs are measured and none is refuted)."""
+    rows = []
+    for name, x in stored_data(rule).items():
+        if not isinstance(x, dict) or "settings" not in x:
+            continue
+        ivs = {k: (v["ratio"], v["low"], v["high"]) for k, v in x["settings"].items()}
+        rows.append({"model": name, "rung": x["rung"], "machine": x["machine"],
+                     "intervals": ivs, "verdict": model_verdict(ivs)})
+    verdicts, rungs = {x["verdict"] for x in rows}, {x["rung"] for x in rows}
+    verdict = ("REFUTED" if "REFUTED" in verdicts else
+               f"PENDING ({len(rungs)} of {MIN_RUNGS} rungs measured)" if len(rungs) < MIN_RUNGS
+               else "HOLDS" if verdicts == {"HOLDS"} else "NOT-REPRODUCED")
+    return {"rule": rule, "models": rows, "verdict": verdict}
+
+
 MEASURES = (
+    *(register_measure(Measure(
+        rule, f"V7 on every named model kept here: {spec['n_prompts']} prompts"
+        + (f", bootstrap bounds to a Monte Carlo sd of {spec['mc_sd']}" if spec["mc_sd"] else ""),
+        f"about {spec['n_prompts'] // 64} CPU-minute(s) a base model, more with size",
+        lambda spec=spec: spec, lambda rule=rule: measure_v7(rule=rule), resume="yes"))
+      for rule, spec in V7_RULES.items()),
     register_measure(Measure(
         PRECISION, "V7: the bf16 / fp16 mismatch ratio on every built rung's warm start",
         f"not recorded; {N_PROMPTS} prompts answered on each built rung",

@@ -81,10 +81,12 @@ def ratio_interval(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
 
 
 def precision_mismatch(model, task, n_prompts: int = 64, seed: int = 0,
-                       prompt_seed: int = 101) -> dict:
+                       prompt_seed: int = 101, per_response: bool = False) -> dict:
     """V7's one-step numbers on ``model`` speaking ``task`` (module docstring): responses to
     ``n_prompts`` problems of generator seed ``prompt_seed`` sampled in float32 (temperature 1,
-    generator seed ``seed``). -> JSON-ready dict."""
+    generator seed ``seed``). -> JSON-ready dict. ``per_response``: each setting also holds
+    every response's k3 sum per dtype and its token count (``sums``), from which any interval
+    of the ratio is computed again without a forward."""
     problems = task.problems(check_positive_int(n_prompts, "n_prompts"), seed=prompt_seed)
     eng = RolloutEngine(model, RolloutConfig(path="kv", backend=FAST, temperature=1.0,
                                              max_new_tokens=task.max_response_len))
@@ -108,4 +110,8 @@ def precision_mismatch(model, task, n_prompts: int = 64, seed: int = 0,
             "ratio": ratio, "low": low, "high": high, "k3_by_bin": per_bin,
             "tokens_by_bin": [int((mask * (bins == b)).sum())
                               for b in range(len(ONE_MINUS_P_EDGES) - 1)]}
+        if per_response:
+            out["settings"][setting]["sums"] = {
+                **{d: (k[d] * mask).sum(1).tolist() for d in DTYPES},
+                "tokens": mask.sum(1).long().tolist()}
     return out

@@ -39,18 +39,22 @@ def _fake_builds(monkeypatch, tmp_path):
         d = tmp_path / f"corpus_{cfg.model.hidden}"
         d.mkdir(exist_ok=True)
         (d / "corpus_lm.json").write_text(json.dumps(
-            {"heldout_loss": 4.0, "heldout_ppl": 54.6, "seconds": 500.0}))
+            {"heldout_loss": 4.0, "heldout_ppl": 54.6, "seconds": 500.0,
+             "weights": f"c{cfg.seed}" * 8, "cpu": "a CPU"}))
         return d
 
     def warm(cfg, progress, threads):
-        d = tmp_path / f"warm_{cfg.model.hidden}"
+        d = tmp_path / f"warm_{cfg.model.hidden}_{cfg.seed}"
         d.mkdir(exist_ok=True)
-        (d / "sft.json").write_text(json.dumps(
-            {"accuracy": 0.4, "steps": 700, "window": [0.35, 0.7], "seconds": 1000.0}))
+        if not (d / "sft.json").exists():
+            (d / "sft.json").write_text(json.dumps(
+                {"accuracy": 0.4, "steps": 700, "window": [0.35, 0.7], "seconds": 1000.0,
+                 "hash": config_hash(cfg), "weights": f"{cfg.seed}a" * 8, "cpu": "a CPU"}))
         return d
 
     monkeypatch.setattr(ladder, "corpus_lm", corpus)
     monkeypatch.setattr(ladder, "warm_start", warm)
+    monkeypatch.setattr(ladder, "warm_weights", lambda cfg: None)
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
 
 
@@ -95,7 +99,7 @@ def test_a_rebuild_as_another_model_keeps_the_earlier_build(monkeypatch, tmp_pat
     row = ladder.stored()["base"]
     assert row["warm_accuracy"] == 0.38 and row["warm_weights"] == "b" * 16
     assert [(p["warm_accuracy"], p["warm_weights"]) for p in row["previous_builds"]] == [
-        (0.4, None)]
+        (0.4, "0a" * 8)]
     assert main(["ladder", "build", "--rung", "base", "--quiet"]) == 0      # the same model
     assert "another model" not in capsys.readouterr().err
     assert len(ladder.stored()["base"]["previous_builds"]) == 1
@@ -122,5 +126,64 @@ def test_status_reads_the_builds_and_their_checkpoints(monkeypatch, tmp_path, ca
     assert rows["w192"]["warm"] == "committed (weights/w192/, adopted on first use)"
     assert main(["ladder", "status"]) == 0
     out = capsys.readouterr().out
-    assert f"{top.name:5s} not built; in this cache: corpus LM step 250" in out
+    assert f"{top.name:5s} not built; corpus LM step 250" in out
     assert "L1 Spearman PENDING" in out
+
+
+def test_builds_of_a_rung_are_models_named_by_their_weights(monkeypatch, tmp_path, capsys):
+    """Build ``b`` is corpus-LM seed ``b`` and warm-start seed ``b``; each built model is a row of
+    ``results/ladder_models.json`` under ``{rung}.b{build}-{fingerprint}``; only build 0 enters
+    the rung record ``results/ladder.json``; ``ladder status`` names each model's state."""
+    from tailtheory.ladder import models
+
+    _fake_builds(monkeypatch, tmp_path)
+    assert main(["ladder", "build", "--rung", "base", "--build", "0", "--build", "1",
+                 "--quiet"]) == 0
+    rows = models.read()
+    assert list(rows) == ["base.b0-0a0a0a0a", "base.b1-1a1a1a1a"]
+    one = rows["base.b1-1a1a1a1a"]
+    assert (one["build"], one["warm"]["weights"], one["corpus"]["weights"]) == (
+        1, "1a" * 8, "c1" * 8)
+    assert one["warm"]["key"] == tmp_path.joinpath("warm_128_1").name
+    assert list(ladder.stored()) == ["base"]                      # build 0 only
+    assert ladder.stored()["base"]["label"] == "base.b0-0a0a0a0a"
+    assert {models.state(r) for r in rows.values()} == {"recorded"}
+    capsys.readouterr()
+    assert main(["ladder", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "base.b1-1a1a1a1a" in out and "recorded" in out
+    with pytest.raises(ValueError, match="not kept here"):
+        models.load("base.b1-1a1a1a1a")
+
+
+def test_a_build_not_committed_needs_its_corpus_lm(monkeypatch, tmp_path):
+    _fake_builds(monkeypatch, tmp_path)
+    monkeypatch.setattr(ladder, "committed", lambda cfg: None)
+    with pytest.raises(ValueError, match="not committed in weights/"):
+        ladder.build(["w256"], builds=(1,), corpus_lms=False)
+
+
+@pytest.mark.parametrize("bad", ["base", "base.b0", "w999.b0-0910fc60", "base.bx-0910fc60",
+                                 "base.b-1-0910fc60"])
+def test_a_label_that_names_no_model_is_refused(bad):
+    from tailtheory.ladder import models
+
+    with pytest.raises(ValueError):
+        models.parse_label(bad)
+
+
+@pytest.mark.parametrize("build", [-1, 1.0, True, "1", 100])
+def test_a_build_is_a_small_integer(build):
+    with pytest.raises(ValueError, match="a build is an integer"):
+        RUNGS[0].warm(build=build)
+
+
+def test_builds_share_nothing_trained_and_build_zero_keeps_its_keys():
+    base = RUNGS[0]
+    assert config_hash(base.warm(build=0)) == config_hash(base.warm())
+    assert corpus_key(base.corpus(0)) == corpus_key(base.corpus())
+    one = base.warm(build=1)
+    assert (one.seed, one.pretrained.seed) == (1, 1)
+    assert config_hash(one) != config_hash(base.warm())
+    with pytest.raises(ValueError, match="kk_prose"):
+        base.warm("kk_knights", build=1)

@@ -37,6 +37,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.io import CACHE_ENV, atomic_write_json, cache_dir  # noqa: F401 (tests)
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.core.models import TinyLMConfig, damaged_weights, load_lm, num_params, tiny_lm
 from tailtheory.engine.start.pretrain import heldout_loss, pretrain, windows
 from tailtheory.engine.start.resume import Resume, digest, partial_folder
@@ -239,6 +240,7 @@ def train_corpus_lm(cfg: CorpusLMConfig, progress: bool = True, threads: int = 0
               "heldout_loss": loss, "heldout_ppl": math.exp(loss),
               "unigram_loss": unigram_loss(train, held, cfg.model.vocab_size),
               "history": history, "n_params": num_params(model), "device": device,
+              "weights": weights_fingerprint(model.float()), "cpu": machine(device),
               "threads": n_threads, "tokenizer_seconds": round(t_tok, 2),
               "train_seconds": round(t_train, 2),
               "seconds": round(time.perf_counter() - t0 + resume.resumed_seconds, 2),

@@ -1,0 +1,91 @@
+"""Named models of the ladder and V7 on them (``tailtheory/ladder/models.py``,
+``tailtheory/ladder/mismatch.py``): a label names weights, a changed file is refused, and V7's
+per-model rule and intervals read what they say."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from tailtheory.core.io import CACHE_ENV
+from tailtheory.engine.start.warm_cache import COMMITTED, read_record
+from tailtheory.ladder import mismatch, models
+from tailtheory.ladder.build import build
+from tailtheory.tim.precision import ratio_interval
+
+
+@pytest.fixture
+def places(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path / "results"))
+    return tmp_path
+
+
+def test_a_committed_model_is_recorded_and_loads_by_its_label(places):
+    build(["base"], progress=False, corpus_lms=False)
+    want = read_record(COMMITTED / "base")["weights"]
+    name = f"base.b0-{want[:8]}"
+    row = models.read()[name]
+    assert (row["warm"]["committed"], row["corpus"], models.state(row)) == (
+        "weights/base", None, "committed")
+    model, task, folder = models.load(name)
+    assert folder.name == row["warm"]["key"] and task.name == "kk_prose"
+
+
+def test_weights_that_are_not_the_labels_are_refused(places):
+    build(["base"], progress=False, corpus_lms=False)
+    name = next(iter(models.read()))
+    folder = models.locate(name)                        # the cache's copy of weights/base
+    other = COMMITTED / "w192"
+    record = read_record(folder)
+    shutil.rmtree(folder)
+    shutil.copytree(other, folder)                      # another model under the same key
+    (folder / "sft.json").write_text(json.dumps(record))
+    with pytest.raises((ValueError, RuntimeError)):
+        models.load(name)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_one_bootstrap_is_the_first_rule_and_settling_meets_its_target(seed):
+    rng = np.random.default_rng(seed)
+    den = torch.tensor(rng.gamma(2.0, 1.0, 64))
+    num = den * 40 * torch.tensor(rng.lognormal(0, 0.5, 64))
+    one = mismatch.settled_interval(num, den, None)
+    r, lo, hi = ratio_interval(num[:, None], den[:, None], torch.ones(64, 1))
+    assert (one["ratio"], one["low"], one["high"]) == (r, lo, hi)
+    settled = mismatch.settled_interval(num, den, 0.05, n_boot=500)
+    assert settled["mc_sd"] <= 0.05 and settled["n_boot"] >= 500
+    assert settled["low"] < settled["ratio"] < settled["high"]
+    assert abs(settled["low"] - lo) < 0.1 * r          # the same interval, better settled
+
+
+@pytest.mark.parametrize("intervals, verdict", [
+    ({"a": (64, 40, 90), "b": (50, 33, 80)}, "HOLDS"),
+    ({"a": (64, 40, 90), "b": (12.5, 7.4, 18.8)}, "REFUTED"),
+    ({"a": (64, 40, 90), "b": (34, 25, 44)}, "NOT-REPRODUCED"),
+    ({"a": (200, 130, 300)}, "REFUTED"),
+])
+def test_a_models_v7_verdict(intervals, verdict):
+    assert mismatch.model_verdict(intervals) == verdict
+
+
+def test_one_refuted_model_refutes_v7_and_holding_needs_four_rungs(places, monkeypatch):
+    def store(rows):
+        monkeypatch.setattr(mismatch, "stored_data", lambda name: rows)
+
+    held = {"vs_float32": {"ratio": 60, "low": 40, "high": 90},
+            "same_dtype": {"ratio": 60, "low": 40, "high": 90}}
+    low = {**held, "same_dtype": {"ratio": 12.5, "low": 7.4, "high": 18.8}}
+    rungs = ["base", "w192", "w256", "w384"]
+    store({f"{r}.b0-0000000{i}": {"settings": held, "rung": r, "machine": "m"}
+           for i, r in enumerate(rungs[:3])})
+    assert mismatch.v7_models()["verdict"].startswith("PENDING (3 of 4")
+    store({f"{r}.b0-0000000{i}": {"settings": held, "rung": r, "machine": "m"}
+           for i, r in enumerate(rungs)})
+    assert mismatch.v7_models()["verdict"] == "HOLDS"
+    store({"base.b0-00000009": {"settings": low, "rung": "base", "machine": "m"}})
+    assert mismatch.v7_models()["verdict"] == "REFUTED"
