@@ -88,8 +88,9 @@ class Trend:
 
 def size_trend(params, values, delta: float, level: float = LEVEL) -> Trend:
     """The trend of ``values`` (one mean per size) against ``log10(params)`` and its verdict by
-    the rule before (superseded: module docstring; :func:`build_trend` is the rule). ``params``: positive parameter counts, at least 3 distinct sizes;
-    ``delta``: the FLAT bound per decade, > 0. Bad input is a ``ValueError``."""
+    the rule before (superseded: module docstring; :func:`build_trend` is the rule).
+    ``params``: positive parameter counts, at least 3 distinct sizes; ``delta``: the FLAT bound
+    per decade, > 0. Bad input is a ``ValueError``."""
     x = np.asarray(params, dtype=float)
     y = np.asarray(values, dtype=float)
     if x.ndim != 1 or x.shape != y.shape:
