@@ -6,6 +6,8 @@ bounded logits, perturbations are drawn inside their bound, masks always keep on
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from hypothesis import strategies as st
@@ -143,3 +145,33 @@ def safe_threshold(rule: str, u: float, z: torch.Tensor) -> float:
     if rule == "absolute":  # tau up to the smallest row maximum
         return u * float(torch.log_softmax(z, -1).exp().amax(-1).min())
     return u
+
+
+P_EDGES = (0.0, 1e-12, 0.0125, 0.025, 0.05, 0.5, 1.0)
+"""p-values at the edges and at thresholds of a family of 4 at alpha 0.05 (ties drawn too)."""
+
+
+def p_value_lists(max_size: int = 12) -> st.SearchStrategy[list[float]]:
+    """Non-empty lists of p-values in [0, 1], edges and repeated values included."""
+    return st.lists(st.one_of(st.floats(0.0, 1.0), st.sampled_from(P_EDGES)), min_size=1,
+                    max_size=max_size)
+
+
+@st.composite
+def ladders(draw, max_sizes: int = 6, max_builds: int = 3, max_seeds: int = 4):
+    """``(params, seed_values)`` of a size ladder: 3 to ``max_sizes`` distinct sizes (1e5 to
+    1e9 parameters), 1 to ``max_builds`` builds a size, 1 to ``max_seeds`` probe seeds a build;
+    values are a line in ``log10`` size plus build noise and probe noise of drawn scales."""
+    m = draw(st.integers(3, max_sizes))
+    sizes = sorted(draw(st.lists(st.integers(5, 90), min_size=m, max_size=m, unique=True)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    slope, sd_build, sd_probe = draw(st.floats(-1, 1)), draw(st.floats(0, 1)), draw(st.floats(0, 1))
+    params, seed_values = [], []
+    for s in sizes:
+        for _ in range(draw(st.integers(1, max_builds))):
+            n = 10.0 ** (s / 10)
+            level = slope * math.log10(n) + sd_build * rng.normal()
+            params.append(n)
+            seed_values.append(list(level + sd_probe * rng.normal(size=draw(
+                st.integers(1, max_seeds)))))
+    return params, seed_values

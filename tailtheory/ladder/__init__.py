@@ -21,7 +21,8 @@ functions that measure *any* model stay where a user's checkpoint reaches them:
 - ``mismatch``: V7 (bf16 against fp16) and V8 (batch shape) on the rungs, measured and read.
 - ``speed``: the GRPO step's speed at a rung.
 - ``dose``: V6 along the ladder, the logit-noise calibration and the ``dose_ladder`` study.
-- ``trend``: the trend rule, an effect against ``log10`` of the size.
+- ``trend``: the trend rule, an effect against ``log10`` of the size with builds as units;
+  Holm's method over a family of trends; Welch's t for two sizes.
 - ``figure``: notebook 08's figure, each effect against size.
 - ``place``: a run's k3 beside V6's threshold at the nearest rung (read by ``diagnose``).
 - ``cli``: the command ``tailtheory ladder ACTION``: list, status, build the rungs, and measure
