@@ -15,6 +15,9 @@ functions that measure *any* model stay where a user's checkpoint reaches them:
 - ``models``: the models of the ladder, each build of a rung named by its weights
   (``{rung}.b{build}-{fingerprint}``), committed, recorded or unrecorded
   (``results/ladder_models.json``); where a model's weights are kept and how to load them.
+- ``probes``: the effects and V8 on named models (``results/ladder_probes.json``,
+  ``results/v8_models.json``), one point per build, and the family of trend tests decided by
+  Holm's method.
 - ``effects``: the per-rung effects of L1, L4, L5, M7, V2, P4 (``results/ladder_effects.json``)
   and their trend verdicts.
 - ``decide``: L1, L4, L5 on the ``decide`` recipe at two sizes and along the ladder.

@@ -276,6 +276,61 @@ def v7_models(rule: str = "v7_64") -> dict:
     return {"rule": rule, "models": rows, "verdict": verdict}
 
 
+V7_MIN_BUILDS = 3
+"""Builds of a rung, measured on one machine, that the rule with builds as units judges."""
+
+
+def rung_v7(builds: list[dict]) -> dict:
+    """V7 at one rung on one machine from its builds' rows (``v7_units``, each with
+    ``settings``): per setting the mean of the builds' ``log10`` ratios with a t interval on
+    ``builds - 1`` degrees of freedom, its se the larger of the builds' spread and their mean
+    bootstrap se (``(log10 high - log10 low) / 3.92``) over ``sqrt(builds)``; HOLDS when every
+    setting's interval lies inside :data:`V7_RANGE`, REFUTED when one lies wholly outside,
+    NOT-REPRODUCED otherwise; fewer than :data:`V7_MIN_BUILDS` builds: EXPLORATORY."""
+    import math
+
+    from scipy import stats
+
+    n = len(builds)
+    if n < V7_MIN_BUILDS:
+        return {"builds": n, "verdict": "EXPLORATORY"}
+    out = {"builds": n, "settings": {}}
+    for setting in builds[0]["settings"]:
+        logs = [math.log10(b["settings"][setting]["ratio"]) for b in builds]
+        boot = [(math.log10(b["settings"][setting]["high"])
+                 - math.log10(b["settings"][setting]["low"])) / 3.92 for b in builds]
+        mean = sum(logs) / n
+        spread = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+        se = max(spread, sum(boot) / n) / math.sqrt(n)
+        half = float(stats.t.ppf(0.975, n - 1)) * se
+        out["settings"][setting] = (10 ** mean, 10 ** (mean - half), 10 ** (mean + half))
+    out["verdict"] = model_verdict(out["settings"])
+    return out
+
+
+def v7_units() -> dict:
+    """V7 under the rule with builds as units (``results/v7_units.json``): per machine, per rung
+    :func:`rung_v7` over its builds measured there, and the machine's verdict: REFUTED when a
+    rung with :data:`V7_MIN_BUILDS` builds is, HOLDS when every such rung (at least 3) holds,
+    NOT-REPRODUCED when some such rung neither holds nor is refuted, PENDING while fewer than 3
+    rungs have the builds. Machines are never pooled."""
+    rows = [x for x in stored_data("v7_units").values() if isinstance(x, dict)
+            and "settings" in x]
+    out = {}
+    for where in sorted({x["machine"] for x in rows}):
+        here = [x for x in rows if x["machine"] == where]
+        rungs = {r.name: rung_v7([x for x in here if x["rung"] == r.name]) for r in RUNGS
+                 if any(x["rung"] == r.name for x in here)}
+        judged = {k: v["verdict"] for k, v in rungs.items() if v["verdict"] != "EXPLORATORY"}
+        verdict = ("REFUTED" if "REFUTED" in judged.values() else
+                   f"PENDING ({len(judged)} of 3 rungs with {V7_MIN_BUILDS} builds)"
+                   if len(judged) < 3 else "HOLDS" if set(judged.values()) == {"HOLDS"}
+                   else "NOT-REPRODUCED")
+        out[where] = {"rungs": rungs, "verdict": verdict,
+                      "models": {x["model"]: x["verdict"] for x in here}}
+    return out
+
+
 MEASURES = (
     *(register_measure(Measure(
         rule, f"V7 on every named model kept here: {spec['n_prompts']} prompts"

@@ -81,7 +81,8 @@ def parse_label(name: str) -> tuple[str, int, str]:
     return rung_name, build, fp
 
 
-def _order(name: str) -> tuple:
+def sort_key(name: str) -> tuple:
+    """A label's place in the ladder's order: rung, then build, then fingerprint."""
     r, b, fp = parse_label(name)
     return [x.name for x in RUNGS].index(r), b, fp
 
@@ -95,7 +96,7 @@ def read() -> dict[str, dict]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: data[k] for k in sorted(data, key=_order) if isinstance(data[k], dict)}
+    return {k: data[k] for k in sorted(data, key=sort_key) if isinstance(data[k], dict)}
 
 
 def committed_folder(weights: str) -> Path | None:
@@ -206,7 +207,7 @@ def store(row: dict, command: str) -> None:
             old = {}
         data = {k: v for k, v in (old.items() if isinstance(old, dict) else ())}
         data[row["label"]] = row
-        return {"label": LABEL_FORM}, {k: data[k] for k in sorted(data, key=_order)}
+        return {"label": LABEL_FORM}, {k: data[k] for k in sorted(data, key=sort_key)}
 
     update_measurement(MODELS, merged, command)
 

@@ -11,3 +11,4 @@ from tailtheory.ladder import dose as _dose  # noqa: F401
 from tailtheory.ladder import build as _build  # noqa: F401
 from tailtheory.ladder import effects as _effects  # noqa: F401
 from tailtheory.ladder import mismatch as _mismatch  # noqa: F401
+from tailtheory.ladder import probes as _probes  # noqa: F401

@@ -89,3 +89,33 @@ def test_one_refuted_model_refutes_v7_and_holding_needs_four_rungs(places, monke
     assert mismatch.v7_models()["verdict"] == "HOLDS"
     store({"base.b0-00000009": {"settings": low, "rung": "base", "machine": "m"}})
     assert mismatch.v7_models()["verdict"] == "REFUTED"
+
+
+def _v7_row(rung, ratio, half=0.1, machine="m"):
+    import math
+    lo, hi = 10 ** (math.log10(ratio) - half), 10 ** (math.log10(ratio) + half)
+    x = {"ratio": ratio, "low": lo, "high": hi}
+    return {"settings": {"vs_float32": x, "same_dtype": x}, "rung": rung, "machine": machine,
+            "model": f"{rung}.b0-{hash((rung, ratio)) & 0xffffffff:08x}", "verdict": "?"}
+
+
+def test_a_rung_with_builds_is_judged_on_them_and_fewer_are_exploratory():
+    assert mismatch.rung_v7([_v7_row("base", 60)] * 2)["verdict"] == "EXPLORATORY"
+    held = mismatch.rung_v7([_v7_row("base", r) for r in (55, 64, 70)])
+    assert held["verdict"] == "HOLDS"
+    r, lo, hi = held["settings"]["same_dtype"]
+    assert lo < r < hi and r == pytest.approx((55 * 64 * 70) ** (1 / 3))
+    # builds that disagree widen the interval past the band: not judged either way
+    assert mismatch.rung_v7([_v7_row("base", r) for r in (20, 60, 150)])["verdict"] == \
+        "NOT-REPRODUCED"
+    assert mismatch.rung_v7([_v7_row("base", r) for r in (9, 11, 12)])["verdict"] == "REFUTED"
+
+
+def test_machines_are_never_pooled(monkeypatch):
+    rows = {f"{i}": _v7_row(rung, ratio, machine=m) for i, (rung, ratio, m) in enumerate(
+        [(r, x, "cpu") for r in ("base", "w192", "w256") for x in (50, 60, 70)]
+        + [("base", 10, "gpu"), ("base", 11, "gpu"), ("base", 12, "gpu")])}
+    monkeypatch.setattr(mismatch, "stored_data", lambda name: rows)
+    got = mismatch.v7_units()
+    assert got["cpu"]["verdict"] == "HOLDS" and got["gpu"]["verdict"] == "REFUTED"
+    assert set(got["gpu"]["rungs"]) == {"base"}

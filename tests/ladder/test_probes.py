@@ -1,0 +1,101 @@
+"""The effects on named models (``tailtheory/ladder/probes.py``): one point per build, rungs
+with fewer than 3 builds outside the trend, one machine per trend, Holm over the family."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tailtheory.engine.start.rungs import RUNGS, non_embedding_params
+from tailtheory.ladder import models, probes
+
+
+def _models(tmp_path, builds):
+    """``results/ladder_models.json`` with ``builds``: rung -> number of builds."""
+    data = {}
+    for r in RUNGS:
+        for b in range(builds.get(r.name, 0)):
+            name = f"{r.name}.b{b}-{b:08x}"
+            data[name] = {"label": name, "rung": r.name, "build": b,
+                          "non_embedding_params": non_embedding_params(r.model),
+                          "warm": {"weights": f"{b:016x}", "key": "k"}, "corpus": None}
+    (tmp_path / "ladder_models.json").write_text(json.dumps({"name": "ladder_models",
+                                                             "data": data}))
+    return data
+
+
+@pytest.fixture
+def results(monkeypatch, tmp_path):
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    return tmp_path
+
+
+def _probes(tmp_path, models_, value, machine="m"):
+    """``results/ladder_probes.json``: every model's lopti part, 3 seeds, ``value(model, seed)``
+    under every lopti key."""
+    keys = [k for p, k, _, _ in probes.FAMILY.values() if p == "lopti"]
+    data = {name: {"lopti": {str(s): {**{k: value(row, s) for k in keys}, "machine": machine}
+                             for s in probes.SEEDS}} for name, row in models_.items()}
+    (tmp_path / "ladder_probes.json").write_text(json.dumps({"name": "ladder_probes",
+                                                             "data": data}))
+
+
+def test_rungs_with_fewer_builds_are_exploratory(results):
+    ms = _models(results, {"base": 3, "w192": 3, "w256": 3, "w384": 1})
+    rng = np.random.default_rng(0)
+    _probes(results, ms, lambda row, s: 0.5 + 0.1 * np.log10(row["non_embedding_params"])
+            + 0.01 * rng.normal())
+    fam = probes.family("m")
+    l1 = fam["effects"]["L1 Spearman"]
+    assert [p["rung"] for p in l1["exploratory"]] == ["w384"]
+    assert l1["trend"].n_builds == 9 and l1["verdict"] == "GROWS"
+    assert fam["effects"]["M7 slope"]["verdict"].startswith("PENDING")
+    assert "Holm" in probes.table("m")
+
+
+def test_two_rungs_of_builds_are_not_a_trend(results):
+    ms = _models(results, {"base": 3, "w192": 3, "w256": 2})
+    _probes(results, ms, lambda row, s: 0.5)
+    assert probes.family("m")["effects"]["L1 Spearman"]["verdict"].startswith("PENDING (2 of 3")
+
+
+def test_another_machines_rows_are_another_trend(results):
+    ms = _models(results, {"base": 3, "w192": 3, "w256": 3})
+    _probes(results, ms, lambda row, s: 0.5 + 0.01 * s)
+    assert probes.family("another")["effects"]["L1 Spearman"]["builds"] == []
+    assert len(probes.points("L1 Spearman", "m")) == 9
+
+
+def test_a_build_measured_on_two_machines_is_refused(results):
+    ms = _models(results, {"base": 1})
+    _probes(results, ms, lambda row, s: 0.5)
+    data = json.loads((results / "ladder_probes.json").read_text())
+    data["data"]["base.b0-00000000"]["lopti"]["2"]["machine"] = "other"
+    (results / "ladder_probes.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="one machine"):
+        probes.points("L1 Spearman")
+
+
+def test_holm_runs_over_the_whole_family(results):
+    """A slope called alone at p just under 5% is not called in a family of several."""
+    ms = _models(results, {"base": 3, "w192": 3, "w256": 3})
+    rng = np.random.default_rng(3)
+    noise = {name: rng.normal() for name in ms}
+    _probes(results, ms, lambda row, s: 0.5 + 0.02 * np.log10(row["non_embedding_params"])
+            + 0.02 * noise[row["label"]] + 0.001 * s)
+    fam = probes.family("m")["effects"]
+    for effect, r in fam.items():
+        if "holm" in r:
+            assert r["holm"].p_adjusted >= r["trend"].p
+            assert r["holm"].family_size == sum("trend" in x for x in fam.values())
+
+
+def test_log_effects_refuse_a_zero_share(results):
+    ms = _models(results, {"base": 3, "w192": 3, "w256": 3})
+    data = {name: {"p4": {str(s): {"p4_removed": 0.0, "machine": "m"} for s in probes.SEEDS}}
+            for name in ms}
+    (results / "ladder_probes.json").write_text(json.dumps({"name": "ladder_probes",
+                                                            "data": data}))
+    assert probes.family("m")["effects"]["P4 removed"]["verdict"].startswith("NOT JUDGED")
