@@ -34,12 +34,21 @@
 # | `w384` | 384 x 8 | 10.6M |
 # | `w448` | 448 x 10 | 18.1M (30.5x the base) |
 #
-# **The rule, fixed before measuring** (the ledger, `paper_repro.md`): one point per rung (the
-# mean over its 3 seeds: the rungs are the units), least squares on `log10` parameters, the
-# slope's two-sided 95% t interval with `n - 2` degrees of freedom. **GROWS** / **SHRINKS** when
-# the interval lies above / below 0; **FLAT** only when it lies inside `+-delta` per decade, a
-# `delta` fixed per effect in advance (an equivalence test, not "cannot tell"); **UNRESOLVED**
-# otherwise. At least 4 rungs; until then an effect is PENDING.
+# **A model is a named build.** Build `b` of a rung is corpus-LM seed `b` and warm-start seed
+# `b`; the model it gives on a machine is named by its weights (`RUNG.bBUILD-FINGERPRINT`,
+# `tailtheory ladder status`), and a build on another instruction set is another model. Every
+# row names its model and the machine that measured it.
+#
+# **The rule, fixed before its rows** (the ledger, `paper_repro.md`): one point per build (its
+# mean over 3 probe seeds: the builds are the units), least squares on `log10` parameters with
+# `builds - 2` degrees of freedom, the slope's se the larger of the fit's and the probe seeds'
+# within-build noise; shares and k3 in `log10`. The 11 trend tests (V8 and Z1-Z10) are one
+# family: Holm's method at 5% calls **GROWS** / **SHRINKS**; **FLAT** when the unadjusted 95%
+# interval lies inside `+-delta` per decade (an equivalence test); **UNRESOLVED** otherwise. A
+# trend needs 3 rungs with 3 builds each (base, `w192`, `w256`); rungs with one build are
+# exploratory, shown beside it. Until then a claim is PENDING. The first builds' rows (one build a
+# rung, no model named) stay as superseded records under the first rule (rung means, probe seeds
+# as the noise), drawn below.
 #
 # **Caveats.** Size is confounded with training state: the pretraining corpus (the Python
 # standard library, ~1M tokens) is repeated up to 6.7 times at the top rung, and each rung's
@@ -73,6 +82,7 @@ PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 # %%
 from tailtheory.ladder import build as ladder
 from tailtheory.ladder import effects as size, figure as size_figure
+from tailtheory.ladder.report import size_report
 
 if PRESET == "full":
     size.measure_effects()
@@ -94,7 +104,7 @@ print(ladder.table())
 verdict_report(["L1", "L4", "L5", "M7", "V2", "P4"], PROFILE);
 
 # %%
-print(size.size_report())
+print(size_report())
 
 # %% [markdown]
 # ## (1) Each effect against size
@@ -149,8 +159,8 @@ tail.groupby(["path", "rung"]).mean(numeric_only=True).drop(columns="seed") if l
 # The share of sampled response tokens per LOPTI `pi_old` bin (LOPTI Fig. 1(a), Qwen2.5-7B on
 # K&K: 19.2 / 10.2 / 10.1 / 60.5 %), the mean entropy and the mean response length of each rung's
 # warm start (float32 sampler, the `tail` part's prompts); below it, what the lowest bin's
-# tokens do at each rung (the `decisive` part: the share of them that decide the answer, 11% at
-# the base in the `matched` store), where measured.
+# tokens do at each rung (the `decisive` part: the share of them that decide the answer), where
+# measured. These are the first builds' rows (superseded: they name no model).
 
 # %%
 rows = [{"rung": name, "seed": int(seed), **{f"bin {b}": f for b, f in
@@ -172,12 +182,11 @@ pd.DataFrame([{"rung": k, **v} for k, v in size.decisive_by_rung().items()],
 # The same probes run on the `decide` recipe (Knights and Knaves with three people, answered by
 # naming the truth-tellers: every response token is a choice the reward reads), on its warm start
 # at the base size and at `w256`'s width, depth and heads (8x the non-embedding parameters,
-# trained from a random init as the base is). Two sizes cannot carry a trend over rung means, so
-# the seeds are the units (the ledger's rule): GROWS / SHRINKS when the slope per decade is more
-# than 2 se from 0, FLAT when it lies within the effect's `delta`, UNRESOLVED otherwise. Seed noise
-# only: a weaker design than the ladder's, and two points say nothing about the shape between.
-# The warm start is cheap at every rung, so other rungs may be measured too: once 4 rungs have 3
-# seeds, the ladder's trend over rung means is printed and labelled beside the two-size verdict.
+# trained from a random init as the base is). Each size has one build, so under the rule over
+# builds (the ledger) the two sizes compare two models: EXPLORATORY, whatever the seeds say. The
+# first reading took the probe seeds as units and called a direction at 2 se; that reading is
+# superseded, and Welch's t on the same seeds calls none of its directions (the ledger's table of
+# the first builds). A comparison of sizes needs 3 builds a size and Welch's t on their points.
 
 # %%
 fig, df_decide = size_figure.plot_decide()

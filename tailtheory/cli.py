@@ -41,7 +41,7 @@ def _verify(args: argparse.Namespace) -> int:
             results.append(run_claim(claim, args.profile))
     print(table(results))
     if only is None:
-        from tailtheory.ladder.effects import size_report
+        from tailtheory.ladder.report import size_report
 
         print("\n" + size_report())
     write_claims_json(results, out, args.profile)

@@ -24,6 +24,10 @@ from pathlib import Path
 
 from tailtheory.core.io import atomic_write_text
 from tailtheory.catalog import SECTIONS
+
+DOC_SECTIONS = (*SECTIONS, "ladder")
+"""The parts of ``docs/claims.md``: the paper sections, then the size axis (``tailtheory.ladder``:
+V7, V8 and the trends Z1-Z10 over named models)."""
 from tailtheory.core.registry import Claim, Verdict, all_claims
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +49,14 @@ VERDICT_MEANING = {
     Verdict.TOY_SCALE: "an empirical claim reproduced qualitatively at toy scale, with the "
                        "measured numbers",
     Verdict.NOT_REPRODUCED: "tried at toy scale; the effect did not appear (numbers recorded)",
+    Verdict.GROWS: "an effect against model size: the slope over builds is above 0 (Holm over "
+                   "the family of trend tests)",
+    Verdict.SHRINKS: "an effect against model size: the slope over builds is below 0 (Holm over "
+                     "the family)",
+    Verdict.FLAT: "an effect against model size: the slope's interval lies inside the claim's "
+                  "+-delta per decade",
+    Verdict.UNRESOLVED: "an effect against model size: neither a direction nor FLAT",
+    Verdict.PENDING: "the rule needs rows not yet measured (what is missing is said)",
 }
 
 PAPERS = (
@@ -134,7 +146,7 @@ def render() -> str:
                        + [f"| {name} | {ref} |" for name, ref in PAPERS])
     parts = [HEADER, "Verdicts:\n\n" + verdicts + "\n", "Papers, by the short names used "
              "throughout:\n\n" + papers + "\n"]
-    parts += [_section_text(s) for s in SECTIONS]
+    parts += [_section_text(s) for s in DOC_SECTIONS]
     return "\n".join(parts)
 
 
@@ -231,4 +243,10 @@ if __name__ == "__main__":
     print("docs/claims.md", "updated" if update_docs() else "already current")
     print("docs/contributing.md module maps",
           "updated" if update_contributing() else "already current")
+    from tailtheory.core.readme import update_readme
+    from tailtheory.ladder.pages import update_pages
+
+    for page in update_pages():
+        print(page, "size blocks updated")
+    print("README claims table", "updated" if update_readme() else "already current")
     sys.exit(0)

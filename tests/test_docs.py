@@ -26,7 +26,7 @@ def test_docs_claims_md_is_current():
 def test_every_registered_claim_has_a_card_entry():
     """Each registered claim is stated (**ID** or a range **T1-T8**) and mapped in its section's
     paper card."""
-    for section in SECTIONS:
+    for section in docs.DOC_SECTIONS:
         card = docs.section_card(section)
         stated = set()
         for a, i, b, j in re.findall(r"\*\*([A-Z])(\d+)(?:-([A-Z])(\d+))?\*\*", card):
@@ -37,7 +37,7 @@ def test_every_registered_claim_has_a_card_entry():
             assert claim.id in mapped, f"{claim.id} has no row in the {section} card's map"
 
 
-@pytest.mark.parametrize("section", SECTIONS)
+@pytest.mark.parametrize("section", docs.DOC_SECTIONS)
 def test_card_names_resolve(section):
     """Every function and test file a card names exists."""
     for cid, names in docs.card_map(docs.section_card(section)).items():
@@ -55,7 +55,7 @@ def test_card_names_resolve(section):
 def test_card_checks_are_the_registered_ones():
     """The check a card names for a registered claim is the function the registry runs."""
     claims = all_claims()
-    for section in SECTIONS:
+    for section in docs.DOC_SECTIONS:
         for cid, names in docs.card_map(docs.section_card(section)).items():
             if cid not in claims:
                 continue

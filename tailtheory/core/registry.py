@@ -38,16 +38,28 @@ from tailtheory.core.measurements import PROFILES, recording
 
 
 class Verdict(str, Enum):
-    """The verdicts a check can reach; ``docs/claims.md`` says what each means."""
+    """The verdicts a check can reach; ``docs/claims.md`` says what each means. The last five
+    are the trend kind (:data:`TREND_KIND`): an effect against model size, and a claim whose
+    rows are still being measured."""
 
     HOLDS = "HOLDS"
     HOLDS_UNDER = "HOLDS-UNDER"
     REFUTED = "REFUTED"
     TOY_SCALE = "TOY-SCALE"
     NOT_REPRODUCED = "NOT-REPRODUCED"
+    GROWS = "GROWS"
+    SHRINKS = "SHRINKS"
+    FLAT = "FLAT"
+    UNRESOLVED = "UNRESOLVED"
+    PENDING = "PENDING"
 
     def __str__(self) -> str:
         return self.value
+
+
+TREND_KIND = (Verdict.GROWS, Verdict.SHRINKS, Verdict.FLAT, Verdict.UNRESOLVED, Verdict.PENDING)
+"""Verdicts of a claim about a trend against model size (:mod:`tailtheory.ladder.claims`), and
+PENDING: a claim whose rule needs rows not yet measured."""
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def ladder_arguments(p) -> None:
 
 def ladder(args) -> int:
     """``tailtheory ladder ACTION``: the actions of :func:`ladder_arguments`; exit status 0."""
-    from tailtheory.ladder import build, dose, effects, mismatch, models
+    from tailtheory.ladder import build, dose, effects, mismatch, models, report
 
     if args.action == "list":
         print(build.table())
@@ -66,7 +66,7 @@ def ladder(args) -> int:
             state = "recorded built" if row["built"] else "not built"
             print(f"  {row['rung']:5s} {state}; corpus LM {row['corpus']}; "
                   f"warm start {row['warm']}")
-        print(effects.size_report(costs=True))
+        print(report.size_report(costs=True))
         return 0
     if args.action == "batch-shape":
         for name, rows in mismatch.measure_batch_shape(args.rung, threads=args.threads or 1).items():

@@ -134,8 +134,9 @@ def plot_size(data: dict | None = None):
                [labels[k] for k in handles if k in ("seed", "rung mean (sd)", "trend",
                                                     "extrapolated")],
                loc="lower right", fontsize=8, frameon=False)
-    fig.suptitle("Each effect against model size (the matched recipe's ladder; grey dotted: "
-                 "the paper's value or the claim's criterion)", fontsize=10)
+    fig.suptitle("Each effect against model size: the first builds under the first rule "
+                 "(superseded records: rows name no model; grey dotted: the paper's value or "
+                 "the claim's criterion)", fontsize=10)
     fig.tight_layout(rect=(0, 0.02, 1, 0.97))
     return fig, df
 
@@ -177,6 +178,7 @@ def plot_decide(data: dict | None = None):
     for ax in axes[-1]:
         ax.set_xlabel("non-embedding parameters", fontsize=8)
     fig.suptitle("L1, L4, L5 on the decide recipe (lowest-bin tokens decide the answer) against "
-                 "size; grey dotted: the paper's value or the criterion", fontsize=10)
+                 "size: one build a size, exploratory; grey dotted: the paper's value or the "
+                 "criterion", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, df

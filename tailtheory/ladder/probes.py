@@ -170,6 +170,19 @@ def points(effect: str, on: str | None = None) -> list[dict]:
     return out
 
 
+def main_machine() -> str | None:
+    """The machine that measured the most probe-seed rows of ``results/ladder_probes.json`` (ties:
+    the first by name); ``None`` when none is stored. The registered trend claims are judged on
+    it, so their verdicts do not depend on the machine that reads them."""
+    count: dict[str, int] = {}
+    for parts in read().values():
+        for seeds in (parts.values() if isinstance(parts, dict) else ()):
+            for row in (seeds.values() if isinstance(seeds, dict) else ()):
+                if isinstance(row, dict) and row.get("machine"):
+                    count[row["machine"]] = count.get(row["machine"], 0) + 1
+    return min(count, key=lambda m: (-count[m], m)) if count else None
+
+
 def family(on: str | None = None) -> dict:
     """The trend family on machine ``on`` (default: this machine): per effect its builds,
     the rungs in the trend (at least :data:`MIN_BUILDS` builds each) and the exploratory ones,
@@ -197,7 +210,7 @@ def family(on: str | None = None) -> dict:
             res["verdict"] = (f"PENDING ({len(rungs)} of {MIN_RUNGS} rungs with {MIN_BUILDS} "
                               f"builds)")
         out[effect] = res
-    for effect, v in (family_verdicts(trends) if trends else {}).items():
+    for effect, v in (family_verdicts(trends, size=len(FAMILY)) if trends else {}).items():
         out[effect]["verdict"], out[effect]["holm"] = v.verdict, v
     return {"machine": on, "family": list(FAMILY), "effects": out}
 

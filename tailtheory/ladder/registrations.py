@@ -12,3 +12,4 @@ from tailtheory.ladder import build as _build  # noqa: F401
 from tailtheory.ladder import effects as _effects  # noqa: F401
 from tailtheory.ladder import mismatch as _mismatch  # noqa: F401
 from tailtheory.ladder import probes as _probes  # noqa: F401
+from tailtheory.ladder import claims as _claims  # noqa: F401

@@ -324,21 +324,27 @@ class FamilyVerdict:
     family_size: int
 
 
-def family_verdicts(trends: dict, alpha: float = 0.05) -> dict[str, FamilyVerdict]:
+def family_verdicts(trends: dict, alpha: float = 0.05,
+                    size: int | None = None) -> dict[str, FamilyVerdict]:
     """Name -> final verdict of each trend of a family (a dict of :class:`BuildTrend`, the family
     listed before measuring): GROWS / SHRINKS when Holm at ``alpha`` rejects ``slope = 0`` (the
     slope's sign), FLAT when it does not and the unadjusted interval lies inside ``+-delta``,
-    else UNRESOLVED."""
+    else UNRESOLVED. ``size``: the family as listed, when some of its tests have no trend yet;
+    each missing one counts with ``p = 1`` (Holm stays at the listed family's strictness: a test
+    that is measured later never loosens the others' correction)."""
     if not trends:
         raise ValueError("a family needs at least one trend")
     names = list(trends)
-    adj, rej = holm([trends[n].p for n in names], alpha)
+    size = len(names) if size is None else size
+    if size < len(names):
+        raise ValueError(f"the family lists {size} tests but {len(names)} trends were given")
+    adj, rej = holm([trends[n].p for n in names] + [1.0] * (size - len(names)), alpha)
     out = {}
     for name, a, r in zip(names, adj, rej):
         t = trends[name]
         verdict, within = _verdict(t.slope, r, t.low, t.high, t.delta)
         out[name] = FamilyVerdict(verdict, t.slope, t.p, a, r, t.low, t.high, t.delta, within,
-                                  alpha, len(names))
+                                  alpha, size)
     return out
 
 

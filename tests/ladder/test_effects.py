@@ -181,12 +181,15 @@ def test_the_report_prints_each_verdict_and_with_costs_the_parts_seconds(tmp_pat
         store_rung("batch_shape_ladder", r.name, [
             {"decoder": "hf", "dtype": "bf16", "batch": 32, "over_1e3": 0.01 * i + 0.001 * (-1) ** i,
              "non_embedding_params": 10 ** (6 + i)}], {}, "test")
-    report = size.size_report()
+    from tailtheory.ladder.report import size_report
+
+    report = size_report()
     assert "V8 (hf bf16 batch 32, |Delta| > 1e-3) GROWS" in report and "V7" in report
     assert "L1 Spearman PENDING" in report and "CPU-minutes" not in report
+    assert report.index("Trend family over builds") < report.index("Superseded")
     store_rung("ladder_effects", "base", {"tail": {"1": {"seconds": 90.0}, "2": {"seconds": 150.0},
                                                   "3": {}, "4": {"seconds": 3000.0}}}, {}, "test")
-    assert size.size_report(costs=True).endswith(  # the median: one crowded seed does not set it
+    assert size_report(costs=True).endswith(  # the median: one crowded seed does not set it
         "CPU-minutes a seed of each part (seeds timed): base tail 2.5 (3)")
     assert size.part_seconds({}).endswith("none timed")
 

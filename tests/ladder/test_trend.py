@@ -364,3 +364,18 @@ def test_welch_verdicts(a, b, verdict, exploratory):
 def test_welch_bad_input(a, b, kw, match):
     with pytest.raises(ValueError, match=match):
         welch_compare(a, b, **kw)
+
+
+def test_a_listed_family_keeps_its_strictness_while_some_tests_are_pending():
+    """Two trends of a family of 11 listed: Holm multiplies the smaller p by 11, not 2."""
+    from tailtheory.ladder.trend import build_trend, family_verdicts
+
+    sizes = [1e6, 1e6, 3e6, 3e6, 8e6, 8e6]
+    a = build_trend(sizes, [[0.0], [0.01], [0.1], [0.12], [0.2], [0.21]], delta=0.01)
+    b = build_trend(sizes, [[0.0], [0.2], [0.1], [0.0], [0.2], [0.1]], delta=0.01)
+    two = family_verdicts({"a": a, "b": b})
+    listed = family_verdicts({"a": a, "b": b}, size=11)
+    assert listed["a"].p_adjusted == pytest.approx(min(1.0, 11 * a.p))
+    assert listed["a"].p_adjusted >= two["a"].p_adjusted and listed["a"].family_size == 11
+    with pytest.raises(ValueError, match="lists 1 tests"):
+        family_verdicts({"a": a, "b": b}, size=1)
