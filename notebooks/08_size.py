@@ -64,11 +64,13 @@
 # %% tags=["parameters"]
 # Parameters (papermill: `papermill IN.ipynb OUT.ipynb -p PRESET full`). The environment variable
 # TAILTHEORY_PRESET, when set, overrides them; the next cell prints when it does.
-# PRESET  "quick": read the stored measurements (results/ladder_effects.json, ladder.json,
-#                  batch_shape_ladder.json, precision_ladder.json); seconds.
-#         "full":  first measure what the store lacks on every built rung (minutes to hours a
-#                  rung: the `lopti` part is the long one), storing each (rung, part, seed) as
-#                  it finishes. Building a rung is `tailtheory ladder build --rung NAME`.
+# PRESET  "quick": read the stored measurements (results/ladder_models.json, ladder_probes.json,
+#                  v7_64.json, v7_units.json, v8_models.json; the first builds' records
+#                  ladder_effects.json, batch_shape_ladder.json, precision_ladder.json); seconds.
+#         "full":  first measure what the store lacks on every named model kept here (minutes
+#                  to an hour a model: the `lopti` part is the long one), storing each (model,
+#                  part, seed) as it finishes. Building a model is `tailtheory ladder build
+#                  --rung NAME --build B`.
 PRESET = "quick"
 
 # %%
@@ -82,26 +84,28 @@ PROFILE = {"quick": "quick", "full": "thorough"}[PRESET]
 # %%
 from tailtheory.ladder import build as ladder
 from tailtheory.ladder import effects as size, figure as size_figure
+from tailtheory.ladder import probes
 from tailtheory.ladder.report import size_report
 
 if PRESET == "full":
-    size.measure_effects()
-STORED = provenance("stored", PRESET, "results/ladder_effects.json")
+    probes.measure_probes()
+STORED = provenance("stored", PRESET, "results/ladder_probes.json, results/ladder_effects.json")
 print(ladder.table())
 
 # %% [markdown]
 # ## The verdicts first
 #
-# At one size, the base rung's (the registered checks `tailtheory verify --only
-# L1,L4,L5,M7,V2,P4` runs on this preset's profile); then what `verify` prints after its claims
-# table: each effect's trend over the rungs that have 3 seeds (or what it still needs), the
-# lowest bin's decisive share per rung, V8's trend, V7's verdicts and V6 along the ladder (does
-# GRPO's logit-noise threshold k3* move between the base rung and `w256`, 8x its size: study
-# `dose_ladder`, the ledger's rule; `tailtheory diagnose --params N` compares a run's k3 with the
-# threshold of the rung nearest its size).
+# At one size, the base rung's (the registered checks L1, L4, L5, M7, V2, P4), then the size
+# axis's claims on named models: V7, V8 and the trends Z1-Z10 over builds (`tailtheory verify
+# --only ID` runs each on this preset's profile). After them, what `verify` prints about size:
+# the trend family with each build's point, V7 under both rules, the first builds' records
+# (superseded) and V6 along the ladder (does GRPO's logit-noise threshold k3* move between the
+# base rung and `w256`, 8x its size: study `dose_ladder`; `tailtheory diagnose --params N`
+# compares a run's k3 with the threshold of the rung nearest its size).
 
 # %%
-verdict_report(["L1", "L4", "L5", "M7", "V2", "P4"], PROFILE);
+verdict_report(["L1", "L4", "L5", "M7", "V2", "P4", "V7", "V8", *[f"Z{i}" for i in range(1, 11)]],
+               PROFILE);
 
 # %%
 print(size_report())

@@ -263,12 +263,11 @@ def _measure_arguments(m) -> None:
 
 
 MEASURE_EPILOG = """Resuming: a study (`tailtheory study NAME`), `ladder`, `ladder_models`,
-`ladder_effects`, `ladder_probes`, `v7_64`, `v7_units` and `v8_models` store each part as it
-finishes and continue from what is stored; `precision_ladder`, `batch_shape_ladder`
-and `dose_ladder_calibration` store each rung as it finishes but measure every rung again; every
-other measurement is stored once, at the end, and starts over when stopped (the warm starts and
-half-way policies it reads stay cached). `stale` exits 1 when a store is stale or missing, 2 when
-one cannot be read."""
+`ladder_probes`, `v7_64`, `v7_units` and `v8_models` store each part as it finishes and continue
+from what is stored; `dose_ladder_calibration` stores each rung as it finishes but measures every
+rung again; every other measurement is stored once, at the end, and starts over when stopped (the
+warm starts and half-way policies it reads stay cached). `stale` exits 1 when a store is stale or
+missing, 2 when one cannot be read."""
 
 
 def build_parser() -> argparse.ArgumentParser:

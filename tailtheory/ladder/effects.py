@@ -274,10 +274,9 @@ def _store(name: str, part: str, seed: int, row: dict) -> None:
 
 
 STORE_MEASURE = register_measure(Measure(
-    STORE, "L1, L4, L5, M7, V2, P4, the decisive share and the step's speed on every built "
-    "rung, per part and seed", "hours: each part's CPU minutes a seed per rung are stored "
-    "(`tailtheory ladder status` prints them); stored parts are skipped",
-    effects_config, lambda: measure_effects(), resume="yes"))
+    STORE, "L1, L4, L5, M7, V2, P4, the decisive share, the step's speed and the decide recipe's "
+    "probes on the first builds, per rung, part and seed, rows naming no model: a record of the "
+    "first rule, superseded by ladder_probes on named models"))
 
 
 def trends(data: dict | None = None) -> dict[str, dict]:

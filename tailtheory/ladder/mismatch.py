@@ -339,11 +339,8 @@ MEASURES = (
         lambda spec=spec: spec, lambda rule=rule: measure_v7(rule=rule), resume="yes"))
       for rule, spec in V7_RULES.items()),
     register_measure(Measure(
-        PRECISION, "V7: the bf16 / fp16 mismatch ratio on every built rung's warm start",
-        f"not recorded; {N_PROMPTS} prompts answered on each built rung",
-        lambda: {"n_prompts": N_PROMPTS}, lambda: measure_precision(), resume="parts")),
+        PRECISION, "V7 on the first builds' warm starts, rows naming no model: a record of "
+                   "the first rule, superseded by v7_64 and v7_units on named models")),
     register_measure(Measure(
-        BATCH_SHAPE, "V8: the batch-shape mismatch of every built rung's corpus LM",
-        f"not recorded; {SHAPE_WINDOWS['n']} windows forwarded at several batch shapes on each "
-        f"built rung", lambda: {"windows": SHAPE_WINDOWS}, lambda: measure_batch_shape(),
-        resume="parts")))
+        BATCH_SHAPE, "V8 on the first builds' corpus LMs, rows naming no model: a record of the "
+                     "first rule, superseded by v8_models on named models")))
