@@ -7,6 +7,7 @@ change that rewrote the stores' commands (5520d97 to 710ac87) changing nothing e
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from provenance_check import NAMED_BY, UNNAMED
 from tailtheory import cli
 from tailtheory.core.measurements import RESULTS_ENV, fingerprint
 from tailtheory.experiments import measures as ms
@@ -247,6 +249,30 @@ def test_every_stored_file_of_the_repository_is_registered(monkeypatch):
         record = json.loads(path.read_text())
         if "command" in record:
             assert record["command"] == known[path.stem].command, path.name
+
+
+def _test_names(path: Path) -> set[str]:
+    """The top-level test functions defined in the file ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+            and n.name.startswith("test_")}
+
+
+def test_every_measurement_names_its_model_and_machine_or_says_why_not():
+    """Every registered measurement is shown, by a test of the function that makes it, to name
+    in its rows the model it measured and the machine it ran on (``provenance_check.NAMED_BY``),
+    or is excepted with its reason (``UNNAMED``: only a store never made again). A measurement
+    registered in neither fails here, and so does a named test that does not exist."""
+    registered = ms.measures()
+    assert not set(NAMED_BY) & set(UNNAMED)
+    assert sorted(set(registered) - set(NAMED_BY) - set(UNNAMED)) == [], \
+        "registered measurements whose rows no test shows naming their model and machine"
+    assert sorted((set(NAMED_BY) | set(UNNAMED)) - set(registered)) == []
+    for name, why in UNNAMED.items():
+        assert registered[name].remake is None and why, name
+    for name, where in NAMED_BY.items():
+        path, test = where.split("::")
+        assert test in _test_names(REPO / path), f"{name}: no test {where}"
 
 
 def test_every_store_of_the_repository_is_current(monkeypatch):
