@@ -255,7 +255,8 @@ def _study_arguments(st) -> None:
 
 
 def _measure_arguments(m) -> None:
-    m.add_argument("name", help="'list' (every stored file: kind, command, rows, models), "
+    m.add_argument("name", help="'list' (every stored file: kind, rows, models, machines, "
+                                "command), "
                                 "'stale' (the stores today's code no longer matches), or a "
                                 "stored measurement's name")
     m.add_argument("--dry-run", action="store_true",
@@ -309,8 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
              "names them.", _study_arguments)
     _command(sub, "measure", _measure, "list, check and make again the stored measurements",
              "The stored measurements of results/: 'list' names every file with its kind "
-             "(study, measurement, record, superseded), the command that makes it, its rows and "
-             "the models (weights fingerprints) it measured; 'stale' the stores whose config "
+             "(study, measurement, record, superseded), the command that makes it, its rows, "
+             "the models (weights fingerprints) it measured and the machines it ran on; "
+             "'stale' the stores whose config "
              "today's code no longer asks for; NAME prints what making it again costs and "
              "does, then makes it (a study: `tailtheory study NAME`).", _measure_arguments,
              epilog=MEASURE_EPILOG)

@@ -8,7 +8,8 @@ step 0 on one CPU and 0.49-0.54 on another. A stored measurement therefore recor
 the fingerprint of the weights its run started from and the CPU it ran on
 (:func:`provenance`), and an arm that would mix rows from two starting models is refused
 (:func:`check_one_start`): numbers (not verdicts) are expected to move between CPUs, and a mean
-over seeds from two models measures neither.
+over seeds from two models measures neither. A measurement that is not a training run names, in
+each row, the model it measured and the machine it ran on (:func:`measured_on`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,22 @@ def machine(device=None) -> str:
     if dev.type != "cpu":
         return f"{dev.type} device"
     return cpu_model()
+
+
+ROW_NAMES = ("weights", "machine")
+"""The fields :func:`measured_on` adds to a stored row (a reader of the row's numbers leaves them
+out)."""
+
+
+def measured_on(model, weights: str | None = None) -> dict:
+    """``{"weights", "machine"}``: what a stored row names the model it measured and the machine
+    it ran on by (``tailtheory measure list`` reads both). ``weights``: default ``model``'s own
+    fingerprint, of its float32 weights as the caches record them (``model.float()``: the models
+    measured here are float32 already); a policy trained from a start passes the start's.
+    ``machine``: :func:`machine` of the device ``model``'s parameters are on."""
+    device = next(model.parameters()).device
+    return {"weights": weights_fingerprint(model.float()) if weights is None else weights,
+            "machine": machine(device)}
 
 
 def provenance(start_key: str | None, start_weights: str, cpu: str | None = None) -> dict:

@@ -27,8 +27,11 @@ What ``tailtheory measure`` reads of a store (:func:`listing`, :func:`staleness`
 - **rows** (:func:`row_count`): of its ``data``, every dict held in a top-level list (an arm's
   seeds, a probe's batches, calibration tokens), plus one per top-level dict value (a policy, a
   rung, a setting); a ``data`` of numbers only is one row;
-- **models** (:func:`models`): the distinct weights fingerprints its rows record (their
-  ``provenance``, :func:`tailtheory.core.provenance.provenance`), ``unrecorded`` when none;
+- **models** (:func:`models`): the distinct weights fingerprints its rows record, in any of the
+  conventions the stores use (a study's ``provenance``, a measured row's ``weights``, a ladder
+  build's ``warm_weights`` and ``corpus_weights``), ``unrecorded`` when none;
+- **machines** (:func:`machines`): the distinct machines its rows name (``machine``, ``cpu``,
+  a run's ``provenance``), ``unrecorded`` when none;
 - **stale**: the stored ``fingerprint`` differs from :func:`~tailtheory.core.measurements.fingerprint`
   of today's config (for a study: of today's identities of the runs it stores).
 """
@@ -186,20 +189,28 @@ def row_count(data) -> int:
     return sum(sum(isinstance(r, dict) for r in v) if isinstance(v, list) else 1 for v in nested)
 
 
-def models(data) -> list[str]:
-    """The distinct weights fingerprints (:func:`~tailtheory.core.provenance.weights_fingerprint`)
-    found anywhere in ``data``, sorted: a row's ``provenance["weights"]`` (what
-    :func:`~tailtheory.core.provenance.check_one_start` compares), a ladder row's ``weights``
-    beside its ``warm_key`` and a built rung's ``warm_weights``."""
-    found: set[str] = set()
+WEIGHTS_BESIDE = ("warm_key", "machine")
+"""Keys beside which a row's ``weights`` is the fingerprint of the model it measured (a ladder
+row keyed by its warm start; a row that names the machine it ran on,
+:func:`~tailtheory.core.provenance.measured_on`)."""
+
+NAMED_WEIGHTS = ("warm_weights", "corpus_weights")
+"""Keys that hold a model's fingerprint wherever they stand: a built rung's warm start, a row's
+corpus LM (``v8_models``)."""
+
+PARTS = ("warm", "corpus")
+"""Keys of a model's parts, each a dict whose ``weights`` is that part's fingerprint
+(``results/ladder_models.json``: a build's warm start and corpus LM)."""
+
+
+def _walk(data, found: Callable[[dict], list]) -> list[str]:
+    """The distinct strings ``found(d)`` lists for every dict ``d`` anywhere in ``data``,
+    sorted."""
+    out: set[str] = set()
 
     def walk(x):
         if isinstance(x, dict):
-            prov = x.get("provenance")
-            for fp in (prov.get("weights") if isinstance(prov, dict) else None,
-                       x.get("weights") if "warm_key" in x else None, x.get("warm_weights")):
-                if isinstance(fp, str):
-                    found.add(fp)
+            out.update(v for v in found(x) if isinstance(v, str))
             for v in x.values():
                 walk(v)
         elif isinstance(x, list):
@@ -207,7 +218,37 @@ def models(data) -> list[str]:
                 walk(v)
 
     walk(data)
-    return sorted(found)
+    return sorted(out)
+
+
+def _weights(row: dict) -> list:
+    prov = row.get("provenance")
+    return [prov.get("weights") if isinstance(prov, dict) else None,
+            row.get("weights") if any(k in row for k in WEIGHTS_BESIDE) else None,
+            *(row.get(k) for k in NAMED_WEIGHTS),
+            *(row[k].get("weights") for k in PARTS if isinstance(row.get(k), dict))]
+
+
+def models(data) -> list[str]:
+    """The distinct weights fingerprints (:func:`~tailtheory.core.provenance.weights_fingerprint`)
+    found anywhere in ``data``, sorted: a row's ``provenance["weights"]`` (what
+    :func:`~tailtheory.core.provenance.check_one_start` compares), a row's ``weights`` beside
+    :data:`WEIGHTS_BESIDE`, any of :data:`NAMED_WEIGHTS`, and the ``weights`` of a model's
+    :data:`PARTS`."""
+    return _walk(data, _weights)
+
+
+def _machines(row: dict) -> list:
+    prov = row.get("provenance")
+    resumed = prov.get("resumed_on") if isinstance(prov, dict) else None
+    return [row.get("machine"), row.get("cpu"), *(resumed if isinstance(resumed, list) else ())]
+
+
+def machines(data) -> list[str]:
+    """The distinct machines (:func:`~tailtheory.core.provenance.machine`) named anywhere in
+    ``data``, sorted: a row's ``machine``, its ``cpu`` (a row made on the CPU, or the CPU of a
+    run's ``provenance``) and the CPUs a run was resumed on (``provenance["resumed_on"]``)."""
+    return _walk(data, _machines)
 
 
 def _stored_files() -> dict[tuple[str, bool], Path]:
@@ -223,8 +264,9 @@ def _stored_files() -> dict[tuple[str, bool], Path]:
 def listing() -> list[dict]:
     """One row per stored file (and per registered store not stored here): ``name``, ``kind``
     (``study``, ``measurement``, ``record``, ``superseded`` or ``unregistered``), ``command``,
-    ``rows`` (:func:`row_count`; ``-`` without ``data``, ``missing`` with no file, ``unreadable``)
-    and ``models`` (:func:`models`, or ``unrecorded``)."""
+    ``rows`` (:func:`row_count`; ``-`` without ``data``, ``missing`` with no file, ``unreadable``),
+    ``models`` (:func:`models`) and ``machines`` (:func:`machines`), each joined by ``", "`` or
+    ``unrecorded``."""
     known: dict[str, Measure | Study] = {**studies(), **measures()}
     files = _stored_files()
     out = []
@@ -242,7 +284,7 @@ def listing() -> list[dict]:
         if (name, sup) not in files:
             kind = "study" if isinstance(entry, Study) else entry.kind
             out.append({"name": name, "kind": kind, "command": entry.command, "rows": "missing",
-                        "models": "-"})
+                        "models": "-", "machines": "-"})
     return sorted(out, key=lambda r: (r["kind"] == SUPERSEDED, r["name"]))
 
 
@@ -251,22 +293,36 @@ def _row(name: str, kind: str, command: str, path: Path) -> dict:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
         return {"name": name, "kind": kind, "command": command, "rows": "unreadable",
-                "models": "-"}
+                "models": "-", "machines": "-"}
     data = record.get("data") if isinstance(record, dict) else None
-    fps = models(data)
     return {"name": name, "kind": kind, "command": command,
             "rows": "-" if data is None else row_count(data),
-            "models": ", ".join(fps) if fps else "unrecorded"}
+            "models": ", ".join(models(data)) or "unrecorded",
+            "machines": ", ".join(machines(data)) or "unrecorded"}
+
+
+COLUMNS = ("name", "kind", "rows", "models", "machines", "command")
+"""The columns of :func:`table`, in order."""
+
+SHORT_DIGITS = 8
+"""Hex digits of a fingerprint :func:`table` shows (as many as a ladder model's label holds)."""
+
+
+def _short(models_cell: str) -> str:
+    """A ``models`` cell with each 16-digit fingerprint cut to :data:`SHORT_DIGITS`."""
+    return ", ".join(fp[:SHORT_DIGITS] if len(fp) == 16 else fp
+                     for fp in models_cell.split(", "))
 
 
 def table(rows: list[dict]) -> str:
-    """``rows`` of :func:`listing` as aligned text, one line each."""
-    head = {"name": "name", "kind": "kind", "rows": "rows", "models": "models",
-            "command": "command"}
-    cols = ("name", "kind", "rows", "models", "command")
-    width = {c: max(len(str(r[c])) for r in [head, *rows]) for c in cols[:-1]}
-    return "\n".join("  ".join(f"{str(r[c]):<{width[c]}}" for c in cols[:-1]) + "  " +
-                     str(r["command"]) for r in [head, *rows])
+    """``rows`` of :func:`listing` as aligned text, one line each (the command last, unpadded;
+    fingerprints cut to their first :data:`SHORT_DIGITS` hex digits, the full ones in
+    :func:`listing`)."""
+    head = {c: c for c in COLUMNS}
+    shown = [head, *({**r, "models": _short(str(r["models"]))} for r in rows)]
+    width = {c: max(len(str(r[c])) for r in shown) for c in COLUMNS[:-1]}
+    return "\n".join("  ".join(f"{str(r[c]):<{width[c]}}" for c in COLUMNS[:-1]) + "  " +
+                     str(r["command"]) for r in shown)
 
 
 def _today(entry: Measure | Study, record: dict) -> str:

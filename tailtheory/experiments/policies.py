@@ -9,12 +9,16 @@ sections, once.
   that run is trained again to the step in a folder of its own under the run cache's
   ``probes/`` (the run cache keeps a run's last checkpoint only), and its metric lines are
   checked equal to the cached full run's first ones (:func:`mid_policy`).
+
+A row measured on either names the model it measured as the recipe's warm start (the half-way
+policy's start) and the machine (:func:`policy_measured_on`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from tailtheory.core.provenance import measured_on, weights_fingerprint
 from tailtheory.engine.checkpoint import read_checkpoint, read_metrics
 from tailtheory.engine.load import load_start
 from tailtheory.engine.start.sft import config_hash
@@ -83,6 +87,17 @@ def probed_policy(policy: str, recipe: str = "learn", progress: bool = True) -> 
         raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
     cfg = grpo_config(recipe)
     return load_start(cfg) if policy == "warm" else mid_policy(progress, cfg, mid_step(recipe))
+
+
+def policy_measured_on(policy: str, model, recipe: str = "learn") -> dict:
+    """``{"weights", "machine"}`` that a row measured on ``model``, the ``policy`` of ``recipe``
+    (:func:`probed_policy`), names (:func:`~tailtheory.core.provenance.measured_on`): both policies
+    by the recipe's warm start, the half-way policy by the model its run started from (loaded
+    here: the model at hand is the trained one), and the machine ``model`` is on."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+    start = None if policy == "warm" else weights_fingerprint(load_start(grpo_config(recipe))[0])
+    return measured_on(model, start)
 
 
 def policies_identity(recipe: str = "learn") -> dict:

@@ -75,7 +75,8 @@ def facts(r: Rung) -> dict:
 LADDER = "ladder"
 """``results/ladder.json``: in its config every rung's :func:`facts` (``params``,
 ``non_embedding_params``, ...), in its data each built rung's row: the facts and what its build
-measured (held-out perplexity, the warm start's accuracy, seconds, cache keys, CPU)."""
+measured (held-out perplexity, the warm start's accuracy, seconds, cache keys, the fingerprints
+of its warm start and corpus LM, CPU)."""
 
 COMMAND = "tailtheory ladder build"
 """Builds rungs (``--rung NAME``: one), what a measurement on a rung not built here says to run."""
@@ -125,6 +126,7 @@ def build(names: list[str] | None = None, progress: bool = True, threads: int = 
             row = {**facts(r), "built": True, "build": b, "label": model["label"],
                    "heldout_loss": c["heldout_loss"], "heldout_ppl": c["heldout_ppl"],
                    "corpus_key": corpus.name, "corpus_seconds": c["seconds"],
+                   "corpus_weights": (model["corpus"] or {}).get("weights"),
                    "warm_key": warm.name, "warm_accuracy": w["accuracy"],
                    "warm_steps": w["steps"], "warm_window": w["window"],
                    "warm_seconds": w["seconds"], "warm_weights": w.get("weights"),
@@ -150,7 +152,7 @@ def _keep_previous(row: dict, old: dict | None) -> dict:
                                                                         row["warm_accuracy"])
     if not same:
         gone = {k: old.get(k) for k in ("cpu", "heldout_ppl", "warm_accuracy", "warm_steps",
-                                        "warm_weights")}
+                                        "warm_weights", "corpus_weights")}
         earlier.append(gone)
         print(f"tailtheory: rung {row['rung']} was built as another model than "
               f"results/{LADDER}.json recorded (made on {gone['cpu']}: perplexity "

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from tailtheory.core.estimators import k3
 from tailtheory.core.measurements import StaleMeasurement
-from tailtheory.core.provenance import cpu_model
+from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import torch_threads
@@ -91,7 +91,8 @@ def noise_calibration_config() -> dict:
 
 def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> dict:
     """The sigma of each of :data:`TARGETS` on the warm starts of the built rungs ``names``
-    (default: every built rung), stored per rung as each finishes. Nothing is trained."""
+    (default: every built rung), stored per rung as each finishes with the warm start's key and
+    fingerprint and the CPU. Nothing is trained."""
     out = {}
     for name in built_names(names):
         cfg = replace(train_config("matched"), rung=name, seed=1)
@@ -107,7 +108,8 @@ def measure_noise_sigmas(names: list[str] | None = None, threads: int = 1) -> di
             points = {str(t): dict(zip(("sigma", "k3"), calibrate(k3_of, t))) for t in TARGETS}
         out[name] = {"targets": points, "evaluated": {f"{s:.6g}": k for s, k in
                                                      sorted(cache.items())},
-                     "warm_key": warm.name, "cpu": cpu_model()}
+                     "warm_key": warm.name, "weights": weights_fingerprint(model.float()),
+                     "cpu": cpu_model()}
         store_rung(CALIBRATION, name, out[name], noise_calibration_config(),
                    measure_command(CALIBRATION))
     return out

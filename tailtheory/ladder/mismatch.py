@@ -17,7 +17,7 @@ import json
 
 
 from tailtheory.core.measurements import measurement_path
-from tailtheory.core.provenance import cpu_model
+from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_stream,
                                                load_corpus_lm)
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
@@ -104,15 +104,17 @@ N_PROMPTS = 64
 def measure_precision(names: list[str] | None = None, threads: int = 1) -> dict[str, dict]:
     """V7 on the warm starts of the built rungs ``names`` (default: every rung
     ``results/ladder.json`` holds built), stored per rung in ``results/precision_ladder.json`` as
-    each finishes. A rung whose warm start is not in the cache here is a ``ValueError`` naming
-    the command that builds it (nothing is trained here)."""
+    each finishes, with the warm start's key and fingerprint and the CPU. A rung whose warm start
+    is not in the cache here is a ``ValueError`` naming the command that builds it (nothing is
+    trained here)."""
     built, out = stored(), {}
     for name in built_names(names):
         model, task, warm = warm_policy(name)
         with torch_threads(threads):
             out[name] = {**precision_mismatch(model, task, N_PROMPTS), "rung": name,
                          "non_embedding_params": built[name]["non_embedding_params"],
-                         "warm_key": warm.name, "cpu": cpu_model()}
+                         "warm_key": warm.name, "weights": weights_fingerprint(model.float()),
+                         "cpu": cpu_model()}
         store_rung(PRECISION, name, out[name], {"n_prompts": N_PROMPTS},
                    measure_command(PRECISION))
     return out
@@ -129,8 +131,9 @@ criterion)."""
 def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dict[str, list]:
     """V8 on the built rungs ``names`` (default: every rung ``results/ladder.json`` holds built):
     :func:`batch_shape_mismatch` of the rung's corpus LM on :data:`SHAPE_WINDOWS`, stored per
-    rung in ``results/batch_shape_ladder.json`` as each finishes. A rung not built here is a
-    ``ValueError`` naming the command that builds it."""
+    rung in ``results/batch_shape_ladder.json`` as each finishes, each row with the corpus LM's
+    fingerprint (``corpus_weights``, as ``v8_models`` names it) and the CPU. A rung not built here
+    is a ``ValueError`` naming the command that builds it."""
     built = stored()
     names = names or [r.name for r in RUNGS if r.name in built]
     out = {}
@@ -141,8 +144,10 @@ def measure_batch_shape(names: list[str] | None = None, threads: int = 1) -> dic
         seqs = ragged_windows(heldout_stream(path), **SHAPE_WINDOWS)
         with torch_threads(threads):
             rows = batch_shape_mismatch(model.float().eval(), seqs, pad_id=tok.pad_token_id)
+        corpus = weights_fingerprint(model.float())
         out[name] = [{**row, "rung": name, "non_embedding_params": built[name][
-            "non_embedding_params"], "cpu": cpu_model()} for row in rows]
+            "non_embedding_params"], "corpus_weights": corpus, "cpu": cpu_model()}
+            for row in rows]
         store_rung(BATCH_SHAPE, name, out[name], {"windows": SHAPE_WINDOWS},
                    measure_command(BATCH_SHAPE))
     return out

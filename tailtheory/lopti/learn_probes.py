@@ -35,7 +35,8 @@ from tailtheory.core.measurements import measured
 from tailtheory.core.registry import Evidence
 from tailtheory.experiments.comparison import worst
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
-from tailtheory.experiments.policies import MID_SEED, POLICIES, grpo_config, mid_step, probed_policy
+from tailtheory.experiments.policies import (MID_SEED, POLICIES, grpo_config, mid_step,
+                                              policy_measured_on, probed_policy)
 from tailtheory.lopti.measurement import (PROBE_SIZES, l1_evidence, l4_evidence, l5_evidence,
                                           measure, probe_config as base)
 
@@ -67,12 +68,15 @@ def probe_config(recipe: str = "learn") -> dict:
 
 
 def measure_learn_probes(progress: bool = True, recipe: str = "learn") -> dict:
-    """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`."""
+    """Policy -> the one-step measurement of :func:`tailtheory.lopti.measurement.measure`, with
+    the model it names and the machine
+    (:func:`~tailtheory.experiments.policies.policy_measured_on`)."""
     cfg, (seeds, batches) = grpo_config(recipe), _sizes(recipe)
     out = {}
     for policy in POLICIES:
         model, task = probed_policy(policy, recipe, progress)
-        out[policy] = measure(model, task, cfg, seeds, batches, progress=progress)
+        named = policy_measured_on(policy, model, recipe)      # before any probe step
+        out[policy] = {**measure(model, task, cfg, seeds, batches, progress=progress), **named}
     return out
 
 

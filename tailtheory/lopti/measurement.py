@@ -36,6 +36,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import measured_on
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.engine.devices import model_generator
 from tailtheory.engine.rollout.engine import RolloutEngine
@@ -136,15 +137,19 @@ def probe_config(preset: str = "full") -> dict:
 def measure_probes(preset: str, seeds=None, batches: int | None = None,
                    progress: bool = True) -> dict:
     """Measure ``preset`` (its warm start and sizes; ``seeds`` / ``batches`` override
-    :data:`PROBE_SIZES`). Nothing is stored: see :func:`probe_data`."""
+    :data:`PROBE_SIZES`), naming the warm start's fingerprint and the machine beside the seeds
+    and batches (:func:`~tailtheory.core.provenance.measured_on`). Nothing is stored: see
+    :func:`probe_data`."""
     from tailtheory.experiments.presets import check_preset, train_config, warm_model
 
     sizes = PROBE_SIZES[check_preset(preset)]
     seeds, batches, _ = _check_sizes(sizes["seeds"] if seeds is None else seeds,
                                      sizes["batches"] if batches is None else batches, SGD_LR)
     model, task = load_warm_start(warm_model(preset, progress=False), device="cpu")  # may train
-    return measure(model, task, train_config(preset, method="grpo"), seeds, batches,
+    named = measured_on(model)                                  # before any probe step
+    data = measure(model, task, train_config(preset, method="grpo"), seeds, batches,
                    progress=progress)
+    return {**data, **named}
 
 
 def probe_data(profile: str) -> dict:

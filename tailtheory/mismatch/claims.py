@@ -8,6 +8,7 @@ from dataclasses import asdict
 import torch
 
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import ROW_NAMES, measured_on
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 from tailtheory.engine.rollout.engine import HF
 from tailtheory.engine.start.corpus_lm import (CorpusLMConfig, corpus_lm, heldout_batch,
@@ -248,7 +249,8 @@ def _m7_evidence(parts: dict, models: str) -> Evidence:
                            "bound is a theorem, so this is an internal inconsistency")
     failed = {name: _m7_failures(n) for name, n in parts.items()}
     numbers = {f"{name}/shape": "no" if failed[name] else "yes" for name in parts}
-    numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()})
+    numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()
+                    if k not in ROW_NAMES})       # the numbers, not the model a store names
     numbers["decoder"] = HF        # each copy's own Hugging Face forward (kv: its KV cache)
     ok = not any(failed.values())
     why = "; ".join(f"{name} fails {', '.join(f)}" for name, f in failed.items() if f)
@@ -303,14 +305,16 @@ def m7_corpus_config() -> dict:
 
 
 def _m7_corpus(profile: str) -> dict:
-    """M7's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
+    """M7's numbers on the corpus LM, with its fingerprint and the machine
+    (:func:`~tailtheory.core.provenance.measured_on`): the stored measurement (``quick``) or a
+    new one."""
     cfg = CorpusLMConfig()
     B, T = M7_CORPUS_SIZE
 
     def measure() -> dict:
         path = corpus_lm(cfg)
         model, _ = load_corpus_lm(path, device="cpu")
-        return _m7_numbers(model, heldout_batch(path, B, T, seed=0))
+        return {**_m7_numbers(model, heldout_batch(path, B, T, seed=0)), **measured_on(model)}
 
     return measured("m7_corpus_lm", m7_corpus_config(), measure, profile,
                     measure_command("m7_corpus_lm"))
@@ -331,7 +335,9 @@ def m7_matched_config() -> dict:
 
 def _m7_matched(profile: str) -> dict:
     """M7's numbers on the ``matched`` recipe's warm start and half-way GRPO policy
-    (``matched_warm/``, ``matched_mid/``): stored (``quick``) or measured (``thorough``)."""
+    (``matched_warm/``, ``matched_mid/``), each with the model it names and the machine
+    (:func:`~tailtheory.experiments.policies.policy_measured_on`): stored (``quick``) or measured
+    (``thorough``)."""
 
     B, T = M7_MATCHED_SIZE
 
@@ -339,7 +345,8 @@ def _m7_matched(profile: str) -> dict:
         out = {}
         for policy in lp.POLICIES:
             model, task = lp.probed_policy(policy, "matched", progress=False)
-            out[f"matched_{policy}"] = _m7_numbers(model, policy_windows(model, task, B, T))
+            out[f"matched_{policy}"] = {**_m7_numbers(model, policy_windows(model, task, B, T)),
+                                        **lp.policy_measured_on(policy, model, "matched")}
         return out
 
     return measured("m7_matched", m7_matched_config(), measure, profile,

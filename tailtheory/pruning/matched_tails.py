@@ -17,7 +17,7 @@ from tailtheory.core.measurements import measured
 from tailtheory.engine.threads import torch_threads
 from tailtheory.experiments import policies as lp
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
-from tailtheory.experiments.policies import probed_policy
+from tailtheory.experiments.policies import policy_measured_on, probed_policy
 from tailtheory.pruning.trained_tails import (P4_TRAINED_VERSION, P_BIN_EDGES, SEQ_QUANTILES,
                                               TrainedP4Config, rollout_setting)
 
@@ -28,19 +28,22 @@ MATCHED_SETTINGS = ("matched_warm", "matched_mid")
 
 
 def measure_matched(cfg: TrainedP4Config = TrainedP4Config(), progress: bool = False) -> dict:
-    """:func:`rollout_setting` of each policy of :data:`MATCHED_SETTINGS` (JSON-ready), on one
-    CPU thread; the half-way policy is trained first if the run cache lacks it."""
+    """:func:`rollout_setting` of each policy of :data:`MATCHED_SETTINGS` (JSON-ready), with the
+    model it names and the machine (:func:`~tailtheory.experiments.policies.policy_measured_on`),
+    on one CPU thread; the half-way policy is trained first if the run cache lacks it."""
 
     settings, seconds = {}, {}
     with torch_threads(1):
         for name in MATCHED_SETTINGS:
             t0 = time.perf_counter()
-            model, task = probed_policy(name.removeprefix("matched_"), "matched", progress)
+            policy = name.removeprefix("matched_")
+            model, task = probed_policy(policy, "matched", progress)
             prompts = [p.prompt_ids for p in task.problems(cfg.policy_prompts,
                                                             seed=cfg.prompt_seed)]
             settings[name] = rollout_setting(model, prompts, task.stop_ids, task.pad_id,
                                              task.max_response_len, cfg)
             seconds[name] = round(time.perf_counter() - t0, 1)
+            settings[name].update(policy_measured_on(policy, model, "matched"))
     return {"settings": settings, "seconds": seconds}
 
 

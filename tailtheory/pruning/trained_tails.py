@@ -41,6 +41,7 @@ import torch
 
 from tailtheory.core.checks import check_logits, check_positive_int, check_same_shape
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import measured_on
 from tailtheory.core.safeset import RULES
 from tailtheory.core.stats import token_stats
 from tailtheory.core.stats import map_row_blocks
@@ -266,31 +267,35 @@ def rollout_setting(model, prompts, eos_id, pad_id: int, max_new: int,
 
 
 def measure_corpus_lm(cfg: TrainedP4Config) -> dict:
-    """``corpus_text`` and ``corpus_rollout`` of the corpus LM (trained first if not cached)."""
+    """``corpus_text`` and ``corpus_rollout`` of the corpus LM (trained first if not cached), each
+    with its fingerprint and the machine (:func:`~tailtheory.core.provenance.measured_on`)."""
 
     path = corpus_lm(cfg.corpus)
     model, tok = load_corpus_lm(path, device="cpu")
+    named = measured_on(model)
     ids = heldout_batch(path, cfg.text_windows, cfg.text_len, seed=cfg.prompt_seed)   # (B, L)
     z, zp = paired_logits(model, ids, cfg.path)
     text = {"sweep": pruning_sweep(z, zp, cfg.rhos, cfg.rule).to_dict("records"),
-            "shares": mass_shares(z, zp).to_dict("records")}
+            "shares": mass_shares(z, zp).to_dict("records"), **named}
     prompts = heldout_batch(path, cfg.corpus_prompts, cfg.corpus_prompt_len,
                             seed=cfg.prompt_seed + 1).tolist()
     eos, pad = tok.convert_tokens_to_ids([EOT, PAD])
-    roll = rollout_setting(model, prompts, eos, pad, cfg.corpus_new_tokens, cfg)
+    roll = {**rollout_setting(model, prompts, eos, pad, cfg.corpus_new_tokens, cfg), **named}
     rec = read_corpus_record(path)
     info = {k: rec[k] for k in ("hash", "heldout_loss", "heldout_ppl", "unigram_loss", "n_params")}
     return {"model": {**info, **rec["corpus"]}, "corpus_text": text, "corpus_rollout": roll}
 
 
 def measure_policy(cfg: TrainedP4Config) -> dict:
-    """``policy_rollout`` of the cached warm-started task policy."""
+    """``policy_rollout`` of the cached warm-started task policy, with its fingerprint and the
+    machine (:func:`~tailtheory.core.provenance.measured_on`)."""
     from tailtheory.experiments.presets import warm_model
 
     path = warm_model(cfg.policy_preset, progress=False)
     model, task = load_warm_start(path, device="cpu")
     prompts = [p.prompt_ids for p in task.problems(cfg.policy_prompts, seed=cfg.prompt_seed)]
-    roll = rollout_setting(model, prompts, task.stop_ids, task.pad_id, task.max_response_len, cfg)
+    roll = {**rollout_setting(model, prompts, task.stop_ids, task.pad_id, task.max_response_len,
+                              cfg), **measured_on(model)}
     rec = read_record(path)
     info = {"hash": rec["hash"], "task": rec["config"]["task"], "accuracy": rec["accuracy"],
             "steps": rec["steps"], "n_params": rec["n_params"],

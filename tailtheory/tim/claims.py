@@ -20,6 +20,7 @@ import torch
 
 from tailtheory.core.estimators import k3
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import ROW_NAMES, measured_on
 from tailtheory.core.registry import Evidence, Verdict, pick, register
 from tailtheory.engine.policy_forward import response_logprobs
 from tailtheory.engine.rollout.engine import HF
@@ -89,7 +90,8 @@ def _v2(profile: str) -> Evidence:
     seen = {name: n["bf16/mean_abs"] < V2_MEAN_SMALL and n["bf16/max_abs"] > V2_MAX_HEAVY
             for name, n in parts.items()}
     numbers = {f"{name}/seen": "yes" if seen[name] else "no" for name in parts}
-    numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()})
+    numbers.update({f"{name}/{k}": v for name, n in parts.items() for k, v in n.items()
+                    if k not in ROW_NAMES})       # the numbers, not the model a store names
     numbers["decoder"] = DECODER
     return Evidence(Verdict.TOY_SCALE if all(seen.values()) else Verdict.NOT_REPRODUCED, numbers,
                     f"sampled tokens of (a) a random-init V = 512 model with a sharpened head, "
@@ -119,9 +121,14 @@ def v2_corpus_config() -> dict:
 
 
 def _v2_corpus(profile: str) -> dict:
-    """V2's numbers on the corpus LM: the stored measurement (``quick``) or a new one."""
-    return measured("v2_corpus_lm", v2_corpus_config(),
-                    lambda: _v2_numbers(_corpus_batches(CorpusLMConfig())), profile,
+    """V2's numbers on the corpus LM, with its fingerprint and the machine
+    (:func:`~tailtheory.core.provenance.measured_on`): the stored measurement (``quick``) or a
+    new one."""
+    def measure() -> dict:
+        batches, model = _corpus_batches(CorpusLMConfig())
+        return {**_v2_numbers(batches), **measured_on(model)}
+
+    return measured("v2_corpus_lm", v2_corpus_config(), measure, profile,
                     measure_command("v2_corpus_lm"))
 
 
@@ -132,7 +139,8 @@ V2_MEASURE = register_measure(Measure(
 
 
 def _corpus_batches(cfg):
-    """``path -> [(roll, train, mask)]`` per seed on the corpus LM, prompts from held-out text."""
+    """``(batches, model)``: ``batches(path) -> [(roll, train, mask)]`` per seed on the corpus LM
+    ``model``, prompts from held-out text."""
 
     folder = corpus_lm(cfg)
     model, tok = load_corpus_lm(folder, device="cpu")
@@ -150,7 +158,7 @@ def _corpus_batches(cfg):
             with torch.no_grad():
                 out.append((rb.logp, response_logprobs(model, rb, keep=rb.keep), rb.mask))
         return out
-    return batches
+    return batches, model
 
 
 # V3-V5: GRPO runs on the learning testbed that differ only in the rollout path (V3:

@@ -12,8 +12,8 @@ import torch
 
 from tailtheory.core.measurements import load_measurement, save_measurement
 from tailtheory.core.models import tiny_lm
-from tailtheory.core.provenance import (MixedStarts, check_one_start, cpu_model, provenance,
-                                        weights_fingerprint)
+from tailtheory.core.provenance import (ROW_NAMES, MixedStarts, check_one_start, cpu_model,
+                                        machine, measured_on, provenance, weights_fingerprint)
 from tailtheory.experiments import incremental as inc
 from tailtheory.engine.config import TrainConfig
 from tailtheory.experiments.runs import run_key, runs_root
@@ -39,6 +39,16 @@ def test_fingerprint_tells_models_apart_by_one_ulp():
 
 def test_cpu_model_names_the_kernels_instruction_set():
     assert cpu_model() and "(" in cpu_model()
+
+
+def test_a_measured_row_names_the_model_and_the_machine():
+    """``measured_on``: the model's own fingerprint (of its float32 weights) unless a start's is
+    given, and the machine of the device its parameters are on; exactly :data:`ROW_NAMES`."""
+    model = tiny_lm(vocab_size=32, hidden=16, layers=1, heads=2, kv_heads=1, seed=0)
+    named = measured_on(model)
+    assert tuple(named) == ROW_NAMES and named["machine"] == machine() == cpu_model()
+    assert named["weights"] == weights_fingerprint(model)
+    assert measured_on(model, "0910fc60bac33f64")["weights"] == "0910fc60bac33f64"
 
 
 def test_rows_from_two_models_under_one_key_are_refused():

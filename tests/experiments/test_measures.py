@@ -1,11 +1,13 @@
 """The registry of stored measurements (``tailtheory/experiments/measures.py``) and ``tailtheory
-measure``: a name registered once, an unknown name listing the valid ones, the listing, the
-staleness check and a dry run on a temporary ``results/``, every file of the repository's
-``results/`` registered, and the change that rewrote the stores' commands (5520d97 to 710ac87)
-changing nothing else of them."""
+measure``: a name registered once, an unknown name listing the valid ones, the listing (rows, and
+the models and machines each convention of the stores names), the staleness check and a dry run
+on a temporary ``results/``, every file of the repository's ``results/`` registered, every
+registered measurement shown to name its model and machine (or excepted, with the reason), and the
+change that rewrote the stores' commands (5520d97 to 710ac87) changing nothing else of them."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from provenance_check import NAMED_BY, UNNAMED
 from tailtheory import cli
 from tailtheory.core.measurements import RESULTS_ENV, fingerprint
 from tailtheory.experiments import measures as ms
@@ -97,24 +100,89 @@ def test_row_count_and_models():
     assert ms.models({"A": [{"seed": 1}]}) == []
 
 
-def test_list_names_every_file_with_its_kind_rows_and_models(fake, capsys):
+CONVENTIONS = {
+    "a study's provenance": ({"A": [{"seed": 1, "provenance": {"start": "k", "weights": "aaaa",
+                                                               "cpu": "CPU A"}}]},
+                             ["aaaa"], ["CPU A"]),
+    "a run resumed on another CPU": ({"A": [{"provenance": {
+        "start": "k", "weights": "aaaa", "cpu": "CPU A", "resumed_on": ["CPU B"]}}]},
+        ["aaaa"], ["CPU A", "CPU B"]),
+    "weights beside warm_key": ({"base": {"tail": {"1": {"warm_key": "k", "weights": "bbbb",
+                                                         "cpu": "CPU A"}}}}, ["bbbb"], ["CPU A"]),
+    "weights beside machine": ({"base.b0-0910fc60": {"p4": {"1": {
+        "model": "base.b0-0910fc60", "weights": "cccc", "machine": "GPU (cuda)"}}}},
+        ["cccc"], ["GPU (cuda)"]),
+    "warm_weights": ({"w192": {"warm_weights": "dddd", "cpu": "CPU A"}}, ["dddd"], ["CPU A"]),
+    "corpus_weights": ({"base.b1-8f362256": {"rows": [{"over_1e3": 0.1}],
+                                             "corpus_weights": "eeee", "machine": "CPU A"}},
+                       ["eeee"], ["CPU A"]),
+    "a model's warm start and corpus LM": ({"base.b1-8f362256": {
+        "warm": {"key": "k", "weights": "ffff", "cpu": "CPU A"},
+        "corpus": {"key": "c", "weights": "0000", "cpu": "CPU B"}, "recorded_on": "CPU C"}},
+        ["0000", "ffff"], ["CPU A", "CPU B"]),
+}
+"""Convention -> (a store's ``data`` written in it, the models and machines it names)."""
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+def test_models_and_machines_are_read_in_every_convention(convention):
+    data, want_models, want_machines = CONVENTIONS[convention]
+    assert ms.models(data) == want_models and ms.machines(data) == want_machines
+
+
+def test_a_weights_field_alone_names_no_model():
+    """``weights`` names a model only beside a warm-start key or a machine: elsewhere it may be
+    anything (a mixture's weights); a field that is not a string is never a model or machine."""
+    data = {"x": {"weights": "aaaa", "cpu_seconds": 3.0}, "y": {"machine": 1, "cpu": None},
+            "z": {"weights": [0.5, 0.5], "machine": "CPU A"}}
+    assert ms.models(data) == [] and ms.machines(data) == ["CPU A"]
+    assert ms.models(None) == ms.machines(None) == [] == ms.models([1, 2]) == ms.machines(3.0)
+
+
+def test_list_names_every_file_with_its_kind_rows_models_and_machines(fake, capsys):
     results, _, config = fake
+    weights = ("0910fc60bac33f64", "e9b84e2989f69569")
     _store(results / "probe.json", config,
-           {"warm": [{"seed": 1, "provenance": {"start": "k", "weights": "abcd", "cpu": "c"}}]})
+           {"warm": [{"seed": 1, "provenance": {"start": "k", "weights": weights[0],
+                                                "cpu": "CPU A (AVX512)"}}],
+            "mid": [{"seed": 1, "weights": weights[1], "machine": "GPU B (cuda)"}]})
     _store(results / "superseded" / "old_runs.json", config, {"A": [{"x": 1}] * 3},
            "tailtheory measure old_runs")
     (results / "stray.json").write_text("{}")
     rows = {r["name"]: r for r in ms.listing()}
-    assert rows["probe"] == {"name": "probe", "kind": "measurement", "rows": 1,
-                             "models": "abcd", "command": "tailtheory measure probe"}
+    assert rows["probe"] == {"name": "probe", "kind": "measurement", "rows": 2,
+                             "models": ", ".join(weights),
+                             "machines": "CPU A (AVX512), GPU B (cuda)",
+                             "command": "tailtheory measure probe"}
     assert rows["old_runs"]["kind"] == "superseded" and rows["old_runs"]["rows"] == 3
-    assert rows["old_runs"]["models"] == "unrecorded"
     assert rows["stray"]["kind"] == "unregistered" and rows["stray"]["rows"] == "-"
     assert rows["notes"]["kind"] == "record" and rows["notes"]["rows"] == "missing"
+    assert (rows["notes"]["models"], rows["notes"]["machines"]) == ("-", "-")
     assert cli.main(["measure", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["name", "kind", "rows", "models", "command"]
-    assert any(re.match(r"stray\s+unregistered\s+-\s+unrecorded\s+-", line) for line in out)
+    assert out[0].split() == ["name", "kind", "rows", "models", "machines", "command"]
+    line = next(x for x in out if x.startswith("probe "))        # fingerprints cut to 8 digits
+    assert re.match(r"probe\s+measurement\s+2\s+0910fc60, e9b84e29\s+CPU A \(AVX512\), "
+                    r"GPU B \(cuda\)\s+tailtheory measure probe$", line)
+    starts = {out[0].index(c) for c in ("models", "machines", "command")}
+    assert all({x.index(v) for v in ("0910fc60", "CPU A", "tailtheory")} == starts
+               for x in out if x.startswith("probe "))          # aligned under their heads
+    assert any(re.match(r"stray\s+unregistered\s+-\s+unrecorded\s+unrecorded\s+-$", x)
+               for x in out)
+
+
+def test_a_store_naming_no_model_reads_unrecorded(fake, capsys):
+    """A store whose rows name neither model nor machine (a bare ``weights`` names none), or
+    one of numbers only, lists both as ``unrecorded``; one naming a machine only, the machine."""
+    results, _, config = fake
+    _store(results / "probe.json", config, {"warm": [{"seed": 1, "weights": "abcd", "x": 1}]})
+    _store(results / "superseded" / "old_runs.json", config, {"mean": 0.1},
+           "tailtheory measure old_runs")
+    _store(results / "notes.json", config, {"A": [{"cpu": "CPU A"}]}, "tailtheory measure notes")
+    rows = {r["name"]: r for r in ms.listing()}
+    for name in ("probe", "old_runs"):
+        assert (rows[name]["models"], rows[name]["machines"]) == ("unrecorded", "unrecorded")
+    assert (rows["notes"]["models"], rows["notes"]["machines"]) == ("unrecorded", "CPU A")
 
 
 def test_stale_exit_status(fake, capsys):
@@ -181,6 +249,30 @@ def test_every_stored_file_of_the_repository_is_registered(monkeypatch):
         record = json.loads(path.read_text())
         if "command" in record:
             assert record["command"] == known[path.stem].command, path.name
+
+
+def _test_names(path: Path) -> set[str]:
+    """The top-level test functions defined in the file ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+            and n.name.startswith("test_")}
+
+
+def test_every_measurement_names_its_model_and_machine_or_says_why_not():
+    """Every registered measurement is shown, by a test of the function that makes it, to name
+    in its rows the model it measured and the machine it ran on (``provenance_check.NAMED_BY``),
+    or is excepted with its reason (``UNNAMED``: only a store never made again). A measurement
+    registered in neither fails here, and so does a named test that does not exist."""
+    registered = ms.measures()
+    assert not set(NAMED_BY) & set(UNNAMED)
+    assert sorted(set(registered) - set(NAMED_BY) - set(UNNAMED)) == [], \
+        "registered measurements whose rows no test shows naming their model and machine"
+    assert sorted((set(NAMED_BY) | set(UNNAMED)) - set(registered)) == []
+    for name, why in UNNAMED.items():
+        assert registered[name].remake is None and why, name
+    for name, where in NAMED_BY.items():
+        path, test = where.split("::")
+        assert test in _test_names(REPO / path), f"{name}: no test {where}"
 
 
 def test_every_store_of_the_repository_is_current(monkeypatch):

@@ -2,6 +2,8 @@
 
 import pytest
 
+from provenance_check import tiny_model
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.experiments import policies as lp
 from tailtheory.experiments.runs import run_key
 
@@ -34,3 +36,15 @@ def test_policies_identity_reads_the_same_on_a_machine_with_a_gpu(monkeypatch, r
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert lp.grpo_config(recipe).device == "cpu"
     assert lp.policies_identity(recipe) == here
+
+
+def test_both_policies_are_named_by_the_warm_start_and_the_machine(monkeypatch):
+    """A row measured on the half-way policy names the model its run started from (the
+    recipe's warm start), not the trained weights at hand; both name the machine."""
+    warm, mid = tiny_model(0), tiny_model(1)
+    monkeypatch.setattr(lp, "load_start", lambda cfg: (warm, None))
+    for policy, model in (("warm", warm), ("mid", mid)):
+        assert lp.policy_measured_on(policy, model, "matched") == {
+            "weights": weights_fingerprint(warm), "machine": machine()}
+    with pytest.raises(ValueError, match="unknown policy 'late'"):
+        lp.policy_measured_on("late", warm)

@@ -9,8 +9,10 @@ import json
 
 import pytest
 
+from provenance_check import check_named
 from tailtheory.cli import main
 from tailtheory.core.io import CACHE_ENV, atomic_write_json
+from tailtheory.core.provenance import cpu_model
 from tailtheory.engine.start.corpus_lm import corpus_key
 from tailtheory.engine.start.resume import PROGRESS, STATE, partial_folder
 from tailtheory.engine.start.sft import config_hash
@@ -188,3 +190,15 @@ def test_builds_share_nothing_trained_and_build_zero_keeps_its_keys():
     assert config_hash(one) != config_hash(base.warm())
     with pytest.raises(ValueError, match="kk_prose"):
         base.warm("kk_knights", build=1)
+
+
+def test_a_built_rung_names_its_two_models_and_machines(monkeypatch, tmp_path):
+    """A rung's row of ``results/ladder.json`` names its warm start and its corpus LM
+    (``warm_weights``, ``corpus_weights``) and the CPU that recorded it; its model's row of
+    ``results/ladder_models.json`` names both with the machine each was built on."""
+    from tailtheory.ladder import models
+
+    _fake_builds(monkeypatch, tmp_path)
+    ladder.build(["base"], progress=False)
+    check_named(ladder.stored()["base"], ["0a" * 8, "c0" * 8], cpu_model())
+    check_named(models.read()["base.b0-0a0a0a0a"], ["0a" * 8, "c0" * 8], "a CPU")

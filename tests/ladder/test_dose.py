@@ -5,9 +5,13 @@ and grows with sigma on a tiny model; a rung not built names its build. Nothing 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from provenance_check import check_named
+from tailtheory.core.models import tiny_lm
+from tailtheory.core.provenance import cpu_model, weights_fingerprint
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.load import load_model
 from tailtheory.engine.tasks.task import get_task
@@ -42,6 +46,18 @@ def test_a_rung_not_built_names_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     with pytest.raises(ValueError, match="tailtheory ladder build --rung w192"):
         dl.measure_noise_sigmas(["w192"])
+
+
+def test_calibration_rows_name_the_warm_start(tmp_path, monkeypatch):
+    """A rung's calibrated sigmas name its warm start's key and fingerprint and the CPU (the warm
+    start a tiny model, the batch's k3 a known curve of sigma)."""
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    model = tiny_lm(vocab_size=64, hidden=16, layers=1, heads=2, kv_heads=1, seed=2)
+    monkeypatch.setattr(dl, "warm_policy", lambda name, cfg: (model, None, Path("key")))
+    monkeypatch.setattr(dl, "batch_k3", lambda m, task, cfg, sigma: 0.01 * sigma ** 2)
+    row = dl.measure_noise_sigmas(["base"])["base"]
+    assert row["warm_key"] == "key" and set(row["targets"]) == {str(t) for t in dl.TARGETS}
+    check_named(row, weights_fingerprint(model), cpu_model())
 
 
 def test_the_studys_arms_share_the_recipes_runs_and_the_calibrated_sigmas():

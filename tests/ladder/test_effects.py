@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from provenance_check import check_named
 from tailtheory.core.models import tiny_lm
 from tailtheory.core.provenance import MixedStarts, weights_fingerprint
 from tailtheory.engine.start.rungs import RUNGS
@@ -86,6 +87,7 @@ def test_effects_are_stored_per_seed_and_never_measured_twice(tmp_path, monkeypa
                                                                   "cpu": "cpu"}
     assert set(row) == {"v2_low", "warm_key", "weights", "cpu", "seconds", "threads"}
     assert row["weights"] == weights_fingerprint(tiny[0])
+    check_named(row, weights_fingerprint(tiny[0]), "cpu")        # as `measure list` reads it
     assert 0.0 <= row["seconds"] < 60 and row["threads"] == 1
     with pytest.raises(ValueError, match="unknown part"):
         size.measure_effects(["base"], parts=("gradients",))

@@ -3,10 +3,14 @@ read from its per-rung store, on stores built to reach each per-rung verdict and
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from provenance_check import check_named
 from tailtheory.core.models import tiny_lm
+from tailtheory.core.provenance import cpu_model, machine, weights_fingerprint
 from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.ladder.build import store_rung
 from tailtheory.ladder import mismatch as size_mismatch
@@ -53,6 +57,36 @@ def test_v7_on_a_rung_not_built_names_the_build(monkeypatch, tmp_path):
         size_mismatch.measure_precision(["w192"])
 
 
+def test_precision_rows_name_the_warm_start(monkeypatch, tmp_path, model):
+    """A rung's V7 row names its warm start's key and fingerprint and the CPU (the warm start a
+    tiny model, the measurement stubbed)."""
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    monkeypatch.setattr(size_mismatch, "stored", lambda: {"base": {"non_embedding_params": 1}})
+    monkeypatch.setattr(size_mismatch, "warm_policy", lambda name: (model, None, Path("key")))
+    monkeypatch.setattr(size_mismatch, "precision_mismatch", lambda m, task, n: {"settings": {}})
+    row = size_mismatch.measure_precision(["base"])["base"]
+    assert row["warm_key"] == "key" and size_mismatch.stored_data("precision_ladder")["base"] == row
+    check_named(row, weights_fingerprint(model), cpu_model())
+
+
+@pytest.mark.parametrize("rule", size_mismatch.V7_RULES)
+def test_v7_rows_name_the_model_and_the_machine(monkeypatch, tmp_path, model, rule):
+    """A named model's V7 row under either rule names its fingerprint and the machine (the model
+    a tiny one, the per-response sums stubbed, the interval computed from them)."""
+    from tailtheory.ladder import models
+
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    name, weights = "base.b0-0910fc60", weights_fingerprint(model)
+    monkeypatch.setattr(models, "read", lambda: {name: {
+        "rung": "base", "build": 0, "non_embedding_params": 1, "warm": {"weights": weights}}})
+    monkeypatch.setattr(models, "load", lambda label, device="cpu": (model, None, None))
+    sums = {"bf16": [2.0, 3.0, 4.0], "fp16": [0.1, 0.1, 0.1]}
+    monkeypatch.setattr(size_mismatch, "precision_mismatch", lambda m, task, n, per_response:
+                        {"settings": {"same_dtype": {"sums": sums}}})
+    size_mismatch.measure_v7([name], rule=rule)
+    check_named(size_mismatch.stored_data(rule)[name], weights, machine())
+
+
 # --- V8 on the ladder's rungs: what is stored ----------------------------------------------------
 
 def _fake_rungs(monkeypatch, tmp_path, model):
@@ -87,6 +121,8 @@ def test_rungs_are_stored_one_by_one(monkeypatch, tmp_path, model):
     assert list(data) == ["base", "w192"]
     assert len(data["base"]) == 2 * 3 * 2 and data["w192"][0]["non_embedding_params"] == 2
     assert all(r["tokens"] > 1000 for r in data["base"])      # 32 windows of 16-128 tokens
+    for row in data["base"]:                                  # the rung's corpus LM, the CPU
+        check_named(row, weights_fingerprint(model), cpu_model())
 
 
 def test_a_rung_not_built_names_the_build(monkeypatch, tmp_path, model):

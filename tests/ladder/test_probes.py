@@ -4,10 +4,14 @@ with fewer than 3 builds outside the trend, one machine per trend, Holm over the
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
+from provenance_check import check_named, tiny_model
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.engine.start.rungs import RUNGS, non_embedding_params
 from tailtheory.ladder import models, probes
 
@@ -99,3 +103,36 @@ def test_log_effects_refuse_a_zero_share(results):
     (results / "ladder_probes.json").write_text(json.dumps({"name": "ladder_probes",
                                                             "data": data}))
     assert probes.family("m")["effects"]["P4 removed"]["verdict"].startswith("NOT JUDGED")
+
+
+# --- what the measuring functions store: the model and the machine of every row ----------------
+
+def test_probe_rows_name_the_model_and_the_machine(results, monkeypatch):
+    """Each (model, part, seed) row names the fingerprint of the model loaded and the machine
+    (the model a tiny one, the part stubbed)."""
+    model = tiny_model(3)
+    monkeypatch.setattr(probes.models, "load", lambda name: (model, None, None))
+    monkeypatch.setattr(probes, "MEASURE", {"tail": lambda m, t, s: {"m7_slope": float(s)}})
+    probes.measure_probes(["base.b0-0910fc60"], parts=("tail",), seeds=(1, 2), progress=False)
+    rows = probes.read()["base.b0-0910fc60"]["tail"]
+    assert set(rows) == {"1", "2"}
+    for row in rows.values():
+        check_named(row, weights_fingerprint(model), machine())
+
+
+def test_v8_rows_name_the_corpus_lm_and_the_machine(results, monkeypatch):
+    """A model's V8 entry names its corpus LM (``corpus_weights``) and the machine (the corpus LM
+    a tiny one, the batch-shape measurement stubbed)."""
+    model = tiny_model(3)
+    built = _models(results, {"base": 1})
+    name = next(iter(built))
+    built[name]["corpus"] = {"key": "corpus", "weights": weights_fingerprint(model)}
+    (results / "ladder_models.json").write_text(json.dumps({"name": "ladder_models",
+                                                            "data": built}))
+    monkeypatch.setattr(probes, "load_corpus_lm", lambda path: (
+        model, SimpleNamespace(pad_token_id=1)))
+    monkeypatch.setattr(probes, "heldout_stream", lambda path: torch.arange(2, 2000) % 60 + 2)
+    monkeypatch.setattr(probes, "batch_shape_mismatch", lambda m, seqs, pad_id: [
+        {"decoder": "hf", "dtype": "bf16", "batch": 32, "over_1e3": 0.01}])
+    probes.measure_v8([name])
+    check_named(probes.read(probes.V8_STORE)[name], weights_fingerprint(model), machine())

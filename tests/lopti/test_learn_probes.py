@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from provenance_check import check_named, two_policies
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.lopti import learn_probes as lp
 from tailtheory.lopti.measurement import PROBE_SIZES
@@ -40,3 +42,16 @@ def test_both_policies_take_the_worst(warm, mid, expected):
     assert ev.verdict == expected
     assert ev.numbers["warm:x"] == 1.0 and ev.numbers["mid:verdict"] == str(mid)
     assert "step 60" in ev.note
+
+
+@pytest.mark.parametrize("recipe", lp.RECIPES)
+def test_each_policy_names_its_start(monkeypatch, recipe):
+    """Each policy's probes name the recipe's warm start (the half-way policy's start) and the
+    machine (the one-step measurement stubbed)."""
+    warm, _ = two_policies(monkeypatch, lp)
+    monkeypatch.setattr(lp, "measure", lambda m, task, cfg, seeds, batches, progress=True: {
+        "seeds": list(seeds), "batches": []})
+    data = lp.measure_learn_probes(progress=False, recipe=recipe)
+    assert set(data) == {"warm", "mid"}
+    for entry in data.values():
+        check_named(entry, weights_fingerprint(warm), machine())

@@ -7,11 +7,14 @@ runs end to end on a tiny model.
 import numpy as np
 import pytest
 
+from provenance_check import check_named, tiny_model
 from tailtheory.core.measurements import StaleMeasurement, save_measurement
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.core.registry import Verdict
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.tasks.task import Reward, get_task
 from tailtheory.engine.load import load_model
+from tailtheory.experiments import presets
 from tailtheory.lopti import measurement as ms
 from tailtheory.lopti.onestep import METHODS, SGD_LR
 from tailtheory.lopti.probes import N_BINS
@@ -164,3 +167,16 @@ def test_one_seed_is_measured_when_asked_for():
     assert data["seeds"] == [3] and len(data["batches"]) == 1
     with pytest.raises(ValueError, match="distinct"):
         ms.measure(model, task, cfg, seeds=(3, 3), batches=1, progress=False, min_seeds=1)
+
+
+def test_the_probes_name_the_warm_start(monkeypatch):
+    """The stored probes name the warm start they measured and the machine beside their seeds
+    and batches (the measurement itself stubbed: what is named is the point here)."""
+    model = tiny_model()
+    monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: "warm")
+    monkeypatch.setattr(ms, "load_warm_start", lambda path, device=None: (model, None))
+    monkeypatch.setattr(ms, "measure", lambda m, task, cfg, seeds, batches, progress=True: {
+        "seeds": list(seeds), "batches": [{"seed": s, "batch": 0} for s in seeds]})
+    data = ms.measure_probes("full", progress=False)
+    assert data["seeds"] == list(ms.PROBE_SIZES["full"]["seeds"])
+    check_named(data, weights_fingerprint(model), machine())

@@ -6,13 +6,17 @@ small random inputs against their definitions, and the pipeline on a tiny random
 
 import json
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 import torch
 
+from provenance_check import check_named, tiny_model
 from tailtheory.core.measurements import RESULTS_ENV, StaleMeasurement
 from tailtheory.core.models import tiny_lm
+from tailtheory.core.provenance import machine, weights_fingerprint
+from tailtheory.experiments import presets
 from tailtheory.pruning import matched_tails as mt
 from tailtheory.pruning import trained_tails as tr
 from tailtheory.pruning.trained_tails import (P_BIN_EDGES, TrainedP4Config, mass_shares,
@@ -230,3 +234,32 @@ def test_identity_is_json_and_sensitive():
     a = tr.p4_trained_identity()
     assert json.loads(json.dumps(a)) == a
     assert a != tr.p4_trained_identity(TrainedP4Config(path="fp16"))
+
+
+NO_PROMPTS = SimpleNamespace(problems=lambda n, seed: [], stop_ids=[1], pad_id=0,
+                             max_response_len=4)
+"""A task whose prompts are none (the rollouts are stubbed where it is used)."""
+
+
+def test_each_setting_names_its_model(monkeypatch, tmp_path):
+    """The corpus LM's settings name the corpus LM, the policy's the warm start, each with the
+    machine (the rollouts stubbed, the exact sweep on small random logits)."""
+    corpus, policy = tiny_model(2), tiny_model(3)
+    monkeypatch.setattr(tr, "corpus_lm", lambda cfg: tmp_path)
+    monkeypatch.setattr(tr, "load_corpus_lm", lambda path, device=None: (
+        corpus, SimpleNamespace(convert_tokens_to_ids=lambda toks: [1, 2])))
+    monkeypatch.setattr(tr, "heldout_batch", lambda path, B, L, seed=0: torch.zeros(1, 1))
+    monkeypatch.setattr(tr, "paired_logits", lambda model, ids, path: _pair())
+    monkeypatch.setattr(tr, "rollout_setting", lambda *a: {"sweep": []})
+    monkeypatch.setattr(tr, "read_corpus_record", lambda path: {
+        "hash": "h", "heldout_loss": 4.0, "heldout_ppl": 54.6, "unigram_loss": 6.0,
+        "n_params": 1, "corpus": {}})
+    monkeypatch.setattr(presets, "warm_model", lambda preset, progress=True: tmp_path)
+    monkeypatch.setattr(tr, "load_warm_start", lambda path, device=None: (policy, NO_PROMPTS))
+    monkeypatch.setattr(tr, "read_record", lambda path: {
+        "hash": "w", "config": {"task": "kk_trace"}, "accuracy": 0.4, "steps": 1, "n_params": 1})
+    data = tr.measure_p4_trained(TrainedP4Config(rhos=(1e-2,)))
+    settings = data["settings"]
+    for name in ("corpus_text", "corpus_rollout"):
+        check_named(settings[name], weights_fingerprint(corpus), machine())
+    check_named(settings["policy_rollout"], weights_fingerprint(policy), machine())

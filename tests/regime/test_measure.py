@@ -4,8 +4,12 @@ pruned mass against the obvious code, sizes, and the stored measurement's errors
 import pytest
 import torch
 
+from provenance_check import check_named, tiny_model
 from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.core.provenance import cpu_model, weights_fingerprint
+from tailtheory.experiments import policies
 from tailtheory.engine.config import TrainConfig
+from tailtheory.engine import load
 from tailtheory.engine.load import load_model
 from tailtheory.regime import measure as rm
 from tailtheory.regime.quantities import PATHS, RHOS
@@ -81,3 +85,18 @@ def test_missing_measurement_names_its_command(tmp_path, monkeypatch):
     with pytest.raises(StaleMeasurement, match="measure it with: tailtheory measure "
                        "regime_learn"):
         rm.regime_data("learn")
+
+
+def test_rows_carry_the_warm_starts_provenance(monkeypatch):
+    """Both policies' rows carry the recipe's warm start (the half-way policy's start) and the
+    CPU in their ``provenance`` (the policies tiny models, the probe's rows stubbed: that
+    :func:`measure_policy` puts the provenance it is given into each row is tested above)."""
+    warm, mid = tiny_model(0), tiny_model(1)
+    monkeypatch.setattr(load, "load_start", lambda cfg: (warm, None))
+    monkeypatch.setattr(policies, "mid_policy", lambda progress, cfg, step: (mid, None))
+    monkeypatch.setattr(rm, "measure_policy", lambda model, task, cfg, provenance, progress:
+                        [{"seed": 0, "provenance": provenance}])
+    out = rm.measure_regime("learn", progress=False)
+    assert set(out) == set(rm.POLICIES)
+    for rows in out.values():
+        check_named(rows, weights_fingerprint(warm), cpu_model())

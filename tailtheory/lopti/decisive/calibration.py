@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import measured_on
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import model_threads
@@ -92,10 +93,12 @@ def calibration_config() -> dict:
 
 def measure_calibration(progress: bool = True) -> dict:
     """Probe the calibration tokens (module docstring); returns every probed token's ``role``,
-    ``p``, ``D``, ``D_se``, ``effect``, and the threshold and ``K`` they give."""
+    ``p``, ``D``, ``D_se``, ``effect``, the threshold and ``K`` they give, and the warm start's
+    fingerprint and the machine (:func:`~tailtheory.core.provenance.measured_on`)."""
     model, task = probed_policy("warm", CAL_RECIPE, progress)
     cfg = grpo_config(CAL_RECIPE)
     model = model.float().eval()
+    named = measured_on(model)
     with model_threads(model):
         engine = RolloutEngine(model, rollout_config(cfg, task))
         pb = probe_batch(model, task, cfg, engine, torch.Generator().manual_seed(cfg.seed), 0)
@@ -117,7 +120,7 @@ def measure_calibration(progress: bool = True) -> dict:
     tokens = [{"row": b, "t": t, "role": roles[b][t], "p": float(pi[b, t]),
                **{k: float(out[k][i]) for k in ("D", "D_se", "effect", "gap", "gap_se")}}
               for i, (b, t) in enumerate(pos)]
-    return {"tokens": tokens, **choose(tokens)}
+    return {"tokens": tokens, **choose(tokens), **named}
 
 
 def choose(tokens: list[dict]) -> dict:

@@ -19,6 +19,7 @@ Claims: L2, L3, L6 (which recipe can carry them where low-probability tokens dec
 from __future__ import annotations
 
 from tailtheory.core.measurements import measured
+from tailtheory.core.provenance import measured_on
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.load import load_start, warm_config
@@ -62,14 +63,16 @@ def frontier_config() -> dict:
 
 
 def measure_frontier(progress: bool = True) -> dict:
-    """Design -> its lowest bin's share and split (:func:`point`) and the measurement."""
+    """Design -> its lowest bin's share and split (:func:`point`), the measurement, and the warm
+    start's fingerprint and the machine (:func:`~tailtheory.core.provenance.measured_on`)."""
     out = {}
     for name in DESIGNS:
         cfg = design_config(name)
         model, task = load_start(cfg)
+        named = measured_on(model)
         data = measure_decisiveness(model, task, cfg, (1,), 1, cal.K, OTHERS, PROMPTS, cal.TAU,
                                     progress)
-        out[name] = {"point": point(data), "data": data}
+        out[name] = {"point": point(data), "data": data, **named}
     return out
 
 

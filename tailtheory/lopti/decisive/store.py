@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from tailtheory.core.measurements import measured
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
-from tailtheory.experiments.policies import POLICIES, grpo_config, policies_identity, probed_policy
+from tailtheory.experiments.policies import (POLICIES, grpo_config, policies_identity,
+                                              policy_measured_on, probed_policy)
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
 from tailtheory.lopti.decisive.report import bin_summary
@@ -59,13 +60,16 @@ def decisive_config(recipe: str) -> dict:
 
 
 def measure_recipe(recipe: str, progress: bool = True) -> dict:
-    """Policy -> :func:`~tailtheory.lopti.decisive.probe.measure_decisiveness` of ``recipe``."""
+    """Policy -> :func:`~tailtheory.lopti.decisive.probe.measure_decisiveness` of ``recipe``, with
+    the model it names and the machine
+    (:func:`~tailtheory.experiments.policies.policy_measured_on`)."""
     cfg = grpo_config(_check(recipe))
     out = {}
     for policy in POLICIES:
         model, task = probed_policy(policy, recipe, progress)
-        out[policy] = measure_decisiveness(model, task, cfg, SEEDS, 1, cal.K, OTHERS,
-                                           PROMPTS, cal.TAU, progress)
+        named = policy_measured_on(policy, model, recipe)
+        out[policy] = {**measure_decisiveness(model, task, cfg, SEEDS, 1, cal.K, OTHERS,
+                                              PROMPTS, cal.TAU, progress), **named}
     return out
 
 

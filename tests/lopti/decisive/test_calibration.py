@@ -6,6 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from provenance_check import check_named
+from tailtheory.core.provenance import machine, weights_fingerprint
+from tailtheory.engine.config import TrainConfig
+from tailtheory.engine.load import load_model
+from tailtheory.engine.tasks.task import get_task
 from tailtheory.lopti.decisive import calibration as dc
 
 
@@ -44,3 +49,21 @@ def test_round_up_keeps_the_rule():
     assert dc._round_up(0.0812, 2) == pytest.approx(0.082)
     assert dc._round_up(0.08, 2) == pytest.approx(0.08)
     assert dc.calibration_config()["task"] == "kk_prose"
+
+
+def test_the_calibration_names_the_warm_start(monkeypatch):
+    """The calibration names the warm start it probed and the machine: one batch of a tiny
+    model on ``kk`` (two prompts), the branch rollouts and the rule stubbed."""
+    cfg = TrainConfig(task="kk", model="tiny", n_people=2, prompts_per_step=2, group_size=2,
+                      method="grpo", seed=1)
+    task = get_task("kk", n_people=2)
+    model = load_model(cfg, task)
+    monkeypatch.setattr(dc, "probed_policy", lambda policy, recipe, progress=True: (model, task))
+    monkeypatch.setattr(dc, "grpo_config", lambda recipe: cfg)
+    monkeypatch.setattr(dc, "CAL_PROMPTS", 2)
+    monkeypatch.setattr(dc, "branch_values", lambda m, t, problems, responses, pos, *a, **kw: {
+        k: [0.0] * len(pos) for k in ("D", "D_se", "effect", "gap", "gap_se")})
+    monkeypatch.setattr(dc, "choose", lambda tokens: {"tau": 0.1, "K": dc.CAL_K})
+    data = dc.measure_calibration(progress=False)
+    assert data["tau"] == 0.1 and all(t["D"] == 0.0 for t in data["tokens"])
+    check_named(data, weights_fingerprint(model), machine())

@@ -6,6 +6,8 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
+from provenance_check import check_named, tiny_model
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.lopti.decisive import frontier as df
 from tests.lopti.decisive.test_report import _data
 
@@ -26,3 +28,16 @@ def test_point_and_plot():
     assert p["token_frac"] == pytest.approx(4 / 24)
     fig, table = df.plot_frontier({"a": p}, {"matched": p})
     assert list(table["kind"]) == ["design", "recipe"] and len(fig.axes) == 1
+
+
+def test_each_design_names_its_warm_start(monkeypatch):
+    """Each design's point names the warm start it measured and the machine (the warm starts
+    and the probe stubbed: one tiny model per design)."""
+    built = {name: tiny_model(i) for i, name in enumerate(df.DESIGNS)}
+    monkeypatch.setattr(df, "load_start", lambda cfg: (
+        built[next(n for n in df.DESIGNS if df.design_config(n) == cfg)], None))
+    monkeypatch.setattr(df, "measure_decisiveness", lambda *a: _data())
+    out = df.measure_frontier(progress=False)
+    assert list(out) == list(df.DESIGNS)
+    for name, entry in out.items():
+        check_named(entry, weights_fingerprint(built[name]), machine())

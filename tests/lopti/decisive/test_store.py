@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from provenance_check import check_named, two_policies
 from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.lopti.decisive import store as ds
 from tests.lopti.decisive.test_report import _data
 
@@ -32,3 +34,16 @@ def test_a_missing_store_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
     with pytest.raises(StaleMeasurement):
         ds.decisive_data("quick", "decide")
+
+
+@pytest.mark.parametrize("recipe", ds.RECIPES)
+def test_each_policy_names_its_start(monkeypatch, recipe):
+    """Each policy's decisiveness names the recipe's warm start (the half-way policy's start)
+    and the machine (the probe stubbed)."""
+    warm, _ = two_policies(monkeypatch, ds)
+    monkeypatch.setattr(ds, "measure_decisiveness", lambda *a: {"K": a[5], "tokens": [],
+                                                                "batches": []})
+    data = ds.measure_recipe(recipe, progress=False)
+    assert set(data) == {"warm", "mid"}
+    for entry in data.values():
+        check_named(entry, weights_fingerprint(warm), machine())
