@@ -104,6 +104,13 @@ def trend_evidence(effect: str, superseded: str | None) -> Evidence:
     for p in r["builds"]:
         tag = " (exploratory)" if p in r["exploratory"] else ""
         numbers[f"{p['label']}{tag}"] = float(np.mean(p["values"]))
+        if effect == "V8 share":
+            entry = probes.read(probes.V8_STORE).get(p["label"], {})
+            k, n = probes.v8_count(entry) or (0, 0)
+            if n:
+                lo, hi = probes.share_interval(k, n)
+                numbers[f"{p['label']}{tag}"] = (f"{k} of {n} tokens, 95% interval {lo:.2g} to "
+                                                 f"{hi:.2g}")
     if superseded is not None:
         numbers["first builds (superseded, no model named)"] = superseded
     key = tuple(k for k in ("verdict", "slope per decade", "Holm p", "builds in the trend")

@@ -137,6 +137,30 @@ def measure_v8(names: list[str] | None = None, threads: int = 1) -> dict:
     return read(V8_STORE)
 
 
+def share_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact (Clopper-Pearson) ``level`` interval of a share of ``k`` tokens in ``n``: what
+    a share at an instrument's floor can and cannot say (``k = 0`` gives ``[0, 1 - (alpha/2)^(1/n)]``,
+    not 0)."""
+    from scipy import stats
+
+    if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n > 0):
+        raise ValueError(f"need integers 0 <= k <= n, n > 0, got k={k!r}, n={n!r}")
+    a = 1 - level
+    low = 0.0 if k == 0 else float(stats.beta.ppf(a / 2, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1 - a / 2, k + 1, n - k))
+    return low, high
+
+
+def v8_count(entry: dict) -> tuple[int, int] | None:
+    """V8's effect in a stored entry as ``(tokens over 1e-3, tokens)`` (``hf`` bf16, batch 32)."""
+    hit = [x for x in entry.get("rows", []) if (x.get("decoder"), x.get("dtype"), x.get("batch"))
+           == ("hf", "bf16", 32)]
+    if not hit:
+        return None
+    n = int(hit[0]["tokens"])
+    return round(float(hit[0]["over_1e3"]) * n), n
+
+
 def v8_value(entry: dict) -> float | None:
     """V8's effect in a stored entry: ``hf`` bf16 at batch 32, the share with ``|Delta| >
     1e-3``."""

@@ -69,14 +69,16 @@ def shape_logprobs(model, seqs: list[list[int]], batch: int, dtype: str = "float
     if any(len(s) < 2 for s in seqs):
         raise ValueError("every sequence needs at least 2 tokens (one to predict)")
     run, V, out = _scorer(model, dtype, decoder), model.config.vocab_size, []
+    dev = next(model.parameters()).device
     for i in range(0, len(seqs), batch):
         group = seqs[i:i + batch]
         ids, attn, lens = left_pad(group, pad_id, V)
+        ids, attn = ids.to(dev), attn.to(dev)
         lp = torch.log_softmax(run(ids, attn), -1)                       # (B, P, V)
         P = ids.shape[1]
         for r, n in enumerate(lens.tolist()):
-            cols = torch.arange(P - n, P - 1)                            # predicts P-n+1 .. P-1
-            out.append(lp[r, cols, ids[r, cols + 1]])
+            cols = torch.arange(P - n, P - 1, device=dev)                # predicts P-n+1 .. P-1
+            out.append(lp[r, cols, ids[r, cols + 1]].cpu())
     return out
 
 

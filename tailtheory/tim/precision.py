@@ -30,6 +30,7 @@ import torch
 
 from tailtheory.core.checks import check_positive_int
 from tailtheory.core.estimators import k3
+from tailtheory.engine.devices import model_generator
 from tailtheory.engine.policy_forward import response_logits
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.engine.rollout.engine import FAST, RolloutConfig, RolloutEngine
@@ -70,7 +71,7 @@ def ratio_interval(num: torch.Tensor, den: torch.Tensor, mask: torch.Tensor,
     (rows). ``nan`` when ``den`` sums to 0 (two forwards that agree bitwise), and ``nan`` bounds
     when it does in some resample."""
     check_positive_int(n_boot, "n_boot")
-    sn, sd = (num * mask).sum(1).double(), (den * mask).sum(1).double()   # (B,)
+    sn, sd = (num * mask).sum(1).double().cpu(), (den * mask).sum(1).double().cpu()   # (B,)
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(len(sn), (n_boot, len(sn)), generator=g)
     boot = sn[idx].sum(1) / sd[idx].sum(1)
@@ -91,11 +92,12 @@ def precision_mismatch(model, task, n_prompts: int = 64, seed: int = 0,
     eng = RolloutEngine(model, RolloutConfig(path="kv", backend=FAST, temperature=1.0,
                                              max_new_tokens=task.max_response_len))
     rb = eng.generate([p.prompt_ids for p in problems], eos_id=task.stop_ids, pad_id=task.pad_id,
-                      generator=torch.Generator().manual_seed(seed))
+                      generator=model_generator(model, seed))
     lp = scored(model, rb)
     mask = rb.mask.double()
     one_minus_p = 1 - lp["float32"].exp().double()
-    bins = torch.bucketize(one_minus_p, torch.tensor(ONE_MINUS_P_EDGES[1:-1], dtype=torch.float64))
+    bins = torch.bucketize(one_minus_p, torch.tensor(ONE_MINUS_P_EDGES[1:-1], dtype=torch.float64,
+                                                     device=one_minus_p.device))
     out = {"responses": int(rb.mask.shape[0]), "tokens": int(rb.mask.sum()),
            "bins": list(ONE_MINUS_P_EDGES), "settings": {}}
     for setting in SETTINGS:

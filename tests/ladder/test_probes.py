@@ -136,3 +136,19 @@ def test_v8_rows_name_the_corpus_lm_and_the_machine(results, monkeypatch):
         {"decoder": "hf", "dtype": "bf16", "batch": 32, "over_1e3": 0.01}])
     probes.measure_v8([name])
     check_named(probes.read(probes.V8_STORE)[name], weights_fingerprint(model), machine())
+
+
+@pytest.mark.parametrize("k, n", [(0, 2103), (13, 2103), (5, 5), (1, 10)])
+def test_a_share_comes_with_its_exact_interval(k, n):
+    from scipy import stats
+
+    lo, hi = probes.share_interval(k, n)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    assert (lo, hi) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+    assert lo <= k / n <= hi
+
+
+@pytest.mark.parametrize("k, n", [(-1, 5), (6, 5), (1, 0), (0.5, 4)])
+def test_a_share_that_is_no_count_is_refused(k, n):
+    with pytest.raises(ValueError):
+        probes.share_interval(k, n)
