@@ -43,7 +43,7 @@ model, ``RUNG.bBUILD-FINGERPRINT``, and the machine that measured it):
 - **V7** (after Qi et al., arXiv 2510.26788): fp16 rollouts remove most of the mismatch bf16
   rollouts create, the bf16 / fp16 ratio of mean per-token k3 about 64 (in [32, 128]), per named
   model and machine; on a CPU the same-dtype setting compares two CPU kernels.
-- **V8** (verl issues #6280 and #2996 disagree on its direction): the share of tokens a padded
+- **V8** (the frameworks' reports disagree on its direction): the share of tokens a padded
   batch moves by more than 1e-3 in log-probability, against model size.
 - **Z1-Z10**: the trends against model size of L1 (Spearman, slope), L4 (d, e, f), L5 (AR,
   Lopti), M7, V2 and P4 on the ``matched`` recipe, over builds, Holm over the family of 11.
