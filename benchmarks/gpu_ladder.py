@@ -5,14 +5,14 @@ Three phases, each in its own process under its own time limit, so that one fail
 phase costs only its own share:
 
 1. ``probes``: at each rung of :data:`PROBE_RUNGS`, a model of that rung's architecture
-   (:mod:`tailtheory.engine.start.rungs`) with random weights, speaking the committed ``w192``
+   (:mod:`tailtheory.engine.start.rungs`) with random weights, speaking the committed ``base``
    warm start's tokenizer and ``kk_prose`` task, on the device; the size effects' three parts
    (:mod:`tailtheory.ladder.effects`: ``tail``, ``p4``, and ``lopti`` on one GRPO batch) timed. Random
    weights answer how long a part takes at that width, not what it measures there.
 2. ``steps``: ``benchmarks/bench_step.py --workload rung`` at each rung of :data:`STEP_RUNGS`, the
    engine's micro-batch step beside TRL's on the same workload (its own report,
    ``step_rung_<rung>_<GPU>.json``).
-3. ``notebooks``: notebooks 04 and 05 run as scripts with ``MODEL`` the committed ``w192`` warm
+3. ``notebooks``: notebooks 04 and 05 run as scripts with ``MODEL`` the committed ``base`` warm
    start (a local checkpoint with its tokenizer) and ``DEVICE = "cuda"`` (``cpu`` under
    ``--smoke``): their checkpoint probes on the GPU; each one's seconds and output's tail stored.
 
@@ -41,8 +41,10 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WARM = ROOT / "weights" / "w192"
-"""The committed ``w192`` warm start: the tokenizer and task of every probe, notebooks' MODEL."""
+WARM = ROOT / "weights" / "base"
+"""The committed ``base`` warm start: the tokenizer and task of every probe, notebooks' MODEL (the
+measurements of docs/benchmarks.md ran with the ``w192`` warm start, committed then; the rungs
+share one tokenizer and task)."""
 PROBE_RUNGS = ("w256", "w448")
 STEP_RUNGS = ("w384", "w448")
 NOTEBOOKS = ("04_gradient_dominance", "05_pruning_in_training")

@@ -185,15 +185,9 @@ def model_row(rung_name: str, build: int, warm: Path, corpus: Path | None) -> di
             "params": params(r.model), "non_embedding_params": non_embedding_params(r.model),
             "warm": {"key": warm.name, "weights": rec["weights"], "cpu": rec.get("cpu"),
                      "accuracy": rec["accuracy"], "steps": rec["steps"],
-                     "seconds": rec.get("seconds"),
-                     "committed": _committed_name(rec["weights"])},
+                     "seconds": rec.get("seconds")},
             "corpus": corpus_facts(corpus) if corpus is not None and (corpus / RECORD).exists()
             else None, "recorded_on": cpu_model()}
-
-
-def _committed_name(weights: str) -> str | None:
-    folder = committed_folder(weights)
-    return None if folder is None else f"weights/{folder.name}"
 
 
 def store(row: dict, command: str) -> None:

@@ -30,8 +30,8 @@ def test_a_committed_model_is_recorded_and_loads_by_its_label(places):
     want = read_record(COMMITTED / "base")["weights"]
     name = f"base.b0-{want[:8]}"
     row = models.read()[name]
-    assert (row["warm"]["committed"], row["corpus"], models.state(row)) == (
-        "weights/base", None, "committed")
+    assert (models.committed_folder(want).name, row["corpus"], models.state(row)) == (
+        "base", None, "committed")
     model, task, folder = models.load(name)
     assert folder.name == row["warm"]["key"] and task.name == "kk_prose"
 
@@ -40,7 +40,7 @@ def test_weights_that_are_not_the_labels_are_refused(places):
     build(["base"], progress=False, corpus_lms=False)
     name = next(iter(models.read()))
     folder = models.locate(name)                        # the cache's copy of weights/base
-    other = COMMITTED / "w192"
+    other = COMMITTED / "base.b1"                      # the same rung, another build
     record = read_record(folder)
     shutil.rmtree(folder)
     shutil.copytree(other, folder)                      # another model under the same key

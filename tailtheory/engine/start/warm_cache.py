@@ -71,11 +71,11 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
 
 
 COMMITTED = REPO_ROOT / "weights"
-"""Warm starts committed with the repository: the model-size ladder's rungs whose build takes
-more than ~30 CPU minutes, ``base`` (the ``matched`` recipe's, so that runs on any CPU start
-from one model) and ``quick`` (the ``quick`` preset's, which every fresh checkout's tests and
-notebooks train from), as far as 30 MB in all allows (``weights/<rung>/``: a warm-start
-folder, float32 safetensors, whose ``sft.json`` holds its config hash and weights fingerprint).
+"""Warm starts committed with the repository, as far as 30 MB in all allows: the base rung's
+builds (``base``, the ``matched`` recipe's, so that runs on any CPU start from one model, and
+``base.b1``, ``base.b2``: the smallest size's replicates) and ``quick`` (the ``quick`` preset's,
+which every fresh checkout's tests and notebooks train from). Each folder is a warm-start
+folder, float32 safetensors, whose ``sft.json`` holds its config hash and weights fingerprint.
 :func:`warm_start` copies one into the cache instead of training it."""
 
 

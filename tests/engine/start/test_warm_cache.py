@@ -183,16 +183,16 @@ def test_a_committed_warm_start_is_adopted_and_a_damaged_one_refused(cache, monk
                                                                      tmp_path):
     from tailtheory.engine.start.rungs import rung
 
-    cfg = rung("w192").warm()
+    cfg = rung("base").warm(build=1)
     src = warm_cache.committed(cfg)
-    assert src is not None and src.name == "w192"
+    assert src is not None and src.name == "base.b1"
     monkeypatch.setattr(warm_cache, "train_sft", lambda *a, **k: pytest.fail("trained"))
     path = warm_start(cfg, progress=False)
     assert path == cache / config_hash(cfg) and read_record(path) == read_record(src)
     assert torch.equal(load_lm(path, device="cpu").lm_head.weight,
                        load_lm(src, device="cpu").lm_head.weight)
     # a copy whose record names other weights is refused, and nothing lands in the cache
-    fake = tmp_path / "weights" / "w192"
+    fake = tmp_path / "weights" / "base.b1"
     shutil.copytree(src, fake)
     rec = read_record(fake)
     (fake / "sft.json").write_text(json.dumps({**rec, "weights": "0" * 16}))
@@ -208,7 +208,7 @@ def test_two_processes_adopting_one_committed_warm_start_at_once(cache, monkeypa
     first's folder instead of failing (it once failed with 'Directory not empty')."""
     from tailtheory.engine.start.rungs import rung
 
-    cfg = rung("w192").warm()
+    cfg = rung("base").warm(build=1)
     src = warm_cache.committed(cfg)
     final = cache / config_hash(cfg)
     copy = shutil.copytree
