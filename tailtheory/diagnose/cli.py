@@ -148,7 +148,7 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
                         "steps and the worst tokens; the report only with --out")
     p.add_argument("--bar", type=float, default=None, metavar="K3",
                    help="the certification's bar on each step's mean k3 (default 0.015: "
-                        "prime-rl's PR #2672, the mean mismatch KL of each of 20 steps at "
+                        "prime-rl's PR 2672, the mean mismatch KL of each of 20 steps at "
                         "learning rate 0); 0 means bitwise equal at the dump's stored precision")
     p.add_argument("--json", action="store_true",
                    help="with --certify: print the certification as one JSON line")

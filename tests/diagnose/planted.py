@@ -121,7 +121,7 @@ def certify_fail(path) -> Path:
 
 def ratio_responses() -> list[dict]:
     """The responses of the committed ratio example: 4 of 4 to 100 tokens at a mean log rho of
-    0.012 per token (TRL #4772's)."""
+    0.012 per token (TRL issue 4772's)."""
     return planted_responses(steps=(0,), per_step=4, lengths=(4, 16, 64, 100), sd=0.005,
                              drift=0.012, seed=4)
 

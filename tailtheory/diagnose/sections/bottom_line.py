@@ -6,7 +6,7 @@
 (:mod:`~tailtheory.diagnose.sections.seq_ratio`), with the register's caveat of scale.
 
 Source: the register of :mod:`tailtheory.tim.dose` (V6), the fault checks, prime-rl's bar
-(PR #2672), TIM's corrections (V4).
+(PR 2672), TIM's corrections (V4).
 """
 
 from __future__ import annotations

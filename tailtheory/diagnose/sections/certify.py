@@ -1,7 +1,7 @@
 """Certify a run's training-inference mismatch against a bar on each step's mean k3
 (``tailtheory diagnose DUMP --certify [--bar K3]``).
 
-Source: prime-rl's bar for a new model (``PrimeIntellect-ai/prime-rl`` PR #2672): the mean
+Source: prime-rl's bar for a new model (``PrimeIntellect-ai/prime-rl`` PR 2672): the mean
 mismatch KL of each of 20 steps, measured at learning rate 0 (its math environment, batch size
 64), below 0.015. prime-rl's ``mismatch_kl`` is ``exp(r) - r - 1`` with ``r = trainer -
 inference``: TIM's k3 (arXiv 2605.14220) of ``log rho = logp_train - logp_rollout``, prime-rl's
@@ -38,10 +38,10 @@ from tailtheory.diagnose.sections.base import Diagnosis, Section, num, plural
 NAME = "certify"
 
 DEFAULT_BAR = 0.015
-"""prime-rl's bar on each step's mean mismatch KL (k3) for a new model (PR #2672)."""
+"""prime-rl's bar on each step's mean mismatch KL (k3) for a new model (PR 2672)."""
 MIN_STEPS = 20
-"""Fewest steps a pass needs: prime-rl's 20 (PR #2672)."""
-BAR_SOURCE = ("prime-rl's bar for a new model (PR #2672): the mean mismatch KL of each of 20 "
+"""Fewest steps a pass needs: prime-rl's 20 (PR 2672)."""
+BAR_SOURCE = ("prime-rl's bar for a new model (PR 2672): the mean mismatch KL of each of 20 "
               "steps at learning rate 0 (math environment, batch size 64) below 0.015")
 """Where the default bar comes from, printed with every verdict at that bar."""
 WORST_TOKENS = 10
@@ -211,7 +211,7 @@ def _figure(d: Diagnosis, plt):
 
 SUMMARY = {
     "certify": "the certification of each step's token-mean k3 of log rho = logp_train - "
-               "logp_rollout against the bar (--bar; default 0.015, prime-rl's PR #2672): "
+               "logp_rollout against the bar (--bar; default 0.015, prime-rl's PR 2672): "
                "verdict (pass, fail, undecided) and status (the exit status of --certify), "
                "bar, bitwise (bar 0: equal as stored), min_steps, steps, unequal_tokens, "
                "failing_steps (step, k3, unequal_tokens), max_step_k3, max_step, precision "
@@ -221,6 +221,6 @@ SUMMARY = {
 """The section's keys of ``summary.json`` and what each holds."""
 
 SECTION = Section(NAME, "Certification: each step's mean k3 against a bar",
-                  "TIM's k3; prime-rl's bar (PR #2672)",
+                  "TIM's k3; prime-rl's bar (PR 2672)",
                   lambda ctx, d: certify_section(ctx.acc, d, ctx.bar), CertifySums, _figure,
                   summary=SUMMARY)

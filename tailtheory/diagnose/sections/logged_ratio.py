@@ -3,8 +3,8 @@
 
 Source: TIM (arXiv 2605.14220; V4): sequence TIS and MIS correct with the sequence's importance
 ratio ``prod_t rho_t = exp(sum_t log rho_t)`` (DVP's M6: a sum over tokens), token TIS and
-IcePop with ``rho_t``. TRL #5814 read the ratios of 0.4-0.7 of a summing sequence mode, with
-matching per-token log-probs, as a fault and asked for the mean (its PR #5815):
+IcePop with ``rho_t``. TRL issue 5814 read the ratios of 0.4-0.7 of a summing sequence mode,
+with matching per-token log-probs, as a fault and asked for the mean (its PR 5815):
 ``exp(mean_t log rho_t)`` is the geometric mean of the token ratios, not the sequence's ratio.
 A ratio logged as ``pi_roll / pi_train`` has its sign flipped.
 
@@ -195,7 +195,7 @@ def logged_ratio(acc, d: Diagnosis, s: dict) -> dict:
 
 
 def logged_lines(r: dict) -> list[str]:
-    """The check in words, TRL #5814 named where it applies."""
+    """The check in words, TRL issue 5814 named where it applies."""
     where = ", ".join(r["carriers"])
     if not r["present"]:
         return [f"no logged importance ratio in this dump (formats that log one: {where}): "
@@ -219,13 +219,13 @@ def logged_lines(r: dict) -> list[str]:
             "-mean": "exp(-mean_t log rho_t)", "-token": "pi_roll / pi_train per token"}[agg]
     why = {
         "sum": "the sequence ratio sequence TIS and MIS correct with; a small mean per-token "
-               "log-ratio times a long response moves it far from 1: TRL #5814's ratios of "
+               "log-ratio times a long response moves it far from 1: TRL issue 5814's ratios of "
                "0.4-0.7 with matching per-token log-probs are this product, not a fault of its "
                "sum",
         "token": "the token ratio token TIS and IcePop correct with (rho = pi_train / pi_roll)",
         "mean": "the geometric mean of the token ratios, not the sequence's ratio prod_t rho_t "
                 "that sequence TIS and MIS correct with: a mean in place of the sum (what TRL "
-                "#5814 asked for, its PR #5815); a sequence correction with it weighs a "
+                "issue 5814 asked for, its PR 5815); a sequence correction with it weighs a "
                 "response as if it had one token",
         "-sum": "the sequence ratio with its sign flipped (pi_roll / pi_train, not rho)",
         "-mean": "a mean in place of the sum, and its sign flipped",

@@ -3,9 +3,9 @@ log-ratio times its length, and the responses each correction would truncate or 
 
 Source: DVP (arXiv 2512.23087; M6): a sequence's log-ratio is a sum over its tokens,
 ``sum_t log rho_t = (mean_t log rho_t) * T``, exactly, so a mean per-token log-ratio of 0.012
-over about 100 tokens gives a sequence ratio near ``exp(1.2)`` (TRL #4772), and one of -0.0005
-over 1,000 tokens a ratio near 0.6 however closely each token's two log-probs agree (TRL
-#5814's ratios of 0.4-0.7). TIM (arXiv 2605.14220; V4) for the corrections: the engine's
+over about 100 tokens gives a sequence ratio near ``exp(1.2)`` (TRL issue 4772), and one of
+-0.0005 over 1,000 tokens a ratio near 0.6 however closely each token's two log-probs agree
+(TRL issue 5814's ratios of 0.4-0.7). TIM (arXiv 2605.14220; V4) for the corrections: the engine's
 registered methods ``tis``, ``icepop``, ``seq_tis`` and ``mis``
 (:mod:`tailtheory.engine.registry`) at their defaults, the fields of
 :class:`~tailtheory.engine.types.MethodParams` (:data:`METHODS`).
@@ -172,7 +172,8 @@ def seq_ratio_lines(r: dict) -> list[str]:
                      f"{num(o['factor'], '.3g')}x the run's (geometric means), "
                      f"{num(o['length'], '.3g')}x from length and {num(o['size'], '.3g')}x "
                      f"from the per-token log-ratio: they leave the band {why}"
-                     + (" (TRL #4772, #5814: a small per-token log-ratio over many tokens)"
+                     + (" (TRL issues 4772 and 5814: a small per-token log-ratio over many "
+                        "tokens)"
                         if why == "by length" else "") + ".")
     return lines
 

@@ -73,7 +73,7 @@ def test_prime_rl_planted_and_clean_twins(capsys, tmp_path):
     assert rc == 0 and out[0].startswith("[certify] PASS (exit 0): every step's token-mean k3 "
                                          "of log rho = logp_train - logp_rollout (prime-rl's "
                                          "sign) is <= 0.015 over 21 steps")
-    assert "PR #2672" in out[-1] and "learning rate" in out[-1]
+    assert "PR 2672" in out[-1] and "learning rate" in out[-1]
     rc, out = _certify(capsys, short)
     assert rc == 2 and out[0].startswith("[certify] CANNOT DECIDE (exit 2): 5 steps read; a "
                                          "pass needs at least 20 (no step above 0.015 so far")

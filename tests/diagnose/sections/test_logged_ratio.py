@@ -1,6 +1,6 @@
 """The logged importance ratio (``tailtheory.diagnose.sections.logged_ratio``): which
 aggregation of log rho a framework's ratio is, on constructed arrays; the engine's ``weight``
-from its registered corrections (clean) against a geometric mean (planted, TRL #5814's mean in
+from its registered corrections (clean) against a geometric mean (planted, TRL issue 5814's mean in
 place of the sum); prime-rl's ``importance_ratio`` and its flipped sign; dumps that log none;
 streaming."""
 
@@ -73,7 +73,7 @@ def test_engine_weight_clean_twins_and_the_planted_mean(tmp_path):
     assert r["counts"]["mean"] >= r["compared"] - r["counts"]["ambiguous"] > 0
     assert r["example"]["tokens"] == 40 and r["example"]["logged"] == pytest.approx(
         r["example"]["exp_mean"], rel=1e-9)
-    assert "a mean in place of the sum (what TRL #5814 asked for, its PR #5815)" in \
+    assert "a mean in place of the sum (what TRL issue 5814 asked for, its PR 5815)" in \
         d.verdicts["logged_ratio"][1]
     assert "the logged ratio is exp(mean_t log rho_t), not prod_t rho_t: fix its aggregation" \
         in d.summary["bottom_line"]["text"]
@@ -106,14 +106,14 @@ def test_dumps_without_a_logged_ratio_say_which_formats_log_one(tmp_path):
 @pytest.mark.parametrize("ratio, agg", [("sum", "sum"), ("-sum", "-sum"), ("mean", "mean")])
 def test_generic_logged_ratio_and_its_twins(tmp_path, ratio, agg):
     """The docs' example (a mean) and its twins in the generic format: the sum reads as the
-    product, with TRL #5814's ratios named as that product; a flipped sum as its sign."""
+    product, with TRL issue 5814's ratios named as that product; a flipped sum as its sign."""
     path = generic_dump(tmp_path / "d.jsonl", ratio_responses(), ratio=ratio)
     d = diagnose_dumps([path], register=[])
     assert d.summary["logged_ratio"]["aggregation"] == agg
     if ratio == "sum":
         assert d.verdicts["logged_ratio"][0].startswith(
             "the logged ratio is prod_t rho_t = exp(sum_t log rho_t) on 4 of 4 responses")
-        assert "TRL #5814's ratios of 0.4-0.7 with matching per-token log-probs are this " \
+        assert "TRL issue 5814's ratios of 0.4-0.7 with matching per-token log-probs are this " \
                "product" in d.verdicts["logged_ratio"][1]
         assert "the logged ratio is" not in d.summary["bottom_line"]["text"]
 

@@ -77,8 +77,8 @@ def test_break_even_and_the_exact_split():
 
 @pytest.mark.parametrize("kind", ["length", "size"])
 def test_planted_length_and_size(tmp_path, kind):
-    """MIS masks long responses at a small per-token log-ratio "by length" (TRL #4772, #5814)
-    and equal-length ones at a large per-token log-ratio "by per-token size"."""
+    """MIS masks long responses at a small per-token log-ratio "by length" (TRL issues 4772
+    and 5814) and equal-length ones at a large per-token log-ratio "by per-token size"."""
     resps = (planted_responses(steps=(0,), per_step=8, lengths=(4, 8, 64, 128), sd=0.005,
                                drift=0.012, seed=5) if kind == "length" else
              planted_responses(steps=(0,), per_step=12, lengths=(8,), sd=0.3, seed=5))
@@ -87,7 +87,8 @@ def test_planted_length_and_size(tmp_path, kind):
     assert o["responses"] > 0
     line = next(x for x in d.verdicts["seq_ratio"] if x.startswith("responses MIS masks"))
     if kind == "length":
-        assert o["length"] > o["size"] and "leave the band by length (TRL #4772, #5814" in line
+        assert o["length"] > o["size"]
+        assert "leave the band by length (TRL issues 4772 and 5814" in line
         assert "MIS at its defaults would mask 4 of 8 responses, by their length" in \
             d.summary["bottom_line"]["text"]
     else:
