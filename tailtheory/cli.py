@@ -317,8 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
              "does, then makes it (a study: `tailtheory study NAME`).", _measure_arguments,
              epilog=MEASURE_EPILOG)
     _command(sub, "diagnose", diagnose_main, "token-tail report of a real run's per-token dumps",
-             "Read per-token dumps of a run (this engine's --dump-tokens or the generic format "
-             "of docs/diagnose.md) and write DIR/report.html, its figures and DIR/summary.json.",
+             "Read per-token dumps of a run (this engine's --dump-tokens, a framework's dumps or "
+             "the generic format of docs/diagnose.md) and write DIR/report.html, its figures and "
+             "DIR/summary.json; with --certify, certify each step's mean k3 against a bar (exit "
+             "status 0 pass, 1 fail, 2 cannot decide).",
              add_diagnose_arguments)
     _command(sub, "probe", probe_main,
              "a per-model probe (mismatch, pruning, gradient, decisiveness) on any checkpoint",

@@ -113,15 +113,18 @@ class Accumulator:
 
     ``tail_p`` / ``head_p``: trainer-probability cut-offs of tail / head tokens; ``rhos``: DVP's
     min-p ratios; ``delta_max``: TRM's k2 threshold for the per-token violation rate ``q``;
-    ``kinds``: each file's format, to name its columns in errors. The sums every section reads
-    are kept here (per log10-p bin, per group of tokens, per response); ``sections`` (records of
-    :mod:`tailtheory.diagnose.sections`) bring their own folds, whose running sums are
-    :attr:`folds` (section name -> the object whose ``add(tokens)`` folds a batch in).
+    ``kinds``: each file's format, to name its columns in errors; ``dumps``: the opened files
+    (:class:`~tailtheory.diagnose.formats.base.Dump`: how each stores its log-probs, what it
+    lacks). The sums every section reads are kept here (per log10-p bin, per group of tokens,
+    per response); ``sections`` (records of :mod:`tailtheory.diagnose.sections`) bring their
+    own folds, whose running sums are :attr:`folds` (section name -> the object whose
+    ``add(tokens)`` folds a batch in).
     """
 
     def __init__(self, files: list[Path], tail_p: float, head_p: float, rhos: tuple[float, ...],
-                 delta_max: float, kinds: list[str] | None = None, sections=()):
+                 delta_max: float, kinds: list[str] | None = None, sections=(), dumps=()):
         self.files, self.kinds, self.tail_p, self.head_p = files, kinds, tail_p, head_p
+        self.dumps = list(dumps)
         self.rhos, self.delta_max = tuple(rhos), delta_max
         nb = len(P_EDGES) - 1
         self.bins = {f: np.zeros(nb) for f in BIN_FIELDS}

@@ -1,15 +1,23 @@
-"""``tailtheory diagnose DUMP [DUMP ...] --out DIR``: the token-tail report of a real run.
+"""``tailtheory diagnose DUMP [DUMP ...] --out DIR``: the token-tail report of a real run;
+``tailtheory diagnose DUMP --certify [--bar K3] [--out DIR] [--json]``: its certification.
 
 Reads per-token dumps (formats: :mod:`tailtheory.diagnose.read`, ``docs/diagnose.md``) in
 batches, folds them into streaming sums (:mod:`tailtheory.diagnose.aggregate`), and only when
 every file has been read writes ``DIR/report.html``, its figures with their CSVs and
 ``DIR/summary.json`` (:mod:`tailtheory.diagnose.report`). Rows with NaN or infinite log-probs
 are excluded and counted; more than ``--max-excluded`` of them is an error.
+
+With ``--certify`` the command prints the certification
+(:mod:`tailtheory.diagnose.sections.certify`: each step's token-mean k3 of ``log rho =
+logp_train - logp_rollout`` against ``--bar``) in lines, or as one JSON line with ``--json``,
+writes the report only when ``--out`` is given, and exits 0 (pass), 1 (fail) or 2 (cannot
+decide: too few steps, a file without steps, or dumps it cannot read, the reason named).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -55,13 +63,14 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None,
-                   params: float | None = None):
+                   params: float | None = None, bar: float | None = None):
     """Every section of the report from ``dumps`` (in format ``fmt``, one of
     :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
     ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
     engine's TRM thresholds (``MethodParams``); ``register`` (rows of
     ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6);
-    ``params``, the run's model parameters, picks the ladder's rung its k3 is compared with.
+    ``params``, the run's model parameters, picks the ladder's rung its k3 is compared with;
+    ``bar``, the certification's bar on each step's mean k3 (default: prime-rl's 0.015).
     Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
@@ -71,6 +80,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     from tailtheory.ladder.place import nearest_rung
     from tailtheory.diagnose.read import expand_dumps, iter_batches, open_dumps
     from tailtheory.diagnose.sections import SECTIONS
+    from tailtheory.diagnose.sections.certify import check_bar
 
     dm, da = _trm_defaults()
     delta_max, delta_avg = (dm if delta_max is None else delta_max,
@@ -78,19 +88,21 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     _check_options(batch_rows, rhos, tail_p, head_p, delta_max, delta_avg)
     if params is not None:
         nearest_rung(params, {"any": 1})            # a bad --params fails before any reading
+    if bar is not None:
+        check_bar(bar)
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
-                      kinds=[d.kind for d in opened], sections=SECTIONS)
+                      kinds=[d.kind for d in opened], sections=SECTIONS, dumps=opened)
     rows = [d.rows for d in opened]
-    bar = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
-               disable=not progress, file=sys.stderr)
-    with bar:
+    shown = tqdm(total=None if None in rows else sum(rows), unit="rows", desc="diagnose",
+                 disable=not progress, file=sys.stderr)
+    with shown:
         for i, dump in enumerate(opened):
             for batch in iter_batches(dump, i, batch_rows):
                 acc.add(batch)
-                bar.update(len(batch.ok))
-    d = diagnosis(acc, delta_max, delta_avg, register, params)
+                shown.update(len(batch.ok))
+    d = diagnosis(acc, delta_max, delta_avg, register, params, bar)
     d.inputs = files
     return d
 
@@ -125,8 +137,21 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
                         "folder of dumps")
     p.add_argument("--format", default="auto", choices=format_names(), dest="fmt",
                    help="the dumps' format (default: detected per file from its name and keys)")
-    p.add_argument("--out", required=True,
-                   help="output folder: new, empty, or an earlier diagnose output (replaced)")
+    p.add_argument("--out", default=None,
+                   help="output folder: new, empty, or an earlier diagnose output (replaced); "
+                        "required unless --certify")
+    p.add_argument("--certify", action="store_true",
+                   help="certify the run: pass (exit 0) when every step's token-mean k3 of "
+                        "log rho = logp_train - logp_rollout (prime-rl's sign) is <= --bar over "
+                        ">= 20 steps, fail (exit 1) when a step is above it, cannot decide "
+                        "(exit 2) on fewer steps or a dump without steps; prints the failing "
+                        "steps and the worst tokens; the report only with --out")
+    p.add_argument("--bar", type=float, default=None, metavar="K3",
+                   help="the certification's bar on each step's mean k3 (default 0.015: "
+                        "prime-rl's PR 2672, the mean mismatch KL of each of 20 steps at "
+                        "learning rate 0); 0 means bitwise equal at the dump's stored precision")
+    p.add_argument("--json", action="store_true",
+                   help="with --certify: print the certification as one JSON line")
     p.add_argument("--rho", default=",".join(f"{r:g}" for r in DEFAULT_RHOS),
                    help="DVP min-p ratios, comma-separated (needs top-k columns)")
     p.add_argument("--trm-delta-max", type=float, default=dm,
@@ -146,17 +171,62 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def diagnose_main(args: argparse.Namespace) -> int:
-    """Entry point of ``tailtheory diagnose``: prints the verdict lines and where it wrote."""
+    """Entry point of ``tailtheory diagnose``: prints the verdict lines and where it wrote;
+    with ``--certify``, the certification (:func:`certify_main`)."""
     try:
         rhos = tuple(float(r) for r in args.rho.split(",") if r.strip())
     except ValueError:
         raise ValueError(f"--rho must be comma-separated numbers, got {args.rho!r}") from None
-    d = run_diagnose(args.dumps, args.out, fmt=args.fmt, batch_rows=args.batch_rows, rhos=rhos,
-                     tail_p=args.tail_p, head_p=args.head_p, delta_max=args.trm_delta_max,
-                     delta_avg=args.trm_delta_avg, max_excluded=args.max_excluded,
-                     progress=not args.quiet, params=args.params)
+    options = dict(fmt=args.fmt, batch_rows=args.batch_rows, rhos=rhos, tail_p=args.tail_p,
+                   head_p=args.head_p, delta_max=args.trm_delta_max,
+                   delta_avg=args.trm_delta_avg, progress=not args.quiet, params=args.params,
+                   bar=args.bar)
+    if args.certify:
+        return certify_main(args, options)
+    if args.out is None:
+        raise ValueError("--out DIR is required (only --certify runs without it)")
+    if args.json:
+        raise ValueError("--json goes with --certify")
+    d = run_diagnose(args.dumps, args.out, max_excluded=args.max_excluded, **options)
     for name, lines in d.verdicts.items():
         for line in lines:
             print(f"[{name}] {line}")
     print(f"wrote {Path(args.out) / 'report.html'} and {Path(args.out) / 'summary.json'}")
     return 0
+
+
+def certify_main(args: argparse.Namespace, options: dict) -> int:
+    """``--certify``: the certification of ``args.dumps`` printed as lines (or one JSON line,
+    ``--json``), the report written when ``--out`` is given; returns the exit status (0 pass,
+    1 fail, 2 cannot decide). Bad options are refused before any reading (``ValueError``);
+    dumps that cannot be read make it undecided, with the reason."""
+    from tailtheory.diagnose.report import check_out
+    from tailtheory.diagnose.sections.base import json_safe
+    from tailtheory.diagnose.sections.certify import (DEFAULT_BAR, certify_lines, check_bar,
+                                                      undecided)
+
+    bar = DEFAULT_BAR if args.bar is None else check_bar(args.bar)
+    _check_options(options["batch_rows"], options["rhos"], options["tail_p"],
+                   options["head_p"], options["delta_max"], options["delta_avg"])
+    if not 0 <= args.max_excluded <= 1:
+        raise ValueError(f"--max-excluded must lie in [0, 1], got {args.max_excluded}")
+    out = None if args.out is None else Path(args.out)
+    if out is not None:
+        check_out(out)                                    # refused before reading, not after
+    try:
+        if out is None:
+            d = diagnose_dumps(args.dumps, **{**options, "bar": bar})
+            _check_excluded(d.summary, args.max_excluded)
+        else:
+            d = run_diagnose(args.dumps, out, max_excluded=args.max_excluded,
+                             **{**options, "bar": bar})
+        c = d.summary["certify"]
+    except (ValueError, FileNotFoundError) as exc:
+        c, out = undecided(str(exc), bar), None
+    if args.json:
+        print(json.dumps(json_safe({**c, "out": None if out is None else str(out)})))
+    else:
+        print("\n".join(f"[certify] {line}" for line in certify_lines(c)))
+        if out is not None:
+            print(f"wrote {out / 'report.html'} and {out / 'summary.json'}")
+    return c["status"]

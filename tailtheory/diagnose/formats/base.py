@@ -27,7 +27,9 @@ from tailtheory.diagnose.formats.registry import reader_names, readers
 class Dump:
     """One input file: its path, format (``parquet`` / ``jsonl`` / ``pt``), kind (the name of
     its reader), token rows when the file's metadata knows them, its top-k columns, whether it
-    holds one row per response (``seq_rows``), and the samples already read from the other files
+    holds one row per response (``seq_rows``), how it stores its log-probs (``precision``, e.g.
+    ``float32 as stored``: what "bitwise equal" means for it), the generic columns of
+    :data:`SOMETIMES` it lacks (``lacks``), and the samples already read from the other files
     of a slime run (``seen``)."""
 
     path: Path
@@ -37,14 +39,52 @@ class Dump:
     topk: tuple[str, ...]
     seq_rows: bool = False
     topk_k: int = 0
+    precision: str = ""
+    lacks: tuple[str, ...] = ()
     seen: set | None = field(default=None, compare=False, repr=False)
+
+
+SOMETIMES = ("step", "logged_ratio")
+"""Generic columns a section reads when a file gives them, and that some files cannot give:
+``step`` (without it every row is step 0, so a run's steps cannot be told apart) and
+``logged_ratio`` (the framework's own logged importance ratio). :attr:`Dump.lacks` names those
+a file lacks."""
+JSON_PRECISION = "JSON-rounded decimals"
+"""How a JSON lines file stores its log-probs: decimals as its writer printed them, read back as
+float64 (Python's writers print the shortest decimal that reads back as the same float)."""
+ARROW_FLOATS = {"halffloat": "float16", "float": "float32", "double": "float64"}
+"""Arrow's names of the float types, in numpy's."""
+
+
+def arrow_precision(schema, columns) -> str:
+    """How a parquet file stores ``columns`` (lists: their values): ``float32 as stored``, or
+    each column's type when they differ (``logp_train float64, logp_rollout float32 as
+    stored``)."""
+    kinds = {}
+    for c in columns:
+        t = schema.field(c).type
+        while pa.types.is_list(t) or pa.types.is_large_list(t):
+            t = t.value_type
+        kinds[c] = ARROW_FLOATS.get(str(t), str(t))
+    if len(set(kinds.values())) == 1:
+        return f"{next(iter(kinds.values()))} as stored"
+    return ", ".join(f"{c} {k}" for c, k in kinds.items()) + " as stored"
+
+
+def stored_precision(path: Path, fmt: str, columns) -> str:
+    """How a table stores its log-prob ``columns``: :func:`arrow_precision` of a parquet file,
+    :data:`JSON_PRECISION` of a JSON lines file."""
+    return arrow_precision(parquet(path).schema_arrow, columns) if fmt == "parquet" \
+        else JSON_PRECISION
 
 
 @dataclass
 class Batch:
     """Token rows of one file in the generic names. ``ok`` marks rows with finite log-probs;
     ``bad`` counts the others per column (as the file names it). ``topk_roll`` / ``topk_train``
-    are ``(n, k)`` padded with ``-inf`` (absent: None)."""
+    are ``(n, k)`` padded with ``-inf`` (absent: None); ``logged_ratio``: the framework's own
+    logged importance ratio of each row, NaN where not logged (absent: None); it never excludes a
+    row."""
 
     file: int
     step: np.ndarray
@@ -59,6 +99,7 @@ class Batch:
     topk_train: np.ndarray | None
     ok: np.ndarray
     bad: dict[str, int]
+    logged_ratio: np.ndarray | None = None
 
 
 def to_batch(tbl, dump: Dump, file: int, train: np.ndarray, log_rho: np.ndarray,
@@ -84,7 +125,9 @@ def to_batch(tbl, dump: Dump, file: int, train: np.ndarray, log_rho: np.ndarray,
                  advantage=cols.floats(tbl, name("advantage"), path) if has("advantage") else None,
                  reward=cols.floats(tbl, "reward", path) if has("reward") else None,
                  topk_roll=topk.get("topk_logp_rollout"), topk_train=topk.get("topk_logp_train"),
-                 ok=ok, bad={c: int((~f).sum()) for c, f in finite.items() if (~f).any()})
+                 ok=ok, bad={c: int((~f).sum()) for c, f in finite.items() if (~f).any()},
+                 logged_ratio=cols.floats(tbl, name("logged_ratio"), path)
+                 if has("logged_ratio") else None)
 
 
 def batch_of(tbl, dump: Dump, file: int) -> Batch:

@@ -5,8 +5,11 @@ Source: TIM (arXiv 2605.14220) for ``log_rho = log pi_train - log pi_roll``
 (``tailtheory.engine.types.PolicyBatch.log_rho``). :data:`ENGINE_TO_GENERIC` maps its columns
 onto the generic names, the one place they meet; ``logp_train = logp_roll + log_rho`` under
 either ``--pi-old`` mode (``logp_old`` is the rollout's under ``--pi-old bypass`` and is not
-read). A run directory or its ``tokens`` folder may be given instead of the files. A table is
-an engine dump when it has every column of :data:`ENGINE_REQUIRED`.
+read). ``weight``, the product of the correction methods' token weights the step applied (1:
+none; ``min(prod_t rho_t, C)`` under ``seq_tis``, ``prod_t rho_t`` or 0 under ``mis``, ...), is
+the engine's own logged importance ratio, read as the generic ``logged_ratio``. A run directory
+or its ``tokens`` folder may be given instead of the files. A table is an engine dump when it has
+every column of :data:`ENGINE_REQUIRED`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from pathlib import Path
 
 from tailtheory.diagnose import columns as cols
 from tailtheory.diagnose.formats.base import (Dump, column_names, first_found, missing_columns,
-                                              table_batches, table_info, to_batch)
+                                              stored_precision, table_batches, table_info,
+                                              to_batch)
 from tailtheory.diagnose.formats.registry import Reader
 
 NAME = "engine"
 ENGINE_REQUIRED = ("step", "seq", "t", "token", "logp_roll", "log_rho")
 """Columns of the engine's dump this reader needs."""
 ENGINE_TO_GENERIC = {"step": "step", "seq": "sample_id", "t": "position", "token": "token_id",
-                     "logp_roll": "logp_rollout", "adv": "advantage"}
+                     "logp_roll": "logp_rollout", "adv": "advantage", "weight": "logged_ratio"}
 """Engine column -> generic name; ``logp_train = logp_roll + log_rho`` (``log_rho = log pi_train
 - log pi_roll``, ``tailtheory.engine.types.PolicyBatch.log_rho``, under either ``pi_old`` mode;
 ``logp_old`` is the rollout's under ``--pi-old bypass`` and is not read)."""
@@ -50,7 +54,9 @@ def check(path: Path) -> Dump:
     missing = [c for c in ENGINE_REQUIRED if c not in names]
     if missing:
         raise missing_columns(path, missing)
-    return Dump(path, fmt, NAME, rows, ())
+    return Dump(path, fmt, NAME, rows, (),
+                precision=stored_precision(path, fmt, ("logp_roll", "log_rho")),
+                lacks=() if "weight" in names else ("logged_ratio",))
 
 
 def to_engine_batch(tbl, dump: Dump, file: int):
@@ -71,4 +77,4 @@ def rows(dump: Dump, file: int, batch_rows: int):
 
 READER = Reader(NAME, "this engine's tailtheory train --dump-tokens",
                 (".parquet", ".jsonl"), PATTERNS, find, sniff, check, rows,
-                required=ENGINE_REQUIRED, tabular=True, shown=SHOWN)
+                required=ENGINE_REQUIRED, tabular=True, shown=SHOWN, ratio="weight")

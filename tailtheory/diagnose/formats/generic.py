@@ -23,12 +23,16 @@ A ``.parquet`` file, or ``.jsonl`` (one JSON object per line), in one of two sha
                              full distribution); k may differ between rows
   ``topk_logp_train`` list   optional: the trainer's log-probs of the same k tokens, in the same
                              order (the same length); alone, the trainer's k most likely tokens
+  ``logged_ratio``    float  optional: the framework's own importance ratio of the token as it
+                             logged it (a per-token ratio, or its response's sequence ratio on
+                             every token); NaN where not logged; never excludes a row
   ==================  =====  =====================================================================
 
 - *sequence rows*, one row per response: ``sample_id``, ``step``, ``reward`` as scalars, and
   ``token_id``, ``logp_train``, ``logp_rollout`` (optional ``position``, default ``0..n-1``;
-  ``advantage``, a list or one scalar for every token; ``topk_*`` as lists of lists) as lists of
-  one length per row. The shape is read from ``logp_train``: a list means sequence rows.
+  ``advantage`` and ``logged_ratio``, a list or one scalar for every token; ``topk_*`` as lists
+  of lists) as lists of one length per row. The shape is read from ``logp_train``: a list
+  means sequence rows.
 
 A ``null`` log-prob is NaN (TRL writes vLLM's unscored tokens so). Rows whose log-probs (or
 top-k entries) are NaN or +-inf are *excluded*, counted per column, never averaged in. This is
@@ -41,14 +45,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tailtheory.diagnose.columns import TOPK
-from tailtheory.diagnose.formats.base import (Dump, batch_of, first_len, missing_columns,
-                                              table_batches, table_info)
+from tailtheory.diagnose.formats.base import (SOMETIMES, Dump, batch_of, first_len,
+                                              missing_columns, stored_precision, table_batches,
+                                              table_info)
 from tailtheory.diagnose.formats.registry import Reader
 
 NAME = "generic"
 REQUIRED = ("sample_id", "position", "token_id", "logp_train", "logp_rollout")
 """Columns every generic dump has."""
-OPTIONAL = ("advantage", "reward", "step")
+OPTIONAL = ("advantage", "reward", "step", "logged_ratio")
 """Generic columns read when present."""
 PATTERNS = ("*.parquet", "*.jsonl")
 """Its files in a folder: every parquet and JSON lines file."""
@@ -73,7 +78,9 @@ def check(path: Path) -> Dump:
         raise missing_columns(path, missing)
     topk = tuple(c for c in TOPK if c in names)
     return Dump(path, fmt, NAME, rows, topk, seq_rows,
-                first_len(path, fmt, topk[0]) if topk else 0)
+                first_len(path, fmt, topk[0]) if topk else 0,
+                precision=stored_precision(path, fmt, ("logp_train", "logp_rollout")),
+                lacks=tuple(c for c in SOMETIMES if c not in names))
 
 
 def rows(dump: Dump, file: int, batch_rows: int):
@@ -83,4 +90,4 @@ def rows(dump: Dump, file: int, batch_rows: int):
 
 READER = Reader(NAME, "the generic format (TRL and verl runs, through integrations)",
                 (".parquet", ".jsonl"), PATTERNS, find, lambda path: True, check, rows,
-                required=REQUIRED, tabular=True, fallback=True)
+                required=REQUIRED, tabular=True, fallback=True, ratio="logged_ratio")

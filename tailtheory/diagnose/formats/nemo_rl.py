@@ -59,8 +59,10 @@ def sniff(path: Path) -> bool:
 
 def check(path: Path) -> Dump:
     """A JSON lines file whose first line has :data:`NEMO_RL_KEYS`; ``ValueError`` naming what
-    it lacks (and why NeMo-RL leaves it out) otherwise."""
-    return check_first_line(path, NAME, NEMO_RL_KEYS, _nemo_hint)
+    it lacks (and why NeMo-RL leaves it out) otherwise. A file not named
+    ``train_data_step{N}.jsonl`` lacks its step (read as 0); no file logs a ratio."""
+    return check_first_line(path, NAME, NEMO_RL_KEYS, _nemo_hint,
+                            step=bool(NEMO_RL_NAME.match(path.name)))
 
 
 def _nemo_hint(missing) -> str:

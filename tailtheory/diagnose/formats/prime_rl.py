@@ -14,7 +14,9 @@ training forward, shifted so index ``t`` is token ``t``), ``advantages``, ``mism
 here: excluded, counted). Rows: ``loss_mask`` tokens that were sampled by the policy (a non-zero
 ``rl_weights`` or ``ref_kl_weights`` where those are given, as prime-rl's own ``mismatch_kl``
 metric selects them). ``mismatch_kl`` is checked against the log-probs (it fixes the sign and
-the alignment); no reward is exported.
+the alignment); no reward is read. Newer exports also hold prime-rl's per-token
+``importance_ratio`` (``exp(trainer - inference)``, from its
+``compute_importance_ratio_and_mismatch_kl``), read as the generic ``logged_ratio`` where given.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from tailtheory.diagnose.formats.registry import Reader
 NAME = "prime-rl"
 TO_GENERIC = {"step": "step", "export_sequence_idx": "sample_id", "token_ids": "token_id",
               "trainer_logprobs": "logp_train", "inference_logprobs": "logp_rollout",
-              "advantages": "advantage"}
+              "advantages": "advantage", "importance_ratio": "logged_ratio"}
 """prime-rl key -> generic name; ``position`` counts from the first ``loss_mask`` token;
 prime-rl exports no reward."""
 PRIME_RL_KEYS = ("step", "token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
@@ -63,7 +65,8 @@ def sniff(path: Path) -> bool:
 def check(path: Path) -> Dump:
     """A JSON lines file whose first line has :data:`PRIME_RL_KEYS`; ``ValueError`` naming what
     it lacks otherwise."""
-    return check_first_line(path, NAME, PRIME_RL_KEYS, lambda missing: "")
+    return check_first_line(path, NAME, PRIME_RL_KEYS, lambda missing: "",
+                            ratio="importance_ratio")
 
 
 def prime_rl_rows(path: Path) -> Iterator[dict]:
@@ -77,7 +80,7 @@ def prime_rl_rows(path: Path) -> Iterator[dict]:
                              f"token export line)")
         arr = {k: (int_array if k == "token_ids" else float_array)(rec[k], path, where, k)
                for k in PRIME_RL_KEYS if k != "step"}
-        for k in ("advantages", "mismatch_kl", "rl_weights", "ref_kl_weights"):
+        for k in ("advantages", "mismatch_kl", "rl_weights", "ref_kl_weights", "importance_ratio"):
             if isinstance(rec.get(k), list) and any(x is not None for x in rec[k]):
                 arr[k] = float_array(rec[k], path, where, k)
         same_length(arr, path, where)
@@ -93,7 +96,7 @@ def prime_rl_rows(path: Path) -> Iterator[dict]:
         if "mismatch_kl" in arr:
             _check_mismatch_kl(arr, keep, path, where)
         src = {k: arr[k][keep] for k in ("token_ids", "inference_logprobs", "trainer_logprobs",
-                                         "advantages") if k in arr}
+                                         "advantages", "importance_ratio") if k in arr}
         first = np.flatnonzero(loss)[0]
         src.update(step=int(int_array([rec["step"]], path, where, "step")[0]),
                    export_sequence_idx=rec.get("export_sequence_idx", i - 1),
@@ -124,4 +127,5 @@ def rows(dump: Dump, file: int, batch_rows: int) -> Iterator:
 
 
 READER = Reader(NAME, "prime-rl token exports (enable_token_export)",
-                (".jsonl",), PATTERNS, find, sniff, check, rows, required=PRIME_RL_KEYS)
+                (".jsonl",), PATTERNS, find, sniff, check, rows, required=PRIME_RL_KEYS,
+                ratio="importance_ratio")

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from tailtheory.diagnose.columns import jsonl_records
-from tailtheory.diagnose.formats.base import Batch, Dump, batch_of
+from tailtheory.diagnose.formats.base import JSON_PRECISION, Batch, Dump, batch_of
 
 
 def to_generic(names: dict[str, str], src: dict, n: int) -> dict:
@@ -85,9 +85,12 @@ def first_keys(path: Path) -> set:
     return set(first[0]) if first else set()
 
 
-def check_first_line(path: Path, kind: str, need, hint: Callable[[list], str]) -> Dump:
+def check_first_line(path: Path, kind: str, need, hint: Callable[[list], str], *,
+                     ratio: str = "", step: bool = True) -> Dump:
     """A JSON lines dump of ``kind`` whose first record has the keys ``need``; ``ValueError``
-    naming the file and the keys it lacks (``hint(missing)`` appended) otherwise."""
+    naming the file and the keys it lacks (``hint(missing)`` appended) otherwise. Its
+    ``lacks``: ``logged_ratio`` unless the first record's key ``ratio`` holds a value, ``step``
+    when the file cannot give one (``step`` False)."""
     if path.suffix.lower() != ".jsonl":
         raise ValueError(f"{path}: a {kind} dump is a .jsonl file, got {path.suffix!r}")
     first = next(jsonl_records(path, 1), None)
@@ -97,7 +100,9 @@ def check_first_line(path: Path, kind: str, need, hint: Callable[[list], str]) -
     if missing:
         raise ValueError(f"{path}: not a {kind} dump: line 1 lacks {', '.join(missing)}"
                          f"{hint(missing)}")
-    return Dump(path, "jsonl", kind, None, ())
+    logged = isinstance(first[0].get(ratio), list) and any(x is not None for x in first[0][ratio])
+    lacks = ("step",) * (not step) + ("logged_ratio",) * (not logged)
+    return Dump(path, "jsonl", kind, None, (), precision=JSON_PRECISION, lacks=lacks)
 
 
 def record_batches(parts: Iterable[dict], dump: Dump, file: int,

@@ -43,6 +43,8 @@ class Reader:
       file that lacks its keys; ``--format`` naming another format then checks the file as that.
     - ``fallback``: read when no other reader claims a file (one reader, the generic format).
     - ``shown``: how its files hold a generic log-prob column, where that differs (errors).
+    - ``ratio``: the file's column (or key) holding the framework's own logged importance ratio,
+      read as the generic ``logged_ratio``; ``""``: the format logs none.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Reader:
     tabular: bool = False
     fallback: bool = False
     shown: dict = field(default_factory=dict)
+    ratio: str = ""
 
 
 _READERS: dict[str, Reader] = {}

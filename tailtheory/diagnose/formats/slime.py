@@ -59,9 +59,19 @@ def find(folder: Path) -> list[Path]:
 
 
 def check(path: Path) -> Dump:
-    """A slime / Miles train dump, loaded and checked whole (:func:`slime_samples`)."""
-    slime_samples(path)
-    return Dump(path, "pt", NAME, None, ())
+    """A slime / Miles train dump, loaded and checked whole (:func:`slime_samples`); its
+    precision is the first sample's ``log_probs`` dtype; slime logs no importance ratio."""
+    _, samples = slime_samples(path)
+    first = next((s["log_probs"] for s in samples if s.get("log_probs") is not None), None)
+    return Dump(path, "pt", NAME, None, (), precision=_stored(first), lacks=("logged_ratio",))
+
+
+def _stored(v) -> str:
+    """How a sample's log-probs are stored: a tensor's or an array's dtype, else Python floats."""
+    dtype = getattr(v, "dtype", None)
+    if dtype is None:
+        return "Python floats as stored"
+    return f"{str(dtype).removeprefix('torch.')} as stored"
 
 
 def load_pt(path: Path):

@@ -22,7 +22,11 @@ Modules, one line each:
 - ``trm``: TRM's acceptance against threshold and length (T12).
 - ``dvp``: what DVP's min-p rule at each rho would prune (P1, P2, P4).
 - ``steps``: k1, k3 and ``|Delta|`` per step (TIM's monitors; V2, V5).
+- ``certify``: each step's mean k3 against a bar (prime-rl's PR 2672): pass, fail, undecided.
 - ``ratios``: the raw importance ratios against the corrections' caps (V4).
+- ``seq_ratio``: each response's log-ratio as mean per-token log-ratio x length; the responses
+  each correction truncates or masks (M6, V4).
+- ``logged_ratio``: the framework's logged ratio against the log-probs: sum, mean, sign (V4).
 - ``register``: the run's mean k3 on the dose-response register (V6), and ``register.json``.
 - ``bottom_line``: what to do, from the run's place on the register and the faults found.
 """
@@ -40,7 +44,10 @@ SECTIONS: tuple[Section, ...] = tuple(
         "trm",
         "dvp",
         "steps",
+        "certify",
         "ratios",
+        "seq_ratio",
+        "logged_ratio",
         "register",
         "bottom_line",
     ))

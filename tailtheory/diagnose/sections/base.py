@@ -137,8 +137,9 @@ class Section:
 class Context:
     """What a section's table reads: the finished sums ``acc``, the complete responses
     ``complete`` (:func:`complete`), TRM's thresholds and the register (rows of
-    ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one) and the run's model
-    parameters (``params``: the ladder's nearest rung; ``None``, its largest)."""
+    ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one), the run's model
+    parameters (``params``: the ladder's nearest rung; ``None``, its largest) and the bar of
+    the certification (``bar``: on each step's mean k3; ``None``, its default)."""
 
     acc: Any
     complete: dict
@@ -146,6 +147,7 @@ class Context:
     delta_avg: float
     register: list[dict] | None = None
     params: float | None = None
+    bar: float | None = None
 
 
 def complete(acc) -> dict[str, np.ndarray]:
@@ -156,6 +158,17 @@ def complete(acc) -> dict[str, np.ndarray]:
     out = {k: v[keep] for k, v in s.items()}
     out["mass"], out["index"] = acc.seq_mass[:n][keep], np.flatnonzero(keep)
     return out
+
+
+def grown(arrays: dict[str, np.ndarray], n: int, fills: dict[str, float]) -> None:
+    """Grow each per-response array of ``arrays`` (in place of the dict's values) to hold at
+    least ``n`` responses, doubling its capacity; new entries hold ``fills[name]`` (0 when not
+    named). A section's fold keeps its own per-response sums so, indexed as the
+    :class:`~tailtheory.diagnose.aggregate.Accumulator`'s responses."""
+    for k, v in arrays.items():
+        if len(v) < n:
+            cap = max(2 * len(v), n, 1024)
+            arrays[k] = np.concatenate([v, np.full(cap - len(v), fills.get(k, 0.0))])
 
 
 def json_safe(x):

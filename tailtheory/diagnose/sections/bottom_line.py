@@ -1,8 +1,12 @@
 """The bottom line, last: what to do, from the run's place on the register
 (:mod:`tailtheory.diagnose.sections.register`) and the faults found
-(:mod:`tailtheory.diagnose.sections.faults`), with the register's caveat of scale.
+(:mod:`tailtheory.diagnose.sections.faults`), then the certification
+(:mod:`~tailtheory.diagnose.sections.certify`), the logged ratio's aggregation
+(:mod:`~tailtheory.diagnose.sections.logged_ratio`) and the responses MIS would mask
+(:mod:`~tailtheory.diagnose.sections.seq_ratio`), with the register's caveat of scale.
 
-Source: the register of :mod:`tailtheory.tim.dose` (V6) and the fault checks.
+Source: the register of :mod:`tailtheory.tim.dose` (V6), the fault checks, prime-rl's bar
+(PR 2672), TIM's corrections (V4).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ def bottom_line(d) -> dict:
     measures that gap); ``nothing`` when the run's k3 is at or below ``k3_safe``; ``watch``
     between ``k3_safe`` and ``k3_harm``; at or above ``k3_harm`` ``remedy`` naming the remedies
     that kept GRPO unharmed there with the k3 they were measured at, else ``reduce_mismatch``
-    (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. The text always
-    ends with the caveat of scale."""
+    (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. Then, in the
+    text, the certification's verdict, a logged ratio aggregated by its mean or with its sign
+    flipped, and the share of responses MIS would mask (:func:`also`). The text always ends with
+    the caveat of scale."""
     p = d.points.get("register")
     faults = {f.name: f for f in d.points.get("faults", [])}
     k3 = d.summary.get("k3")
@@ -77,10 +83,41 @@ def bottom_line(d) -> dict:
         if harmed_paths and where not in ("below_safe",):
             text += ("; real path(s) harmed at this k3 or below: "
                      + ", ".join(f"{r['path']} ({k3_text(r['k3'])})" for r in harmed_paths))
-    text = f"{text} (caveat: {short})."
+    text = "; ".join([text, *also(d.summary)]) + f" (caveat: {short})."
     out = {"action": action, "text": text}
     d.summary["bottom_line"] = out
     d.verdicts["bottom_line"] = [text]
+    return out
+
+
+def also(summary: dict) -> list[str]:
+    """What the bottom line adds after its action: the certification's verdict
+    (``certify``), a logged ratio that is not the one the corrections define
+    (``logged_ratio``), the responses MIS would mask and why (``seq_ratio``); each where the
+    summary has it."""
+    out = []
+    c = summary.get("certify")
+    if c:
+        bar = f"mean k3 <= {c['bar']:g} at every step" if c["bar"] else "bitwise equal"
+        out.append(f"certification ({bar}, at least {c['min_steps']} steps): " + {
+            "pass": f"passes over {c['steps']} steps",
+            "fail": f"fails at {len(c['failing_steps'])} of {c['steps']} steps (first: step "
+                    f"{c['failing_steps'][0]['step'] if c['failing_steps'] else '?'})",
+            "undecided": f"cannot decide ({c['reason']})"}[c["verdict"]])
+    r = summary.get("logged_ratio")
+    if r and r.get("fault") in ("mean_not_sum", "sign_flipped"):
+        out.append("the logged ratio is " + (
+            "exp(mean_t log rho_t), not prod_t rho_t: fix its aggregation (sum the log-ratios) "
+            "before trusting its sequence correction" if r["fault"] == "mean_not_sum" else
+            "pi_roll / pi_train, the inverse of rho: fix its sign"))
+    q = summary.get("seq_ratio")
+    mis = next((m for m in (q or {}).get("methods", []) if m["method"] == "mis"), None)
+    if mis and mis["responses"]:
+        o = q["outside_mis"]
+        why = "" if o["length"] is None else (
+            ", by their length" if o["length"] >= o["size"] else ", by their per-token size")
+        out.append(f"MIS at its defaults would mask {mis['responses']} of {q['responses']} "
+                   f"responses{why}")
     return out
 
 

@@ -101,11 +101,13 @@ def nemo_rl_dump(log_dir, resps, *, wrap=True, drop=()):
     return log_dir
 
 
-def prime_rl_dump(run_dir, resps, *, ranks=2, flip=False):
+def prime_rl_dump(run_dir, resps, *, ranks=2, flip=False, ratio=None):
     """``run_dir/token_exports/step_{S}/rank_{R}.jsonl`` as prime-rl's ``TokenExporter``
     writes it: one line per sequence, prompt and completion, aligned per-token lists, non-finite
     floats as null. Sample ``i`` goes to rank ``i % ranks``; the last token of sample 1 carries
-    ce weight (not sampled by the policy)."""
+    ce weight (not sampled by the policy). ``ratio``: also the per-token ``importance_ratio``
+    newer exports hold, ``exp(trainer - inference)`` (``"flip"``: ``exp(inference -
+    trainer)``, a planted sign fault)."""
     for step in sorted({r["step"] for r in resps}):
         d = run_dir / "token_exports" / f"step_{step}"
         d.mkdir(parents=True, exist_ok=True)
@@ -118,6 +120,8 @@ def prime_rl_dump(run_dir, resps, *, ranks=2, flip=False):
                 lr = np.array(tr) - np.array(inf)
                 mkl = np.expm1(-lr if flip else lr) - (-lr if flip else lr)
                 rl = None if r["i"] != 1 else [0.0] * p + [1.0] * (n - 1) + [0.0]
+                more = {} if ratio is None else {
+                    "importance_ratio": np.exp(-lr if ratio == "flip" else lr).tolist()}
                 lines.append(dict(schema_version=1, step=step, rank=rank, micro_step=0,
                                   micro_sequence_idx=len(lines), export_sequence_idx=r["i"],
                                   env_name="math", token_ids=r["prompt"] + r["resp"],
@@ -127,7 +131,8 @@ def prime_rl_dump(run_dir, resps, *, ranks=2, flip=False):
                                   inference_logprobs=inf, trainer_logprobs=tr,
                                   entropy=[0.5] * (p + n), mismatch_kl=mkl.tolist(),
                                   rl_weights=rl or [None] * (p + n),
-                                  ce_weights=[None] * (p + n), ref_kl_weights=[None] * (p + n)))
+                                  ce_weights=[None] * (p + n), ref_kl_weights=[None] * (p + n),
+                                  **more))
             (d / f"rank_{rank}.jsonl").write_text(
                 "".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines))
         (d / "STABLE").touch()

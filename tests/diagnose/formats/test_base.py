@@ -44,3 +44,53 @@ def test_folders_and_tables(tmp_path):
     (tmp_path / "e.jsonl").write_text("\n")
     with pytest.raises(ValueError, match="the dump has no rows"):
         table_info(tmp_path / "e.jsonl")
+
+
+def test_each_format_names_its_precision_and_what_it_lacks(tmp_path):
+    """Every reader's opened file says how it stores its log-probs (what ``--bar 0`` means for
+    it) and which of the sometimes-given generic columns (``step``, ``logged_ratio``) it lacks;
+    a logged ratio is read as ``Batch.logged_ratio`` and never excludes a row."""
+    import pyarrow.parquet as pq
+
+    from tailtheory.diagnose.formats.base import arrow_precision
+    from tailtheory.diagnose.read import iter_batches, open_dump
+
+    from ..planted import engine_dump, planted_responses
+    from .framework_dumps import nemo_rl_dump, prime_rl_dump, slime_dump
+
+    resps = planted_responses(steps=(1,), seed=0, decimals=None)
+    rows = pa.table({"sample_id": [0, 1], "position": [0, 0], "token_id": [5, 6],
+                     "logp_train": pa.array([-1.0, -2.0], pa.float32()),
+                     "logp_rollout": [-1.1, -2.0], "logged_ratio": [float("nan"), 1.5]})
+    pq.write_table(rows, tmp_path / "g.parquet")
+    pq.write_table(rows.drop_columns(["logged_ratio"]).append_column("step", pa.array([1, 1])),
+                   tmp_path / "s.parquet")
+    opened = {
+        "generic": open_dump(tmp_path / "g.parquet"),
+        "generic+step": open_dump(tmp_path / "s.parquet"),
+        "jsonl": open_dump(write_jsonl(tmp_path / "g.jsonl", rows.to_pylist())),
+        "engine": open_dump(next((engine_dump(tmp_path / "e", resps) / "tokens").iterdir())),
+        "nemo-rl": open_dump(next(nemo_rl_dump(tmp_path / "n", resps).iterdir())),
+        "prime-rl": open_dump(next((prime_rl_dump(tmp_path / "p", resps, ranks=1, ratio=True)
+                                    / "token_exports").rglob("*.jsonl"))),
+        "prime-rl old": open_dump(next((prime_rl_dump(tmp_path / "q", resps, ranks=1)
+                                        / "token_exports").rglob("*.jsonl"))),
+        "slime": open_dump(next((slime_dump(tmp_path / "l", resps) / "train_data").iterdir()))}
+    got = {k: (d.precision, d.lacks) for k, d in opened.items()}
+    assert got == {
+        "generic": ("logp_train float32, logp_rollout float64 as stored", ("step",)),
+        "generic+step": ("logp_train float32, logp_rollout float64 as stored",
+                         ("logged_ratio",)),
+        "jsonl": ("JSON-rounded decimals", ("step",)),
+        "engine": ("float64 as stored", ()),
+        "nemo-rl": ("JSON-rounded decimals", ("logged_ratio",)),
+        "prime-rl": ("JSON-rounded decimals", ()),
+        "prime-rl old": ("JSON-rounded decimals", ("logged_ratio",)),
+        "slime": ("float32 as stored", ("logged_ratio",))}
+    b = next(iter_batches(opened["generic"], 0))
+    assert b.ok.tolist() == [True, True] and np.isnan(b.logged_ratio[0]) and \
+        b.logged_ratio[1] == 1.5
+    p = next(iter_batches(opened["prime-rl"], 0))
+    np.testing.assert_allclose(np.log(p.logged_ratio), p.log_rho, rtol=1e-12)
+    assert arrow_precision(pa.schema([("a", pa.list_(pa.float16()))]), ["a"]) == \
+        "float16 as stored"

@@ -1,0 +1,155 @@
+"""Dumps with planted faults and their clean twins, for the certification and the sequence-ratio
+sections, written by the frameworks' own writer code the other tests use: the generic format
+through ``tailtheory.integrations.dump`` (what the TRL and verl hooks write), this engine's
+``dump_tokens``, and the framework layouts of ``tests/diagnose/formats/framework_dumps.py``.
+
+``python -m tests.diagnose.planted`` writes the committed fixtures of ``docs/diagnose.md``'s
+worked examples into ``tests/diagnose/data/`` (:data:`COMMITTED`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+DATA = Path(__file__).parent / "data"
+"""The committed fixtures."""
+
+
+def planted_responses(steps=range(20), per_step=2, lengths=(4,), sd=0.02, loud=(), loud_sd=0.3,
+                      drift=0.0, seed=0, decimals=3) -> list[dict]:
+    """Responses in ``framework_dumps``' shape (``step``, ``i``, ``prompt``, ``resp``,
+    ``lp_train``, ``lp_roll``, ``adv``, ``reward``): ``log rho_t = lp_train - lp_roll`` drawn
+    from ``N(drift, sd)``, ``N(drift, loud_sd)`` at the steps ``loud`` (a mean k3 of about
+    ``loud_sd^2 / 2``); response ``i`` of a step has ``lengths[i % len(lengths)]`` tokens; the
+    log-probs are rounded to ``decimals`` (``None``: kept), the rollout's kept ``<= 0``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in steps:
+        for i in range(per_step):
+            n = lengths[i % len(lengths)]
+            lp = np.log(rng.uniform(0.05, 0.95, n))
+            lr = rng.normal(drift, loud_sd if step in loud else sd, n)
+            lp_roll = np.minimum(lp - lr, 0.0)
+            if decimals is not None:
+                lp, lp_roll = np.round(lp, decimals), np.round(lp_roll, decimals)
+            out.append(dict(step=step, i=i, prompt=[1, 2, 3], resp=rng.integers(5, 99, n).tolist(),
+                            lp_train=lp, lp_roll=lp_roll, adv=float(i % 2 - 0.5),
+                            reward=float(i % 2)))
+    return out
+
+
+def padded(resps) -> tuple[torch.Tensor, ...]:
+    """``(tokens, lp_train, lp_roll, mask)`` of ``resps``, right-padded. Shapes: (B, T) each."""
+    T = max(len(r["resp"]) for r in resps)
+    tok = torch.zeros(len(resps), T, dtype=torch.long)
+    lt, lr = torch.zeros(len(resps), T, dtype=torch.float64), torch.zeros(len(resps), T,
+                                                                            dtype=torch.float64)
+    mask = torch.zeros(len(resps), T, dtype=torch.bool)
+    for b, r in enumerate(resps):
+        n = len(r["resp"])
+        tok[b, :n] = torch.tensor(r["resp"])
+        lt[b, :n], lr[b, :n] = torch.from_numpy(r["lp_train"]), torch.from_numpy(r["lp_roll"])
+        mask[b, :n] = True
+    return tok, lt, lr, mask
+
+
+AGGREGATIONS = {"sum": lambda S, n: math.exp(S), "mean": lambda S, n: math.exp(S / n),
+                "-sum": lambda S, n: math.exp(-S)}
+"""A logged sequence ratio from a response's ``sum_t log rho_t`` and its tokens."""
+
+
+def generic_dump(path, resps, ratio: str | None = None) -> Path:
+    """``resps`` in the generic format's sequence rows, one step at a time, through
+    ``tailtheory.integrations.dump`` (the TRL / verl hooks' writer); with ``ratio`` (a key of
+    :data:`AGGREGATIONS`), each row's ``logged_ratio``: its sequence ratio aggregated so, as a
+    framework logs its own."""
+    from tailtheory.integrations.dump import JsonlDump, sequence_records
+
+    dump = JsonlDump(path)
+    for step in sorted({r["step"] for r in resps}):
+        batch = [r for r in resps if r["step"] == step]
+        tok, lt, lr, mask = padded(batch)
+        recs = sequence_records(tok, lt, lr, mask, step=step, sample_ids=[r["i"] for r in batch],
+                                rewards=torch.tensor([r["reward"] for r in batch]))
+        for rec in recs if ratio else ():
+            S = float(np.sum(np.subtract(rec["logp_train"], rec["logp_rollout"])))
+            rec["logged_ratio"] = AGGREGATIONS[ratio](S, len(rec["position"]))
+        dump.write(recs)
+    return Path(path)
+
+
+def engine_dump(run, resps, weight: str = "mis") -> Path:
+    """``resps`` as this engine's ``dump_tokens`` writes a step, one file per step; ``weight``
+    is the step's correction weight: a registered method's (``mis``, ``seq_tis``, ``tis``,
+    ``icepop``) at the engine's defaults, ``geometric`` (``exp(mean_t log rho_t)`` on every
+    token, TIM's ``seq_log_ratio`` with ``geometric``) or ``ones`` (no correction)."""
+    from tailtheory.engine.registry import get_method
+    from tailtheory.engine.trainer import dump_tokens
+    from tailtheory.engine.types import MethodParams, PolicyBatch
+    from tailtheory.tim.corrections import seq_log_ratio
+
+    for step in sorted({r["step"] for r in resps}):
+        batch = [r for r in resps if r["step"] == step]
+        tok, lt, lr, mask = padded(batch)
+        b = PolicyBatch(logp=lt, old_logp=lt, roll_logp=lr, mask=mask,
+                        adv=torch.tensor([r["adv"] for r in batch])[:, None].expand_as(lt),
+                        group_ids=torch.zeros(len(batch), dtype=torch.long))
+        if weight == "geometric":
+            w = seq_log_ratio(b.log_rho, mask, geometric=True).exp()[:, None].expand_as(lt)
+        elif weight == "ones":
+            w = torch.ones_like(lt)
+        else:
+            w, _ = get_method(weight).fn(b, MethodParams())
+        dump_tokens(Path(run), step, replace(b, weight=w),
+                    SimpleNamespace(response=tok))
+    return Path(run)
+
+
+def certify_fail(path) -> Path:
+    """The committed certification example: 20 steps of one five-token response, log rho of
+    sd 0.02 (a mean k3 near 2e-4), steps 5 and 12 planted at sd 0.3 (about 0.045, above the
+    bar 0.015)."""
+    return generic_dump(path, planted_responses(per_step=1, lengths=(5,), loud=(5, 12), seed=61))
+
+
+def ratio_responses() -> list[dict]:
+    """The responses of the committed ratio example: 4 of 4 to 100 tokens at a mean log rho of
+    0.012 per token (TRL issue 4772's)."""
+    return planted_responses(steps=(0,), per_step=4, lengths=(4, 16, 64, 100), sd=0.005,
+                             drift=0.012, seed=4)
+
+
+def ratio_mean(path) -> Path:
+    """The committed ratio example: :func:`ratio_responses`, their logged ratio
+    ``exp(mean_t log rho_t)`` (a mean in place of the sum)."""
+    return generic_dump(path, ratio_responses(), ratio="mean")
+
+
+COMMITTED = {"certify_fail.jsonl": certify_fail, "ratio_mean.jsonl": ratio_mean}
+"""The committed fixtures, by file name, and the function that writes each."""
+
+
+def same_records(a, b, rel=1e-12) -> bool:
+    """Two JSON lines files hold the same records, floats equal to ``rel`` (``exp`` and ``log``
+    may differ in their last bit between machines)."""
+    ra, rb = ([json.loads(x) for x in Path(f).read_text().splitlines()] for f in (a, b))
+    flat = lambda r: [(k, x) for k, v in r.items() for x in (v if isinstance(v, list)  # noqa
+                                                            else [v])]
+    return len(ra) == len(rb) and all(
+        [k for k, _ in flat(x)] == [k for k, _ in flat(y)]
+        and all(u == v or (isinstance(u, float) and math.isclose(u, v, rel_tol=rel))
+                for (_, u), (_, v) in zip(flat(x), flat(y)))
+        for x, y in zip(ra, rb))
+
+
+if __name__ == "__main__":
+    for name, write in COMMITTED.items():
+        (DATA / name).unlink(missing_ok=True)
+        print(write(DATA / name), (DATA / name).stat().st_size, "bytes")
