@@ -248,12 +248,13 @@ def warm_policy(name: str, cfg: TrainConfig | None = None) -> tuple:
 
 
 def table() -> str:
-    """The rung table as text: each rung's facts, and its held-out perplexity and warm-start
-    accuracy where ``results/ladder.json`` has them."""
-    built = stored()
+    """The rung table as text: each rung's facts, the named models recorded for it
+    (``results/ladder_models.json``), and build 0's held-out perplexity and warm-start accuracy
+    where ``results/ladder.json`` has them; a last line says what the columns are."""
+    built, named = stored(), models.by_rung()
     head = (f"{'rung':6s} {'width':>5s} {'depth':>5s} {'params':>11s} {'non-emb':>11s} "
             f"{'x base':>6s} {'tokens':>10s} {'tok/param':>9s} {'epochs':>6s} {'fp32 MB':>7s} "
-            f"{'CPU-min':>7s} {'ppl':>6s} {'warm acc':>8s}")
+            f"{'CPU-min':>7s} {'models':>6s} {'ppl':>6s} {'warm acc':>8s}")
     lines = [head]
     for r in RUNGS:
         f, b = facts(r), built.get(r.name, {})
@@ -263,7 +264,9 @@ def table() -> str:
                      f"{f['non_embedding_params']:11,d} {f['non_embedding_ratio']:6.2f} "
                      f"{f['pretrain_tokens']:10,d} {f['tokens_per_param']:9.2f} "
                      f"{f['epochs']:6.2f} {f['fp32_mb']:7.1f} {f['cpu_minutes_estimate']:7d} "
-                     f"{ppl:>6s} {acc:>8s}")
+                     f"{len(named.get(r.name, [])):6d} {ppl:>6s} {acc:>8s}")
+    lines.append("models: the rung's named builds (tailtheory ladder status lists each); ppl, warm "
+                 "acc: build 0 as results/ladder.json records it")
     return "\n".join(lines)
 
 

@@ -94,7 +94,8 @@ def trend_evidence(effect: str, superseded: str | None) -> Evidence:
     fam = probes.family(on)
     r = fam["effects"][effect]
     numbers: dict = {"machine": on or "none measured", "verdict": r["verdict"],
-                     "builds in the trend": len(r["builds"]) - len(r["exploratory"])}
+                     "builds at rungs with 3 builds":
+                         len(r["builds"]) - len(r["exploratory"])}
     t, h = r.get("trend"), r.get("holm")
     if t is not None and h is not None:
         numbers.update({"slope per decade": t.slope, "interval low": t.low, "interval high": t.high,
@@ -113,8 +114,8 @@ def trend_evidence(effect: str, superseded: str | None) -> Evidence:
                                                  f"{hi:.2g}")
     if superseded is not None:
         numbers["first builds (superseded, no model named)"] = superseded
-    key = tuple(k for k in ("verdict", "slope per decade", "Holm p", "builds in the trend")
-                if k in numbers)
+    key = tuple(k for k in ("verdict", "slope per decade", "Holm p",
+                            "builds at rungs with 3 builds") if k in numbers)
     return Evidence(_verdict(r["verdict"]), numbers, "", key)
 
 

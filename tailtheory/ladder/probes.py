@@ -139,8 +139,8 @@ def measure_v8(names: list[str] | None = None, threads: int = 1) -> dict:
 
 def share_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper-Pearson) ``level`` interval of a share of ``k`` tokens in ``n``: what
-    a share at an instrument's floor can and cannot say (``k = 0`` gives ``[0, 1 - (alpha/2)^(1/n)]``,
-    not 0)."""
+    a share at an instrument's floor can and cannot say (``k = 0`` gives
+    ``[0, 1 - (alpha/2)^(1/n)]``, not 0)."""
     from scipy import stats
 
     if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n > 0):

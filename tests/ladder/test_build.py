@@ -75,8 +75,8 @@ def test_build_records_each_rung_and_keeps_the_others(monkeypatch, tmp_path, cap
     capsys.readouterr()
     assert main(["ladder", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 + len(RUNGS) and out[1].split()[-2:] == ["54.6", "0.400"]
-    assert out[-1].split()[-2:] == ["-", "-"]
+    assert len(out) == 2 + len(RUNGS) and out[1].split()[-3:] == ["1", "54.6", "0.400"]
+    assert out[-2].split()[-3:] == ["0", "-", "-"] and out[-1].startswith("models:")
 
 
 def test_a_rebuild_as_another_model_keeps_the_earlier_build(monkeypatch, tmp_path, capsys):
