@@ -26,6 +26,7 @@ Sections of the report and the claims they rest on (``docs/claims.md``):
 | what DVP at several rho would prune | P1, P2, P4 | ``safe_vocab_mask`` (min-p), ``pruned_mass`` | ``sections.dvp`` |
 | k1 / k3 over steps | TIM's monitors (V2, V5) | ``k1``, ``k3`` | ``sections.steps`` |
 | each step's mean k3 against a bar (``--certify``) | TIM's k3; prime-rl's PR 2672 | ``k3`` | ``sections.certify`` |
+| k3, mean ``|log rho|`` and reward across a resume (``--resume-at``) | TIM's k3; slime issue 1695 | ``k3`` | ``sections.resume`` |
 | sequence log-ratio = mean per-token log-ratio x length | M6, V4 | ``tis_weight``, ``mis_keep``, ... | ``sections.seq_ratio`` |
 | the framework's logged ratio: sum, mean, sign | M6, V4 | ``aggregation_check`` | ``sections.logged_ratio`` |
 | the run's mean k3 on the dose-response register | V6 | ``tailtheory.tim.dose.register_table`` | ``sections.register`` |

@@ -35,7 +35,8 @@ SUMMARY_ORDER = (
     "trm_delta_avg", "trm_accept_rate", "trm_accept_rate_avg", "trm_accept_rate_both",
     "trm_token_violation_rate", "m6", "dvp", "topk_k", "rho_mean", "rho_min", "rho_max",
     "ratio_caps", "tis_truncated_frac", "band_masked_frac", "seq_tis_truncated_frac",
-    "seq_masked_frac", "k3_clamped", "k3_outside_share", "certify", "seq_ratio", "logged_ratio",
+    "seq_masked_frac", "k3_clamped", "k3_outside_share", "certify", "resume", "seq_ratio",
+    "logged_ratio",
     "faults", "bottom_line",
 )
 """The order of ``summary.json``'s keys as first published (later keys before the faults and
@@ -69,13 +70,14 @@ minus trainer."""
 
 def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
               register: list[dict] | None = None, params: float | None = None,
-              bar: float | None = None) -> Diagnosis:
+              bar: float | None = None, resume_at: int | None = None) -> Diagnosis:
     """Every section from the sums of a finished :class:`Accumulator`: the fault checks first,
     the run placed on the dose-response register and the bottom line last (``register``: rows
     of ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one; ``params``: the
     run's model parameters, for the ladder's nearest rung; ``bar``: the certification's bar on
-    each step's mean k3, ``None`` its default). Raises ``ValueError`` when no row was included
-    or a fault is an error."""
+    each step's mean k3, ``None`` its default; ``resume_at``: the step a resumed run restarted
+    at, ``None`` for no resume check). Raises ``ValueError`` when no row was included, a fault
+    is an error or the resume cannot be checked."""
     acc.check_complete()
     if acc.groups["all"]["n"] == 0:
         raise ValueError(f"no row with finite log-probs in {len(acc.files)} dump(s) "
@@ -86,7 +88,7 @@ def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
                                excluded_by_column=dict(acc.excluded_by_column),
                                excluded_sequences=int((acc.seq["excluded"][:acc.n_seq] > 0).sum()),
                                tail_p=acc.tail_p, head_p=acc.head_p))
-    ctx = Context(acc, s, delta_max, delta_avg, register, params, bar)
+    ctx = Context(acc, s, delta_max, delta_avg, register, params, bar, resume_at)
     for section in SECTIONS:
         section.table(ctx, d)
     d.summary = {k: d.summary.get(k) for k in SUMMARY_KEYS}

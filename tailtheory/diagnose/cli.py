@@ -12,6 +12,11 @@ With ``--certify`` the command prints the certification
 logp_train - logp_rollout`` against ``--bar``) in lines, or as one JSON line with ``--json``,
 writes the report only when ``--out`` is given, and exits 0 (pass), 1 (fail) or 2 (cannot
 decide: too few steps, a file without steps, or dumps it cannot read, the reason named).
+
+With ``--resume-at STEP`` it prints the check across the resume
+(:mod:`tailtheory.diagnose.sections.resume`: each step's mean k3, mean ``|log rho|`` and mean
+reward, 5 steps each side), writes the report only when ``--out`` is given, and exits 0 (no
+jump), 1 (a jump) or 2 (too few steps on a side, or ``STEP`` not in the dump: one line).
 """
 
 from __future__ import annotations
@@ -63,14 +68,16 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
                    tail_p: float = TAIL_P, head_p: float = HEAD_P,
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None,
-                   params: float | None = None, bar: float | None = None):
+                   params: float | None = None, bar: float | None = None,
+                   resume_at: int | None = None):
     """Every section of the report from ``dumps`` (in format ``fmt``, one of
     :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
     ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
     engine's TRM thresholds (``MethodParams``); ``register`` (rows of
     ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6);
     ``params``, the run's model parameters, picks the ladder's rung its k3 is compared with;
-    ``bar``, the certification's bar on each step's mean k3 (default: prime-rl's 0.015).
+    ``bar``, the certification's bar on each step's mean k3 (default: prime-rl's 0.015);
+    ``resume_at``, the step a resumed run restarted at (``None``: no resume check).
     Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
@@ -102,7 +109,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
             for batch in iter_batches(dump, i, batch_rows):
                 acc.add(batch)
                 shown.update(len(batch.ok))
-    d = diagnosis(acc, delta_max, delta_avg, register, params, bar)
+    d = diagnosis(acc, delta_max, delta_avg, register, params, bar, resume_at)
     d.inputs = files
     return d
 
@@ -150,6 +157,12 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
                    help="the certification's bar on each step's mean k3 (default 0.015: "
                         "prime-rl's PR 2672, the mean mismatch KL of each of 20 steps at "
                         "learning rate 0); 0 means bitwise equal at the dump's stored precision")
+    p.add_argument("--resume-at", type=int, default=None, metavar="STEP",
+                   help="check a run resumed from a checkpoint at STEP (its first step after "
+                        "the resume): each step's mean k3, mean |log rho| and mean reward over "
+                        "5 steps each side; exit 1 when one jumps beyond 4 robust sd of the "
+                        "step-to-step changes, 0 when none does, 2 when it cannot check; the "
+                        "report only with --out")
     p.add_argument("--json", action="store_true",
                    help="with --certify: print the certification as one JSON line")
     p.add_argument("--rho", default=",".join(f"{r:g}" for r in DEFAULT_RHOS),
@@ -172,7 +185,8 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
 
 def diagnose_main(args: argparse.Namespace) -> int:
     """Entry point of ``tailtheory diagnose``: prints the verdict lines and where it wrote;
-    with ``--certify``, the certification (:func:`certify_main`)."""
+    with ``--certify``, the certification (:func:`certify_main`); with ``--resume-at``, the
+    check across the resume (:func:`resume_main`)."""
     try:
         rhos = tuple(float(r) for r in args.rho.split(",") if r.strip())
     except ValueError:
@@ -181,10 +195,14 @@ def diagnose_main(args: argparse.Namespace) -> int:
                    head_p=args.head_p, delta_max=args.trm_delta_max,
                    delta_avg=args.trm_delta_avg, progress=not args.quiet, params=args.params,
                    bar=args.bar)
+    if args.certify and args.resume_at is not None:
+        raise ValueError("--certify and --resume-at: one at a time")
     if args.certify:
         return certify_main(args, options)
+    if args.resume_at is not None:
+        return resume_main(args, options)
     if args.out is None:
-        raise ValueError("--out DIR is required (only --certify runs without it)")
+        raise ValueError("--out DIR is required (only --certify and --resume-at run without it)")
     if args.json:
         raise ValueError("--json goes with --certify")
     d = run_diagnose(args.dumps, args.out, max_excluded=args.max_excluded, **options)
@@ -230,3 +248,23 @@ def certify_main(args: argparse.Namespace, options: dict) -> int:
         if out is not None:
             print(f"wrote {out / 'report.html'} and {out / 'summary.json'}")
     return c["status"]
+
+
+def resume_main(args: argparse.Namespace, options: dict) -> int:
+    """``--resume-at STEP``: the check across the resume printed as lines, the report written
+    when ``--out`` is given; returns the exit status (0 no jump, 1 a jump). A check that cannot
+    be made raises ``ValueError`` (exit 2 with one line), before anything is written."""
+    if args.json:
+        raise ValueError("--json goes with --certify")
+    if not 0 <= args.max_excluded <= 1:
+        raise ValueError(f"--max-excluded must lie in [0, 1], got {args.max_excluded}")
+    options = {**options, "resume_at": args.resume_at}
+    if args.out is None:
+        d = diagnose_dumps(args.dumps, **options)
+        _check_excluded(d.summary, args.max_excluded)
+    else:
+        d = run_diagnose(args.dumps, args.out, max_excluded=args.max_excluded, **options)
+    print("\n".join(f"[resume] {line}" for line in d.verdicts["resume"]))
+    if args.out is not None:
+        print(f"wrote {Path(args.out) / 'report.html'} and {Path(args.out) / 'summary.json'}")
+    return d.summary["resume"]["status"]

@@ -1,7 +1,8 @@
-"""Dumps with planted faults and their clean twins, for the certification and the sequence-ratio
-sections, written by the frameworks' own writer code the other tests use: the generic format
-through ``tailtheory.integrations.dump`` (what the TRL and verl hooks write), this engine's
-``dump_tokens``, and the framework layouts of ``tests/diagnose/formats/framework_dumps.py``.
+"""Dumps with planted faults and their clean twins, for the certification, the resume check and
+the sequence-ratio sections, written by the frameworks' own writer code the other tests use: the
+generic format through ``tailtheory.integrations.dump`` (what the TRL and verl hooks write), this
+engine's ``dump_tokens``, and the framework layouts of
+``tests/diagnose/formats/framework_dumps.py``.
 
 ``python -m tests.diagnose.planted`` writes the committed fixtures of ``docs/diagnose.md``'s
 worked examples into ``tests/diagnose/data/`` (:data:`COMMITTED`).
@@ -132,7 +133,16 @@ def ratio_mean(path) -> Path:
     return generic_dump(path, ratio_responses(), ratio="mean")
 
 
-COMMITTED = {"certify_fail.jsonl": certify_fail, "ratio_mean.jsonl": ratio_mean}
+def resume_jump(path) -> Path:
+    """The committed resume example: 16 steps of one five-token response, log rho of sd 0.02,
+    steps 10, 11 and 12 (the first three after a resume at step 10) planted at sd 0.3, as in
+    slime issue 1695 (high log-prob differences for a few steps after a resume)."""
+    return generic_dump(path, planted_responses(steps=range(16), per_step=1, lengths=(5,),
+                                                loud=(10, 11, 12), seed=1695))
+
+
+COMMITTED = {"certify_fail.jsonl": certify_fail, "ratio_mean.jsonl": ratio_mean,
+             "resume_jump.jsonl": resume_jump}
 """The committed fixtures, by file name, and the function that writes each."""
 
 

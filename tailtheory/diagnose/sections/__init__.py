@@ -23,6 +23,8 @@ Modules, one line each:
 - ``dvp``: what DVP's min-p rule at each rho would prune (P1, P2, P4).
 - ``steps``: k1, k3 and ``|Delta|`` per step (TIM's monitors; V2, V5).
 - ``certify``: each step's mean k3 against a bar (prime-rl's PR 2672): pass, fail, undecided.
+- ``resume``: the mismatch and reward across a resume (``--resume-at``): a jump beyond 4
+  robust sd of the step-to-step changes (slime issue 1695).
 - ``ratios``: the raw importance ratios against the corrections' caps (V4).
 - ``seq_ratio``: each response's log-ratio as mean per-token log-ratio x length; the responses
   each correction truncates or masks (M6, V4).
@@ -45,6 +47,7 @@ SECTIONS: tuple[Section, ...] = tuple(
         "dvp",
         "steps",
         "certify",
+        "resume",
         "ratios",
         "seq_ratio",
         "logged_ratio",

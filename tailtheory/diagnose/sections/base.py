@@ -139,7 +139,8 @@ class Context:
     ``complete`` (:func:`complete`), TRM's thresholds and the register (rows of
     ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one), the run's model
     parameters (``params``: the ladder's nearest rung; ``None``, its largest) and the bar of
-    the certification (``bar``: on each step's mean k3; ``None``, its default)."""
+    the certification (``bar``: on each step's mean k3; ``None``, its default) and the step a
+    resumed run restarted at (``resume_at``: ``None``, no resume check)."""
 
     acc: Any
     complete: dict
@@ -148,6 +149,7 @@ class Context:
     register: list[dict] | None = None
     params: float | None = None
     bar: float | None = None
+    resume_at: int | None = None
 
 
 def complete(acc) -> dict[str, np.ndarray]:

@@ -1,7 +1,8 @@
 """The bottom line, last: what to do, from the run's place on the register
 (:mod:`tailtheory.diagnose.sections.register`) and the faults found
 (:mod:`tailtheory.diagnose.sections.faults`), then the certification
-(:mod:`~tailtheory.diagnose.sections.certify`), the logged ratio's aggregation
+(:mod:`~tailtheory.diagnose.sections.certify`), the check across a resume
+(:mod:`~tailtheory.diagnose.sections.resume`), the logged ratio's aggregation
 (:mod:`~tailtheory.diagnose.sections.logged_ratio`) and the responses MIS would mask
 (:mod:`~tailtheory.diagnose.sections.seq_ratio`), with the register's caveat of scale.
 
@@ -34,9 +35,9 @@ def bottom_line(d) -> dict:
     between ``k3_safe`` and ``k3_harm``; at or above ``k3_harm`` ``remedy`` naming the remedies
     that kept GRPO unharmed there with the k3 they were measured at, else ``reduce_mismatch``
     (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. Then, in the
-    text, the certification's verdict, a logged ratio aggregated by its mean or with its sign
-    flipped, and the share of responses MIS would mask (:func:`also`). The text always ends with
-    the caveat of scale."""
+    text, the certification's verdict, a jump across a resume, a logged ratio aggregated by its
+    mean or with its sign flipped, and the share of responses MIS would mask (:func:`also`). The
+    text always ends with the caveat of scale."""
     p = d.points.get("register")
     faults = {f.name: f for f in d.points.get("faults", [])}
     k3 = d.summary.get("k3")
@@ -92,7 +93,8 @@ def bottom_line(d) -> dict:
 
 def also(summary: dict) -> list[str]:
     """What the bottom line adds after its action: the certification's verdict
-    (``certify``), a logged ratio that is not the one the corrections define
+    (``certify``), a jump across the resume (``resume``), a logged ratio that is not the one
+    the corrections define
     (``logged_ratio``), the responses MIS would mask and why (``seq_ratio``); each where the
     summary has it."""
     out = []
@@ -104,6 +106,13 @@ def also(summary: dict) -> list[str]:
             "fail": f"fails at {len(c['failing_steps'])} of {c['steps']} steps (first: step "
                     f"{c['failing_steps'][0]['step'] if c['failing_steps'] else '?'})",
             "undecided": f"cannot decide ({c['reason']})"}[c["verdict"]])
+    m = summary.get("resume")
+    if m:
+        out.append(f"resume at step {m['at']}: " + (
+            "a jump in the " + ", ".join(f"{s['name']} ({s['z']:+.3g} robust sd)"
+                                         for s in m["series"] if s["jump"])
+            + ": check what the checkpoint restored (weights, optimizer, sampler state)"
+            if m["jump"] else f"no jump over {m['side']} steps each side"))
     r = summary.get("logged_ratio")
     if r and r.get("fault") in ("mean_not_sum", "sign_flipped"):
         out.append("the logged ratio is " + (

@@ -178,7 +178,8 @@ def test_bad_input(capsys, tmp_path):
     clean, _ = _prime(tmp_path, "clean", range(3))
     for args, match in ((["--certify", "--bar", "-1"], "--bar must be a finite number >= 0"),
                         (["--json", "--out", str(tmp_path / "o")], "--json goes with --certify"),
-                        ([], "--out DIR is required (only --certify runs without it)")):
+                        ([], "--out DIR is required (only --certify and --resume-at run "
+                             "without it)")):
         assert main(["diagnose", str(clean), "--quiet", *args]) == 2
         err = capsys.readouterr().err.strip()
         assert err == f"tailtheory: error: {match}" or (match in err and len(err.splitlines())
