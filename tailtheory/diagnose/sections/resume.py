@@ -138,8 +138,10 @@ def resume_section(ctx, d: Diagnosis) -> None:
     """With ``ctx.resume_at``: the check from the steps section's table (``k3``,
     ``abs_delta_mean``) and the complete responses' rewards; ``d.summary["resume"]``, the table
     ``resume`` (per step: ``step``, ``k3``, ``abs_log_rho``, ``reward``, ``side``) and the
-    verdict lines. Without it, nothing (the console stays as it was)."""
+    verdict lines. Without it, ``d.summary["resume"]`` is ``None`` and nothing else is written
+    (the console stays as it was)."""
     if ctx.resume_at is None:
+        d.summary[NAME] = None
         return
     t, s = d.tables["steps"], ctx.complete
     reward = np.full(len(t), math.nan)
