@@ -14,20 +14,25 @@ batch-shape``), and the stored rows are read with the ledger's criteria (:func:`
 from __future__ import annotations
 
 import json
+import math
+
+import torch
+from scipy import stats
 
 
-from tailtheory.core.measurements import measurement_path
-from tailtheory.core.provenance import cpu_model, weights_fingerprint
+from tailtheory.core.measurements import measurement_path, update_measurement
+from tailtheory.core.provenance import cpu_model, machine, weights_fingerprint
 from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_stream,
                                                load_corpus_lm)
 from tailtheory.engine.start.corpus_lm import cache_root as corpus_root
 from tailtheory.engine.start.rungs import RUNGS, rung
 from tailtheory.engine.threads import torch_threads
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
+from tailtheory.ladder import models
 from tailtheory.ladder.build import built_names, require_built, store_rung, stored, warm_policy
 from tailtheory.ladder.trend import size_trend
 from tailtheory.mismatch.batch_shape import batch_shape_mismatch, ragged_windows
-from tailtheory.tim.precision import precision_mismatch
+from tailtheory.tim.precision import precision_mismatch, ratio_interval
 
 MIN_RUNGS, MIN_SEEDS = 4, 3
 """Rungs a verdict over the ladder needs, and seeds a rung needs to count in an effect's trend
@@ -174,10 +179,6 @@ def settled_interval(num, den, mc_sd: float | None, n_boot: int = 2000, runs: in
     the sd of the runs' bounds over ``sqrt(runs)``; ``n_boot`` doubles until both are at most
     ``mc_sd`` (a ``RuntimeError`` past ``most`` resamples a run). -> ``ratio``, ``low``,
     ``high``, ``n_boot`` (a run), ``runs``, ``mc_sd`` (the larger of the two bounds')."""
-    import torch
-
-    from tailtheory.tim.precision import ratio_interval
-
     num = torch.as_tensor(num, dtype=torch.float64)[:, None]
     den = torch.as_tensor(den, dtype=torch.float64)[:, None]
     ones = torch.ones_like(num)
@@ -226,9 +227,6 @@ def measure_v7(names: list[str] | None = None, rule: str = "v7_64", threads: int
     finishes, with its fingerprint and the machine that measured it. Every response's k3 sums
     are kept, so an interval can be recomputed from the store. A model not kept here is a
     ``ValueError`` naming what would build it."""
-    from tailtheory.core.provenance import machine
-    from tailtheory.ladder import models
-
     if rule not in V7_RULES:
         raise ValueError(f"unknown V7 rule {rule!r}; valid: {', '.join(V7_RULES)}")
     spec, have = V7_RULES[rule], stored_data(rule)
@@ -253,8 +251,6 @@ def measure_v7(names: list[str] | None = None, rule: str = "v7_64", threads: int
 
 def _store_model(store: str, name: str, value, config: dict) -> None:
     """Put ``value`` under model ``name`` in ``results/<store>.json``, keeping the others."""
-    from tailtheory.core.measurements import update_measurement
-
     def merged():
         data = dict(stored_data(store))
         data[name] = value
@@ -292,10 +288,6 @@ def rung_v7(builds: list[dict]) -> dict:
     bootstrap se (``(log10 high - log10 low) / 3.92``) over ``sqrt(builds)``; HOLDS when every
     setting's interval lies inside :data:`V7_RANGE`, REFUTED when one lies wholly outside,
     NOT-REPRODUCED otherwise; fewer than :data:`V7_MIN_BUILDS` builds: EXPLORATORY."""
-    import math
-
-    from scipy import stats
-
     n = len(builds)
     if n < V7_MIN_BUILDS:
         return {"builds": n, "verdict": "EXPLORATORY"}

@@ -20,6 +20,7 @@ import math
 import time
 
 import numpy as np
+from scipy import stats
 
 from tailtheory.core.measurements import update_measurement
 from tailtheory.core.provenance import machine, weights_fingerprint
@@ -29,7 +30,7 @@ from tailtheory.engine.start.rungs import RUNGS
 from tailtheory.engine.threads import pinned_threads, torch_threads
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
 from tailtheory.ladder import models
-from tailtheory.ladder.effects import EFFECTS, MEASURE
+from tailtheory.ladder.effects import EFFECTS, MEASURE, effects_config
 from tailtheory.ladder.mismatch import SHAPE_WINDOWS, stored_data
 from tailtheory.ladder.trend import build_trend, family_verdicts
 from tailtheory.mismatch.batch_shape import batch_shape_mismatch, ragged_windows
@@ -64,8 +65,6 @@ per decade, trended in ``log10``). Holm's method runs over all of them."""
 
 def config() -> dict:
     """What ``results/ladder_probes.json`` is keyed by: the parts' sizes and the seeds."""
-    from tailtheory.ladder.effects import effects_config
-
     return {**effects_config(), "seeds": list(SEEDS)}
 
 
@@ -141,8 +140,6 @@ def share_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper-Pearson) ``level`` interval of a share of ``k`` tokens in ``n``: what
     a share at an instrument's floor can and cannot say (``k = 0`` gives
     ``[0, 1 - (alpha/2)^(1/n)]``, not 0)."""
-    from scipy import stats
-
     if not (isinstance(k, int) and isinstance(n, int) and 0 <= k <= n and n > 0):
         raise ValueError(f"need integers 0 <= k <= n, n > 0, got k={k!r}, n={n!r}")
     a = 1 - level
