@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import platform
 from functools import lru_cache
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 
 class MixedStarts(ValueError):
@@ -110,3 +110,67 @@ def check_one_start(rows: Iterable[tuple[str, Mapping]], where: str, fix: str) -
                 f"{first[0]} (made on {first[1]}, arm {first[2]!r}) and {prov['weights']} (made on "
                 f"{prov.get('cpu', '?')}, arm {label!r}, seed {row.get('seed')}); an arm's mean "
                 f"over seeds from two models measures neither. {fix}")
+
+
+# ---- what a stored row names ----------------------------------------------------------------
+
+WEIGHTS_BESIDE = ("warm_key", "machine")
+"""Keys beside which a row's ``weights`` is the fingerprint of the model it measured (a ladder
+row keyed by its warm start; a row that names the machine it ran on,
+:func:`measured_on`)."""
+
+NAMED_WEIGHTS = ("warm_weights", "corpus_weights")
+"""Keys that hold a model's fingerprint wherever they stand: a built rung's warm start, a row's
+corpus LM (``v8_models``)."""
+
+PARTS = ("warm", "corpus")
+"""Keys of a model's parts, each a dict whose ``weights`` is that part's fingerprint
+(``results/ladder_models.json``: a build's warm start and corpus LM)."""
+
+
+def _walk(data, found: Callable[[dict], list]) -> list[str]:
+    """The distinct strings ``found(d)`` lists for every dict ``d`` anywhere in ``data``,
+    sorted."""
+    out: set[str] = set()
+
+    def walk(x):
+        if isinstance(x, dict):
+            out.update(v for v in found(x) if isinstance(v, str))
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(data)
+    return sorted(out)
+
+
+def _weights(row: dict) -> list:
+    prov = row.get("provenance")
+    return [prov.get("weights") if isinstance(prov, dict) else None,
+            row.get("weights") if any(k in row for k in WEIGHTS_BESIDE) else None,
+            *(row.get(k) for k in NAMED_WEIGHTS),
+            *(row[k].get("weights") for k in PARTS if isinstance(row.get(k), dict))]
+
+
+def models(data) -> list[str]:
+    """The distinct weights fingerprints (:func:`weights_fingerprint`)
+    found anywhere in ``data``, sorted: a row's ``provenance["weights"]`` (what
+    :func:`check_one_start` compares), a row's ``weights`` beside
+    :data:`WEIGHTS_BESIDE`, any of :data:`NAMED_WEIGHTS`, and the ``weights`` of a model's
+    :data:`PARTS`."""
+    return _walk(data, _weights)
+
+
+def _machines(row: dict) -> list:
+    prov = row.get("provenance")
+    resumed = prov.get("resumed_on") if isinstance(prov, dict) else None
+    return [row.get("machine"), row.get("cpu"), *(resumed if isinstance(resumed, list) else ())]
+
+
+def machines(data) -> list[str]:
+    """The distinct machines (:func:`machine`) named anywhere in
+    ``data``, sorted: a row's ``machine``, its ``cpu`` (a row made on the CPU, or the CPU of a
+    run's ``provenance``) and the CPUs a run was resumed on (``provenance["resumed_on"]``)."""
+    return _walk(data, _machines)

@@ -29,12 +29,12 @@ import importlib.metadata
 import re
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable
 
 from tailtheory.core.io import REPO_ROOT
-from tailtheory.core.measurements import PROFILES, recording
+from tailtheory.core.measurements import PROFILES, recording, unrecorded
 
 
 class Verdict(str, Enum):
@@ -87,8 +87,6 @@ class Evidence:
 
     def with_numbers(self, extra: dict) -> "Evidence":
         """This evidence with ``extra`` added to its numbers (verdict and note unchanged)."""
-        from dataclasses import replace
-
         return replace(self, numbers={**self.numbers, **extra})
 
     def superseding(self, claim: str, key: str = "no-learning regime (superseded): verdict"
@@ -270,8 +268,43 @@ def select(only: list[str] | None = None) -> list[Claim]:
     return [claims[c] for c in sorted(set(only), key=_sort_key)]
 
 
+UNRECORDED_NOTE = ("reads rows of an unrecorded model ({stores}: rows that name no model or no "
+                   "machine); they are out of the verdict until measured again on a named model "
+                   "({commands}); on them the check reads {verdict}")
+"""The note of a verdict set aside (:func:`set_aside`)."""
+CONTEXT_NOTE = ("numbers beside the verdict from {stores} are of an unrecorded model (rows that "
+                "name no model or no machine): shown as context, not judged")
+"""The note of a verdict whose context read an unrecorded store (:func:`set_aside`)."""
+
+
+def set_aside(ev: Evidence, stores: list[str], context: list[str] = ()) -> Evidence:
+    """``ev`` unchanged when ``stores`` (the unrecorded stores its verdict rests on,
+    :func:`~tailtheory.core.measurements.unrecorded`) is empty; else PENDING, its numbers kept
+    for context with ``verdict_on_unrecorded_rows`` and ``unrecorded_stores`` first, the note
+    naming the stores and the commands that measure them again (``tailtheory measure NAME``). A
+    model that cannot be named cannot be told from another build of its config, so no verdict
+    rests on it. ``context``: unrecorded stores read only as context
+    (:func:`~tailtheory.core.measurements.as_context`): the verdict stands, the note names them
+    (:data:`CONTEXT_NOTE`)."""
+    extra = sorted(set(context) - set(stores))
+    if extra:
+        ev = replace(ev, note="; ".join(x for x in (ev.note, CONTEXT_NOTE.format(
+            stores=", ".join(extra))) if x))
+    if not stores:
+        return ev
+    names = sorted(set(stores))
+    note = UNRECORDED_NOTE.format(stores=", ".join(names),
+                                  commands="; ".join(f"`tailtheory measure {n}`" for n in names),
+                                  verdict=ev.verdict.value)
+    numbers = {"verdict_on_unrecorded_rows": ev.verdict.value,
+               "unrecorded_stores": ", ".join(names), **ev.numbers}
+    return Evidence(Verdict.PENDING, numbers, f"{note}. {ev.note}".strip() if ev.note else note,
+                    key=("verdict_on_unrecorded_rows", "unrecorded_stores"))
+
+
 def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
-    """Run one check, timing it and catching its exception into the result."""
+    """Run one check, timing it and catching its exception into the result; a verdict that read
+    rows of an unrecorded model is set aside (:func:`set_aside`: PENDING)."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     t0 = time.perf_counter()
@@ -280,6 +313,8 @@ def run_claim(claim: Claim, profile: str = "quick") -> ClaimResult:
             ev = claim.check(profile)
             if not isinstance(ev, Evidence):
                 raise TypeError(f"check of {claim.id} returned {type(ev).__name__}, not Evidence")
+            ev = set_aside(ev, [n for n in sorted(sources.deciding) if unrecorded(n)],
+                           [n for n in sorted(sources.context) if unrecorded(n)])
             return ClaimResult(claim, ev, time.perf_counter() - t0, sources=tuple(sources))
         except Exception as exc:  # a failing check is reported, not fatal to the others
             return ClaimResult(claim, None, time.perf_counter() - t0,

@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping
 
 from tailtheory.core.measurements import fingerprint, measurement_path, results_dir
+from tailtheory.core.provenance import machines, models
 from tailtheory.core.registry import load_catalog
 from tailtheory.experiments.incremental import study_identities
 from tailtheory.experiments.study import Study, studies
@@ -187,68 +188,6 @@ def row_count(data) -> int:
     if not nested:
         return 1
     return sum(sum(isinstance(r, dict) for r in v) if isinstance(v, list) else 1 for v in nested)
-
-
-WEIGHTS_BESIDE = ("warm_key", "machine")
-"""Keys beside which a row's ``weights`` is the fingerprint of the model it measured (a ladder
-row keyed by its warm start; a row that names the machine it ran on,
-:func:`~tailtheory.core.provenance.measured_on`)."""
-
-NAMED_WEIGHTS = ("warm_weights", "corpus_weights")
-"""Keys that hold a model's fingerprint wherever they stand: a built rung's warm start, a row's
-corpus LM (``v8_models``)."""
-
-PARTS = ("warm", "corpus")
-"""Keys of a model's parts, each a dict whose ``weights`` is that part's fingerprint
-(``results/ladder_models.json``: a build's warm start and corpus LM)."""
-
-
-def _walk(data, found: Callable[[dict], list]) -> list[str]:
-    """The distinct strings ``found(d)`` lists for every dict ``d`` anywhere in ``data``,
-    sorted."""
-    out: set[str] = set()
-
-    def walk(x):
-        if isinstance(x, dict):
-            out.update(v for v in found(x) if isinstance(v, str))
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(data)
-    return sorted(out)
-
-
-def _weights(row: dict) -> list:
-    prov = row.get("provenance")
-    return [prov.get("weights") if isinstance(prov, dict) else None,
-            row.get("weights") if any(k in row for k in WEIGHTS_BESIDE) else None,
-            *(row.get(k) for k in NAMED_WEIGHTS),
-            *(row[k].get("weights") for k in PARTS if isinstance(row.get(k), dict))]
-
-
-def models(data) -> list[str]:
-    """The distinct weights fingerprints (:func:`~tailtheory.core.provenance.weights_fingerprint`)
-    found anywhere in ``data``, sorted: a row's ``provenance["weights"]`` (what
-    :func:`~tailtheory.core.provenance.check_one_start` compares), a row's ``weights`` beside
-    :data:`WEIGHTS_BESIDE`, any of :data:`NAMED_WEIGHTS`, and the ``weights`` of a model's
-    :data:`PARTS`."""
-    return _walk(data, _weights)
-
-
-def _machines(row: dict) -> list:
-    prov = row.get("provenance")
-    resumed = prov.get("resumed_on") if isinstance(prov, dict) else None
-    return [row.get("machine"), row.get("cpu"), *(resumed if isinstance(resumed, list) else ())]
-
-
-def machines(data) -> list[str]:
-    """The distinct machines (:func:`~tailtheory.core.provenance.machine`) named anywhere in
-    ``data``, sorted: a row's ``machine``, its ``cpu`` (a row made on the CPU, or the CPU of a
-    run's ``provenance``) and the CPUs a run was resumed on (``provenance["resumed_on"]``)."""
-    return _walk(data, _machines)
 
 
 def _stored_files() -> dict[tuple[str, bool], Path]:

@@ -5,11 +5,17 @@ the papers' regime (study ``lopti_matched``: the ``matched`` recipe, ``results/l
 with the same rule on the learning testbed beside it (study ``lopti_learn``: the ``learn``
 recipe, ``results/lopti_learn.json``). Under the ``quick`` profile they read the stores; under
 ``thorough`` they train (or find in the run cache) what is missing and store it.
+
+Each verdict rests on the ``matched`` recipe's stores; what stands beside it (the ``learn``
+recipe's verdict, the ``decide`` recipe's, the decisive shares) is read as context
+(:func:`~tailtheory.core.measurements.as_context`): a store of an unrecorded model there is
+named in the note and does not set the verdict aside, while one the verdict rests on does
+(:func:`~tailtheory.core.registry.set_aside`).
 """
 
 from __future__ import annotations
 
-from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.core.measurements import StaleMeasurement, as_context
 from tailtheory.core.registry import Evidence, Verdict, register
 from tailtheory.experiments import learning
 from tailtheory.lopti import learn_probes, measurement, training
@@ -24,7 +30,8 @@ def _share(recipe: str):
     """The stored decisive share of ``recipe`` (context beside a verdict, never remeasured by a
     check: ``tailtheory measure decisive_RECIPE`` measures it again)."""
     try:
-        data = decisive_store.decisive_data("quick", recipe)
+        with as_context():
+            data = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement:
         return "not measured"
     return round(decisive_store.decisive_share(data)["warm"]["decisive_share"], 3)
@@ -37,7 +44,8 @@ def _at_both_ends(main: Evidence, decide, profile: str) -> Evidence:
     claim's verdict stays ``matched``'s; the note says whether the two ends of the decisive
     share agree."""
     try:
-        d = decide(profile)
+        with as_context():
+            d = decide(profile)
         theirs = {"decide recipe: verdict": str(d.verdict),
                   **{f"decide recipe: {k}": v for k, v in d.key_items()}}
         agree = ("the verdict is the same where low-probability tokens decide the answer"
@@ -60,7 +68,8 @@ def _matched_first(evidence, claim: str, profile: str) -> Evidence:
     five arms, five seeds each) with the learning testbed's verdict beside it (study
     ``lopti_learn``, and the no-learning regime's recorded verdict), as P5 is; the rule is the
     same on both."""
-    today = evidence(training.STUDY.data(profile)).superseding(claim)
+    with as_context():
+        today = evidence(training.STUDY.data(profile)).superseding(claim)
     main = evidence(training.MATCHED_STUDY.data(profile), training.MATCHED_STUDY).beside(today)
     return _at_both_ends(main, _decide_baseline, profile)
 
@@ -107,7 +116,8 @@ def _l6(profile: str) -> Evidence:
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
           "the network, not only at the logits)", expected=Verdict.NOT_REPRODUCED)
 def _l1(profile: str) -> Evidence:
-    today = measurement.l1_evidence(measurement.probe_data(profile))
+    with as_context():
+        today = measurement.l1_evidence(measurement.probe_data(profile))
     main = learn_probes.l1_learn_evidence(learn_probes.learn_probe_data(profile, "matched"),
                                           "matched").beside(today, today_name="kk_trace warm start")
     return _at_both_ends(main, lambda p: learn_probes.l1_learn_evidence(
@@ -130,7 +140,8 @@ def _l5(profile: str) -> Evidence:
 
 def _regimes(evidence, claim: str, profile: str) -> Evidence:
     """``evidence`` on the matched recipe, with the learn recipe's beside it."""
-    today = evidence(learn_probes.learn_probe_data(profile)).superseding(claim)
+    with as_context():
+        today = evidence(learn_probes.learn_probe_data(profile)).superseding(claim)
     main = evidence(learn_probes.learn_probe_data(profile, "matched"), "matched").beside(today)
     return _at_both_ends(main, lambda p: evidence(learn_probes.learn_probe_data(p, "decide"),
                                                   "decide"), profile)

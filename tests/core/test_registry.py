@@ -115,3 +115,62 @@ def test_key_items_show_the_deciding_numbers_not_the_context():
     keyed = Evidence(Verdict.REFUTED, {"a": 1, "b": 2, "c": 3}, key=("c", "a", "gone"))
     assert keyed.key_items(4) == [("c", 3), ("a", 1)]
     assert keyed.with_numbers({"d": 4}).key == ("c", "a", "gone")       # kept by with_numbers
+
+
+@pytest.mark.parametrize("row, unrecorded", [
+    ({"x": 1.0}, True),                                          # names nothing
+    ({"x": 1.0, "weights": "0123456789abcdef"}, True),          # a model without its machine
+    ({"x": 1.0, "weights": "0123456789abcdef", "machine": "AMD EPYC (AVX512)"}, False),
+])
+def test_a_verdict_on_rows_of_an_unrecorded_model_is_set_aside(tmp_path, monkeypatch, row,
+                                                               unrecorded):
+    """A check reading a store whose rows name no model (or no machine) reads PENDING, the
+    verdict those rows give kept beside as context with the store and its command named; a store
+    whose rows name both leaves the verdict as the check made it."""
+    from tailtheory.core import measurements as ms
+    from tailtheory.core.registry import Claim
+
+    monkeypatch.setenv(ms.RESULTS_ENV, str(tmp_path))
+    ms.save_measurement("probe_x", {"n": 1}, {"rows": [row]}, "tailtheory measure probe_x")
+
+    def check(profile):
+        data = ms.load_measurement("probe_x", {"n": 1})
+        return Evidence(Verdict.REFUTED, {"x": data["rows"][0]["x"]}, "a counterexample")
+
+    res = run_claim(Claim("X3", "X", "x", check, Verdict.REFUTED))
+    assert ms.unrecorded("probe_x") is unrecorded
+    if unrecorded:
+        ev = res.evidence
+        assert ev.verdict == Verdict.PENDING and res.drifted
+        assert ev.numbers["verdict_on_unrecorded_rows"] == "REFUTED"
+        assert ev.numbers["unrecorded_stores"] == "probe_x" and ev.numbers["x"] == 1.0
+        assert "tailtheory measure probe_x" in ev.note and ev.note.endswith("a counterexample")
+        assert [k for k, _ in ev.key_items()][:2] == ["verdict_on_unrecorded_rows",
+                                                      "unrecorded_stores"]
+    else:
+        assert res.evidence.verdict == Verdict.REFUTED and not res.drifted
+    assert not ms.unrecorded("no_such_store")
+
+
+def test_context_from_an_unrecorded_model_is_named_but_does_not_set_the_verdict_aside(
+        tmp_path, monkeypatch):
+    """A store read only as context (``as_context``: a number beside the verdict) leaves the
+    verdict standing and is named in the note; the same store read outside the block decides."""
+    from tailtheory.core import measurements as ms
+    from tailtheory.core.registry import Claim
+
+    monkeypatch.setenv(ms.RESULTS_ENV, str(tmp_path))
+    ms.save_measurement("beside_x", {"n": 1}, {"rows": [{"x": 2.0}]}, "tailtheory measure beside_x")
+
+    def check(profile, decide=False):
+        if decide:
+            ms.load_measurement("beside_x", {"n": 1})
+        with ms.as_context():
+            ms.load_measurement("beside_x", {"n": 1})
+        return Evidence(Verdict.HOLDS, {"y": 1})
+
+    res = run_claim(Claim("X4", "X", "x", check, Verdict.HOLDS))
+    assert res.evidence.verdict == Verdict.HOLDS and "beside_x" in res.evidence.note
+    assert "not judged" in res.evidence.note
+    res = run_claim(Claim("X5", "X", "x", lambda p: check(p, decide=True), Verdict.HOLDS))
+    assert res.evidence.verdict == Verdict.PENDING and res.failed
