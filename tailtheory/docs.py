@@ -56,7 +56,11 @@ VERDICT_MEANING = {
     Verdict.FLAT: "an effect against model size: the slope's interval lies inside the claim's "
                   "+-delta per decade",
     Verdict.UNRESOLVED: "an effect against model size: neither a direction nor FLAT",
-    Verdict.PENDING: "the rule needs rows not yet measured (what is missing is said)",
+    Verdict.PENDING: "the rule needs rows not yet measured (what is missing is said), or the "
+                     "check rests on rows of an unrecorded model, rows that name no model or no "
+                     "machine: out of the verdict until measured again on a named model (the "
+                     "note names the stores and their commands; `verdict_on_unrecorded_rows` is "
+                     "what the check reads on them)",
 }
 
 PAPERS = (
