@@ -1,5 +1,5 @@
-"""Dumps with planted faults and their clean twins, for the certification, the resume check, the
-sequence-ratio and the beyond-noise sections, written by the frameworks' own writer code the other tests use: the
+"""Dumps with planted faults and their clean twins, for the certification, the resume check and
+the sequence-ratio sections, written by the frameworks' own writer code the other tests use: the
 generic format through ``tailtheory.integrations.dump`` (what the TRL and verl hooks write), this
 engine's ``dump_tokens``, and the framework layouts of
 ``tests/diagnose/formats/framework_dumps.py``.

@@ -10,9 +10,9 @@ larger; what it finds is what lies *beyond this run's noise*, confined to some s
 candidates named are a different context, different weights or different sampling.
 
 Per token (:func:`beyond_eps`): the ``eps`` at which M3's bound reaches ``|Delta|`` less the
-storage quantum ``q`` (:mod:`tailtheory.diagnose.quantum`), with ``1 - p = -expm1(log p)`` in float64 (exact
-near ``p = 1``, where the envelope is tightest). A token beyond the envelope at ``eps_hat``
-is one whose ``eps`` is at least ``eps_hat``: ``|Delta| > bound(p, eps_hat) + q``.
+storage quantum ``q`` (:mod:`tailtheory.diagnose.quantum`), with ``1 - p = -expm1(log p)`` in
+float64 (exact near ``p = 1``, where the envelope is tightest). A token beyond the envelope at
+``eps_hat`` is one whose ``eps`` is at least ``eps_hat``: ``|Delta| > bound(p, eps_hat) + q``.
 
 The run's noise level (:func:`noise_level`), with samples as units: each sample's median
 token ``eps`` (its noise statistic), their median across samples (the centre) and
@@ -26,8 +26,8 @@ test over simulated clean dumps (``tests/diagnose/sections/test_beyond_noise.py`
 Per sample (:func:`sample_tests`): its tokens beyond ``eps_hat`` against the run's rate ``r0``,
 pooled over the samples within the noise (median ``eps`` at most ``eps_hat``), a one-sided
 beta-binomial test whose intra-sample correlation ``rho`` is estimated from those samples by
-moments (clean samples differ in their noise: a binomial test flags that heterogeneity, in 23%
-of the test's 200 clean simulated dumps against 2.5%); Benjamini-Hochberg at :data:`ALPHA`
+moments (clean samples differ in their noise: a binomial test flags that heterogeneity, in 16%
+of the test's 200 clean simulated dumps against 1%); Benjamini-Hochberg at :data:`ALPHA`
 across samples (:func:`bh`). Flagged samples are listed with their share of the run's mismatch
 (sum of k3).
 
@@ -36,11 +36,12 @@ Beside it, three run-wide checks (:func:`run_checks`): ``rounding``, ``eps_hat``
 ``Delta`` correlated with ``log p``; ``truncation``, ``Delta > 0`` on nearly every token.
 
 Streaming: one pass cannot know ``eps_hat`` before every token is read, so each sample keeps a
-histogram of its tokens' ``eps`` over :data:`EDGES` (0.1 decade, 122 int32 counts: 488 bytes
-per sample), from which its median and its tokens beyond any grid value are read after the last
-batch; ``eps_hat`` is rounded up to a grid edge, so the counts beyond it are exact. The storage
-quantum of a JSON lines file is read from its first rows (a second read of those rows only),
-of a parquet or ``.pt`` file from its stored dtype (:func:`~tailtheory.diagnose.quantum.dump_storage`).
+histogram of its tokens' ``eps`` over :data:`EDGES` (0.1 decade, 122 int32 counts) and their
+sum of k3 (496 bytes per sample), from which its median and its tokens beyond any grid value
+are read after the last batch; ``eps_hat`` is rounded up to a grid edge, so the counts beyond
+it are exact. The storage quantum of a JSON lines file is read from its first rows (a second
+read of those rows only), of a parquet or ``.pt`` file from its stored dtype
+(:func:`~tailtheory.diagnose.quantum.dump_storage`).
 
 Shapes: a batch of ``n`` token rows, ``(n,)``; per sample ``(S,)``, histograms ``(S, NB)``.
 """
@@ -74,7 +75,7 @@ the few tokens of a clean sample that reach far."""
 K = 4.0
 """``log10 eps_hat = centre + K x scale``, chosen by the false-alarm test's simulation (real
 bf16, fp16 and KV paths of two tiny models, Student-t noise): over 600 clean dumps a sample is
-flagged in 13% (K = 2), 9% (3), 4% (4) and 2% (5) of them, and a context shifted in 5% of the
+flagged in 14% (K = 2), 8% (3), 3% (4) and 2% (5) of them, and a context shifted in 5% of the
 samples is found at 0.995, 0.995, 0.985 and 0.96; in 20%, at 0.985-0.97. K = 4 keeps the
 false alarms within BH's 5% with recall near 1."""
 ALPHA = 0.05
@@ -129,12 +130,10 @@ def eps_columns(eps) -> np.ndarray:
 
 def sample_statistic(H: np.ndarray, q: float = SAMPLE_Q) -> np.ndarray:
     """Each sample's ``q``-quantile of its tokens' ``eps`` in log10, the upper edge of the
-    column holding it (the first edge below the grid, one bin above the last edge beyond it).
-    Shapes: H (S, NB) -> (S,)."""
+    column holding it (one bin above the last edge beyond the grid). Shapes: H (S, NB) -> (S,)."""
     n = H.sum(1)
     col = (np.cumsum(H, 1) < q * n[:, None]).sum(1)
-    upper = np.concatenate([[EDGES[0]], EDGES, [EDGES[-1] + STEP]])
-    return upper[np.minimum(col, NB - 1)]
+    return np.append(EDGES, EDGES[-1] + STEP)[np.minimum(col, NB - 1)]
 
 
 def noise_level(s: np.ndarray, k: float = K) -> dict:
@@ -238,13 +237,14 @@ def run_checks(eps_hat: float, sums: dict, declared: str | None = None) -> list[
 
 class NoiseSums:
     """Per sample, the histogram of its tokens' ``eps`` (:func:`beyond_eps`, ``(S, NB)``
-    int32); per file, how it stores its log-probs
+    int32) and their sum of k3 (``(S,)``); per file, how it stores its log-probs
     (:func:`~tailtheory.diagnose.quantum.dump_storage`); the run-wide sums of
     the checks (:data:`CHECK_SUMS`)."""
 
     def __init__(self, acc):
         self.acc = acc
         self.H = np.zeros((0, NB), np.int32)
+        self.k3 = np.zeros(0)
         self.storage: dict[int, str] = {}
         self.sums = dict.fromkeys(CHECK_SUMS, 0.0)
 
@@ -262,7 +262,9 @@ class NoiseSums:
         if len(self.H) < n:
             cap = max(2 * len(self.H), n, 1024)
             self.H = np.concatenate([self.H, np.zeros((cap - len(self.H), NB), np.int32)])
+            self.k3 = np.concatenate([self.k3, np.zeros(cap - len(self.k3))])
         np.add.at(self.H, (t.idx, eps_columns(beyond_eps(logp, t.a, q))), 1)
+        self.k3[:n] += np.bincount(t.idx, weights=t.kk3, minlength=n)
         d, s = t.Delta, self.sums
         for key, v in (("n", len(d)), ("sx", logp.sum()), ("sxx", (logp * logp).sum()),
                        ("sd", d.sum()), ("sdd", (d * d).sum()), ("sxd", (logp * d).sum()),
@@ -283,7 +285,7 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
         d.verdicts[NAME] = ["no complete sample: the run's noise level cannot be read."]
         return
     r = beyond_noise(f.H[idx].astype(np.int64))
-    k3 = s["sum_k3"]
+    k3 = f.k3[idx]
     share = k3 / k3.sum() if k3.sum() > 0 else np.full(len(k3), math.nan)
     sids = [acc.sample_ids[i] for i in idx]
     t = pd.DataFrame({"file": [str(acc.files[int(i)]) for i in s["file"]],
@@ -312,13 +314,14 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
 def beyond_noise_lines(r: dict) -> list[str]:
     """The section's summary in words: the noise level, the samples beyond it, the checks."""
     pct = lambda x: f"{num(100 * x, '.3g')}%"  # noqa: E731
-    lines = [f"the run's numerical noise: eps_hat = {num(r['eps_hat'])}, M3's envelope at the "
-             f"median over {plural(r['samples'], 'sample')} of each one's median token eps "
-             f"({num(r['centre_eps'])}) + {r['k']:g} robust sd "
-             f"({num(r['scale_decades'], '.2g')} decades), widened by the storage quantum "
-             f"({'; '.join(r['storage'])}); {plural(r['beyond_tokens'], 'token')} of "
-             f"{r['tokens']} lie beyond it, a rate of {num(r['run_rate'])} within the noise "
-             f"(intra-sample correlation {num(r['rho'], '.2g')})."]
+    lines = [f"the run's numerical noise: eps_hat = {num(r['eps_hat'])}, M3's envelope "
+             f"{r['k']:g} robust sd ({num(r['scale_decades'], '.2g')} decades each) above the "
+             f"median over {plural(r['samples'], 'sample')} of each sample's median token eps "
+             f"({num(r['centre_eps'])}), widened by the storage quantum "
+             f"({'; '.join(r['storage'])}); {r['beyond_tokens']} of "
+             f"{plural(r['tokens'], 'token')} lie beyond it, at a rate of {num(r['run_rate'])} "
+             f"in the samples within the noise (intra-sample correlation "
+             f"{num(r['rho'], '.2g')})."]
     fl = r["flagged"]
     if fl:
         shown = "; ".join(f"step {x['step']}, sample {x['sample_id']} ({x['beyond']} of "
@@ -345,9 +348,10 @@ def beyond_noise_lines(r: dict) -> list[str]:
 def check_line(c: dict) -> str:
     """One run-wide check of :func:`run_checks` in words."""
     if c["name"] == "rounding":
-        how = "as the dump stores it" if c["declared"] else "assumed"
-        return (f"rounding: eps_hat is {c['dtype']}'s rounding ({how}; "
-                f"{UNIT[c['dtype']]:.3g} max|z|) of logits up to |z| = {num(c['value'])}: "
+        how = "as the dump stores it" if c["declared"] else "the dtype assumed"
+        return (f"rounding: eps_hat would be {c['dtype']}'s rounding of logits "
+                f"(2^{round(math.log2(UNIT[c['dtype']]))} max|z|, {how}) up to |z| = "
+                f"{num(c['value'])}: "
                 + (f"FLAGGED, beyond plausible logits (|z| <= {c['threshold']:g}), more than "
                    f"rounding" if c["flagged"] else
                    f"within plausible logits (|z| <= {c['threshold']:g})") + ".")
