@@ -76,8 +76,8 @@ K = 4.0
 """``log10 eps_hat = centre + K x scale``, chosen by the false-alarm test's simulation (real
 bf16, fp16 and KV paths of two tiny models, Student-t noise): over 600 clean dumps a sample is
 flagged in 14% (K = 2), 8% (3), 3% (4) and 2% (5) of them, and a context shifted in 5% of the
-samples is found at 0.995, 0.995, 0.985 and 0.96; in 20%, at 0.985-0.97. K = 4 keeps the
-false alarms within BH's 5% with recall near 1."""
+samples is found at 0.995, 0.995, 0.985 and 0.96; in 20%, at 0.985-0.97. K = 4 is the smallest
+that keeps the false alarms within BH's 5% (a slow test pins it)."""
 ALPHA = 0.05
 """Benjamini-Hochberg's false discovery rate across samples."""
 RHO_MAX = 0.99
@@ -279,7 +279,7 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
     row per sample) and the verdict lines."""
     f, idx = acc.folds[NAME], s["index"]
     kinds = list(dict.fromkeys(f.storage[i] for i in sorted(f.storage)))
-    lacks = [str(x.path) for x in acc.dumps if "step" in x.lacks]
+    lacks = [{"file": str(x.path), "columns": ["step"]} for x in acc.dumps if "step" in x.lacks]
     if not len(idx):
         d.summary[NAME] = None
         d.verdicts[NAME] = ["no complete sample: the run's noise level cannot be read."]
@@ -299,7 +299,7 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
     d.summary[NAME] = {
         "eps_hat": r["eps_hat"], "centre_eps": float(10 ** r["centre"]),
         "scale_decades": r["scale"], "k": K, "sample_quantile": SAMPLE_Q,
-        "storage": [storage_words(k) for k in kinds], "samples": len(t),
+        "precision": [storage_words(k) for k in kinds], "samples": len(t),
         "tokens": int(t.tokens.sum()), "beyond_tokens": int(t.beyond.sum()),
         "run_rate": r["r0"], "rho": r["rho"], "alpha": ALPHA,
         "flagged_samples": len(flagged), "flagged_k3_share": float(flagged.k3_share.sum()),
@@ -307,7 +307,7 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
                      "tokens": int(x.tokens), "beyond": int(x.beyond), "p": float(x.p),
                      "p_adjusted": float(x.p_adjusted), "k3_share": float(x.k3_share)}
                     for x in flagged.head(LISTED).itertuples()],
-        "checks": run_checks(r["eps_hat"], f.sums, declared), "lacks_step": lacks}
+        "checks": run_checks(r["eps_hat"], f.sums, declared), "lacks": lacks}
     d.verdicts[NAME] = beyond_noise_lines(d.summary[NAME])
 
 
@@ -318,7 +318,7 @@ def beyond_noise_lines(r: dict) -> list[str]:
              f"{r['k']:g} robust sd ({num(r['scale_decades'], '.2g')} decades each) above the "
              f"median over {plural(r['samples'], 'sample')} of each sample's median token eps "
              f"({num(r['centre_eps'])}), widened by the storage quantum "
-             f"({'; '.join(r['storage'])}); {r['beyond_tokens']} of "
+             f"({'; '.join(r['precision'])}); {r['beyond_tokens']} of "
              f"{plural(r['tokens'], 'token')} lie beyond it, at a rate of {num(r['run_rate'])} "
              f"in the samples within the noise (intra-sample correlation "
              f"{num(r['rho'], '.2g')})."]
@@ -338,10 +338,11 @@ def beyond_noise_lines(r: dict) -> list[str]:
         lines.append(f"no sample beyond this run's numerical noise (Benjamini-Hochberg at "
                      f"{r['alpha']:g} over {plural(r['samples'], 'sample')}).")
     lines.extend(check_line(c) for c in r["checks"])
-    if r["lacks_step"]:
-        lines.append(f"no column step in {', '.join(r['lacks_step'][:3])}"
-                     f"{', ...' if len(r['lacks_step']) > 3 else ''}: its samples are told "
-                     f"apart by sample_id alone.")
+    if r["lacks"]:
+        files = [x["file"] for x in r["lacks"]]
+        lines.append(f"no column step in {plural(len(files), 'file')} ({', '.join(files[:3])}"
+                     f"{', ...' if len(files) > 3 else ''}): their samples are told apart by "
+                     f"sample_id alone.")
     return lines
 
 
@@ -389,13 +390,14 @@ SUMMARY = {
     "beyond_noise": "the run's numerical noise and the samples beyond it (M3): eps_hat (M3's "
                     "envelope: the median over samples of each sample's median token eps, "
                     "centre_eps, + k robust sd, scale_decades, in log10), sample_quantile, "
-                    "storage (how the dumps store their log-probs: the quantum the envelope "
+                    "precision (how the dumps store their log-probs: the quantum the envelope "
                     "is widened by), samples, tokens, beyond_tokens, run_rate (the share "
                     "beyond within the noise), rho (intra-sample correlation), alpha "
                     "(Benjamini-Hochberg), flagged_samples, flagged_k3_share, flagged (step, "
                     "sample_id, file, tokens, beyond, p, p_adjusted, k3_share; the first 20), "
                     "checks (rounding, temperature, truncation: value, threshold, flagged) and "
-                    "lacks_step (files without step); null without a complete sample",
+                    "lacks (file, columns: the files without step); null without a complete "
+                    "sample",
 }
 """The section's keys of ``summary.json`` and what each holds."""
 

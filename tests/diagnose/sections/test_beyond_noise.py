@@ -136,6 +136,22 @@ def test_false_alarms_and_recall_on_simulated_dumps(pool):
         assert np.concatenate(found).mean() >= 0.9, share
 
 
+@pytest.mark.slow
+def test_k_is_the_smallest_that_keeps_false_alarms_within_alpha(pool):
+    """``K`` (the robust sd between the run's centre and ``eps_hat``) as chosen: over 600
+    clean simulated dumps, ``K = 3`` flags a sample in more than ``alpha`` of them and ``K = 4``
+    in at most ``alpha``, while finding a context shifted in 5% of the samples at 0.95 or more
+    (``beyond_noise.K``'s numbers)."""
+    clean = [simulated(np.random.default_rng(10 ** 5 + i), pool, i % 2 == 0)[0]
+             for i in range(600)]
+    rate = {k: np.mean([beyond_noise(H, k=k)["flagged"].any() for H in clean]) for k in (3, 4)}
+    assert rate[3] > ALPHA >= rate[4], rate
+    shifted = [simulated(np.random.default_rng(10 ** 6 + i), pool, i % 2 == 0, share=0.05)
+               for i in range(200)]
+    assert np.concatenate([beyond_noise(H, k=noise.K)["flagged"][s] for H, s in shifted]) \
+        .mean() >= 0.95 and noise.K == 4
+
+
 def test_bh_against_its_definition():
     """Benjamini-Hochberg rejects the largest ``k`` with ``p_(k) <= k alpha / m`` and every
     smaller p; its adjusted p-values are monotone in p."""
@@ -213,7 +229,7 @@ def test_counts_against_the_bound_token_by_token(run):
     assert (t.loc[want.index, "tokens"] == want.n).all()
     upper = EDGES[np.clip(eps_columns(want.eps.to_numpy()), 0, len(EDGES) - 1)]
     np.testing.assert_allclose(np.log10(t.loc[want.index, "median_eps"]), upper, atol=1e-12)
-    assert r["storage"] == ["float64, 2^-53 |log p|"] and r["samples"] == len(t)
+    assert r["precision"] == ["float64, 2^-53 |log p|"] and r["samples"] == len(t)
     assert drawn(SECTION, d) is d.tables["beyond_noise"]
 
 
@@ -255,7 +271,7 @@ def test_planted_in_every_format_and_their_clean_twins(tmp_path):
     for name, write in writers.items():
         found, r = _found(write(tmp_path / name, planted))
         assert found == set(NOISE_SHIFTED) and r["flagged_k3_share"] > 0.5, name
-        assert r["storage"][0].startswith(storage[name]) and r["lacks_step"] == [], name
+        assert r["precision"][0].startswith(storage[name]) and r["lacks"] == [], name
         assert _found(write(tmp_path / f"{name}_clean", clean))[0] == set(), name
 
 
@@ -268,9 +284,10 @@ def test_a_file_without_steps_is_named(tmp_path):
     path = tmp_path / "nostep.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     found, r = _found(path)
-    assert found == {(0, 100 * s + i) for s, i in NOISE_SHIFTED} and r["lacks_step"] == [str(path)]
+    assert found == {(0, 100 * s + i) for s, i in NOISE_SHIFTED} and r["lacks"] == [
+        {"file": str(path), "columns": ["step"]}]
     assert _section(path).verdicts["beyond_noise"][-1] == \
-        f"no column step in {path}: its samples are told apart by sample_id alone."
+        f"no column step in 1 file ({path}): their samples are told apart by sample_id alone."
 
 
 def test_streaming_gives_the_one_pass_answer(tmp_path):
@@ -279,7 +296,7 @@ def test_streaming_gives_the_one_pass_answer(tmp_path):
     path = COMMITTED["beyond_noise.jsonl"](tmp_path / "b.jsonl")
     a, b = (_section(path, batch_rows=n).summary["beyond_noise"] for n in (3, 10 ** 6))
     summaries_close(a, b)
-    assert a["storage"] == ["JSON decimals rounded to 3 places, 1e-3 per Delta"]
+    assert a["precision"] == b["precision"] == ["JSON decimals rounded to 3 places, 1e-3 per Delta"]
 
 
 def test_run_wide_checks_planted_against_their_clean_twin(tmp_path):
@@ -303,7 +320,7 @@ def test_run_wide_checks_planted_against_their_clean_twin(tmp_path):
     bf = [dict(r, lp_train=stored(r["lp_train"], "bfloat16"),
                lp_roll=stored(noisy(r), "bfloat16")) for r in base]
     r = _section(generic_dump(tmp_path / "bf.jsonl", bf)).summary["beyond_noise"]
-    assert r["storage"] == ["bfloat16, 2^-8 |log p|"]
+    assert r["precision"] == ["bfloat16, 2^-8 |log p|"]
     assert r["checks"][0]["dtype"] == "bfloat16" and r["checks"][0]["declared"]
 
 
