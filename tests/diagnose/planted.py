@@ -159,6 +159,45 @@ def same_records(a, b, rel=1e-12) -> bool:
         for x, y in zip(ra, rb))
 
 
+def shifted_context(resps, which, seed=0, decimals=3) -> list[dict]:
+    """``resps`` with the trainer's log-probs of the responses ``which`` (``(step, i)`` pairs)
+    scored in another context: drawn afresh as :func:`planted_responses` draws them (``log U(0.05,
+    0.95)``, rounded to ``decimals``), so each of their tokens' ``Delta`` is of order 1 (a
+    sample whose trainer saw another prompt, or other weights)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in resps:
+        if (r["step"], r["i"]) in which:
+            lp = np.log(rng.uniform(0.05, 0.95, len(r["resp"])))
+            r = dict(r, lp_train=lp if decimals is None else np.round(lp, decimals))
+        out.append(r)
+    return out
+
+
+NOISE_SHIFTED = ((1, 3), (3, 7))
+"""The samples (step, i) of :func:`noise_responses` planted in another context."""
+
+
+def noise_responses(shifted=NOISE_SHIFTED, seed=3, decimals=3, steps=range(4),
+                    per_step=10) -> list[dict]:
+    """The responses of the beyond-noise examples: ``per_step`` responses of 8 tokens per step,
+    ``log rho`` of sd 0.02 (the run's noise), those of ``shifted`` in another context
+    (:func:`shifted_context`); ``shifted=()`` is the clean twin."""
+    resps = planted_responses(steps=steps, per_step=per_step, lengths=(8,), sd=0.02, seed=seed,
+                              decimals=decimals)
+    return shifted_context(resps, shifted, seed + 1, decimals)
+
+
+def beyond_noise_shifted(path) -> Path:
+    """The committed beyond-noise example: :func:`noise_responses`, 4 steps of 10 responses of
+    8 tokens at a noise of sd 0.02, step 1's sample 3 and step 3's sample 7 in another
+    context."""
+    return generic_dump(path, noise_responses())
+
+
+COMMITTED["beyond_noise.jsonl"] = beyond_noise_shifted
+
+
 if __name__ == "__main__":
     for name, write in COMMITTED.items():
         (DATA / name).unlink(missing_ok=True)

@@ -17,6 +17,8 @@ Modules, one line each:
 - ``base``: the ``Section`` record, ``Context``, ``Diagnosis``, the verdicts' thresholds, wording.
 - ``faults``: the dumps' faults (domain, shift, temperature, short top-k lists): checks, section.
 - ``envelope``: ``|Delta|`` against p with M3's envelope, the head/tail ratio (M3, M7).
+- ``beyond_noise``: the run's numerical noise as M3's envelope (samples as units) and the
+  samples beyond it (Benjamini-Hochberg); rounding, temperature and truncation run-wide (M3).
 - ``tail_bias``: mean signed Delta by probability, the tail bias (M4, M5).
 - ``accumulation``: the sequence log-ratio against tail tokens and sqrt(T) (M6).
 - ``trm``: TRM's acceptance against threshold and length (T12).
@@ -41,6 +43,7 @@ SECTIONS: tuple[Section, ...] = tuple(
     import_module(f"tailtheory.diagnose.sections.{name}").SECTION for name in (
         "faults",
         "envelope",
+        "beyond_noise",
         "tail_bias",
         "accumulation",
         "trm",

@@ -3,8 +3,9 @@
 (:mod:`tailtheory.diagnose.sections.faults`), then the certification
 (:mod:`~tailtheory.diagnose.sections.certify`), the check across a resume
 (:mod:`~tailtheory.diagnose.sections.resume`), the logged ratio's aggregation
-(:mod:`~tailtheory.diagnose.sections.logged_ratio`) and the responses MIS would mask
-(:mod:`~tailtheory.diagnose.sections.seq_ratio`), with the register's caveat of scale.
+(:mod:`~tailtheory.diagnose.sections.logged_ratio`), the responses MIS would mask
+(:mod:`~tailtheory.diagnose.sections.seq_ratio`) and the samples beyond the run's numerical noise
+(:mod:`~tailtheory.diagnose.sections.beyond_noise`), with the register's caveat of scale.
 
 Source: the register of :mod:`tailtheory.tim.dose` (V6), the fault checks, prime-rl's bar
 (PR 2672), TIM's corrections (V4).
@@ -13,6 +14,7 @@ Source: the register of :mod:`tailtheory.tim.dose` (V6), the fault checks, prime
 from __future__ import annotations
 
 from tailtheory.diagnose.sections.base import Section
+from tailtheory.diagnose.sections.beyond_noise import bottom_line_words
 from tailtheory.diagnose.sections.register import k3_text
 
 NAME = "bottom_line"
@@ -36,8 +38,8 @@ def bottom_line(d) -> dict:
     that kept GRPO unharmed there with the k3 they were measured at, else ``reduce_mismatch``
     (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. Then, in the
     text, the certification's verdict, a jump across a resume, a logged ratio aggregated by its
-    mean or with its sign flipped, and the share of responses MIS would mask (:func:`also`). The
-    text always ends with the caveat of scale."""
+    mean or with its sign flipped, the share of responses MIS would mask and the samples beyond
+    the run's numerical noise (:func:`also`). The text always ends with the caveat of scale."""
     p = d.points.get("register")
     faults = {f.name: f for f in d.points.get("faults", [])}
     k3 = d.summary.get("k3")
@@ -95,7 +97,8 @@ def also(summary: dict) -> list[str]:
     """What the bottom line adds after its action: the certification's verdict
     (``certify``), a jump across the resume (``resume``), a logged ratio that is not the one
     the corrections define
-    (``logged_ratio``), the responses MIS would mask and why (``seq_ratio``); each where the
+    (``logged_ratio``), the responses MIS would mask and why (``seq_ratio``), the samples beyond
+    the run's numerical noise and its run-wide checks flagged (``beyond_noise``); each where the
     summary has it."""
     out = []
     c = summary.get("certify")
@@ -127,6 +130,7 @@ def also(summary: dict) -> list[str]:
             ", by their length" if o["length"] >= o["size"] else ", by their per-token size")
         out.append(f"MIS at its defaults would mask {mis['responses']} of {q['responses']} "
                    f"responses{why}")
+    out.extend(bottom_line_words(summary.get("beyond_noise")))
     return out
 
 
