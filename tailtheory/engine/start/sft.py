@@ -22,6 +22,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -39,6 +40,14 @@ SFT_CACHE_VERSION = 2
 
 IGNORE_INDEX = -100
 """Label of prompt and padding positions (ignored by the ``transformers`` causal-LM loss)."""
+
+
+@lru_cache(maxsize=None)
+def _chance(task: str, vocab_size: int, kwargs_json: str) -> float:
+    """``chance_accuracy`` of ``task`` with these kwargs (JSON, sorted) on the word-level
+    tokenizer, computed once: a task's chance level depends on its rules, not on the config
+    that names it. Bad kwargs raise as :func:`get_task` does."""
+    return get_task(task, vocab_size=vocab_size, **json.loads(kwargs_json)).chance_accuracy
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,14 @@ class SFTConfig:
         if self.pretrained is not None and self.pretrained.model != self.model:
             raise ValueError(f"model must be the pretrained corpus LM's model "
                              f"({self.pretrained.model}), got {self.model}")
-        low = self.acc_floor(self.make_task())  # bad task_kwargs fail here, not in training
+        # bad task_kwargs fail here, not in training; the chance level is computed once per
+        # task, vocabulary and kwargs (building a task builds its tokenizer)
+        try:
+            chance = _chance(self.task, self.model.vocab_size,
+                             json.dumps(self.task_kwargs, sort_keys=True))
+        except TypeError:  # kwargs JSON cannot hold: no cache
+            chance = self.make_task().chance_accuracy
+        low = max(self.acc_low, chance + self.chance_margin)
         if low > self.acc_high:
             raise ValueError(f"the window is empty: chance + chance_margin = {low:.3f} exceeds "
                              f"acc_high = {self.acc_high}")
