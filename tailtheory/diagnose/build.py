@@ -36,7 +36,7 @@ SUMMARY_ORDER = (
     "trm_token_violation_rate", "m6", "dvp", "topk_k", "rho_mean", "rho_min", "rho_max",
     "ratio_caps", "tis_truncated_frac", "band_masked_frac", "seq_tis_truncated_frac",
     "seq_masked_frac", "k3_clamped", "k3_outside_share", "certify", "resume", "seq_ratio",
-    "logged_ratio", "beyond_noise",
+    "logged_ratio", "beyond_noise", "drift",
     "faults", "bottom_line",
 )
 """The order of ``summary.json``'s keys as first published (later keys before the faults and

@@ -104,7 +104,7 @@ def render_html(d: Diagnosis, figures: dict[str, str], inputs: list[Path]) -> st
     rows = "".join(f"<tr><td>{e(k)}</td><td>{e(_show(v))}</td></tr>"
                    for k, v in json_safe(d.summary).items()
                    if k not in ("m6", "dvp", "faults", "bottom_line", "certify", "seq_ratio",
-                                "logged_ratio", "resume", "beyond_noise"))
+                                "logged_ratio", "resume", "beyond_noise", "drift"))
     parts = [f"<h1>tailtheory diagnose</h1><p>{e(inputs_line(inputs))}</p>",
              f"<h2>Summary</h2><table>{rows}</table>"
              "<p>Delta = log pi_roll - log pi_train of the sampled token (inference minus "

@@ -1,7 +1,7 @@
-"""Dumps with planted faults and their clean twins, for the certification, the resume check and
-the sequence-ratio sections, written by the frameworks' own writer code the other tests use: the
-generic format through ``tailtheory.integrations.dump`` (what the TRL and verl hooks write), this
-engine's ``dump_tokens``, and the framework layouts of
+"""Dumps with planted faults and their clean twins, for the certification, the resume check, the
+sequence-ratio and the drift sections, written by the frameworks' own writer code the other
+tests use: the generic format through ``tailtheory.integrations.dump`` (what the TRL and verl
+hooks write), this engine's ``dump_tokens``, and the framework layouts of
 ``tests/diagnose/formats/framework_dumps.py``.
 
 ``python -m tests.diagnose.planted`` writes the committed fixtures of ``docs/diagnose.md``'s
@@ -37,13 +37,19 @@ def planted_responses(steps=range(20), per_step=2, lengths=(4,), sd=0.02, loud=(
             n = lengths[i % len(lengths)]
             lp = np.log(rng.uniform(0.05, 0.95, n))
             lr = rng.normal(drift, loud_sd if step in loud else sd, n)
-            lp_roll = np.minimum(lp - lr, 0.0)
-            if decimals is not None:
-                lp, lp_roll = np.round(lp, decimals), np.round(lp_roll, decimals)
-            out.append(dict(step=step, i=i, prompt=[1, 2, 3], resp=rng.integers(5, 99, n).tolist(),
-                            lp_train=lp, lp_roll=lp_roll, adv=float(i % 2 - 0.5),
-                            reward=float(i % 2)))
+            out.append(response(rng, step, i, lp, np.minimum(lp - lr, 0.0), decimals))
     return out
+
+
+def response(rng, step, i, lp_train, lp_roll, decimals) -> dict:
+    """Response ``i`` of ``step`` in ``framework_dumps``' shape, its log-probs rounded to
+    ``decimals`` (``None``: kept), its token ids drawn from ``rng``, advantage ``+-0.5`` and
+    reward 0 or 1 by the parity of ``i``."""
+    if decimals is not None:
+        lp_train, lp_roll = np.round(lp_train, decimals), np.round(lp_roll, decimals)
+    return dict(step=step, i=i, prompt=[1, 2, 3],
+                resp=rng.integers(5, 99, len(lp_train)).tolist(), lp_train=lp_train,
+                lp_roll=lp_roll, adv=float(i % 2 - 0.5), reward=float(i % 2))
 
 
 def padded(resps) -> tuple[torch.Tensor, ...]:
@@ -141,8 +147,45 @@ def resume_jump(path) -> Path:
                                                 loud=(10, 11, 12), seed=1695))
 
 
+def drift_responses(steps=range(40), onset=20, per_step=4, length=8, grow=(1.0, 1.0, 1.0),
+                    eps=0.05, q_max=0.5, edge=False, seed=0, decimals=3) -> list[dict]:
+    """Responses in ``framework_dumps``' shape whose mismatch has M3's small-eps form: per
+    token, the rollout's probability of the sampled token is ``p = 1 - q`` with ``q ~ U(0,
+    q_max)`` and ``log rho = 2 eps q u``, ``u ~ N(0, 1)`` (``edge``: ``u = +-1``, every token on
+    M3's small-eps envelope), so that a step's mean k3 is about ``2 eps^2 E[(1 - p)^2]``. From
+    step ``onset`` on, ``grow = (length, peakiness, scale)``: the responses' length, ``E[(1 -
+    p)^2]`` (through ``q_max``) and ``eps^2`` grow geometrically, reaching these factors at the
+    last step (1: flat; below 1: shrinking, e.g. a peakiness below 1 is a sharpening). The
+    log-probs are rounded to ``decimals``."""
+    rng = np.random.default_rng(seed)
+    steps = list(steps)
+    out = []
+    for step in steps:
+        f = min(max((step - onset + 1) / max(steps[-1] - onset + 1, 1), 0.0), 1.0)
+        n = max(1, round(length * grow[0] ** f))
+        qm, e = q_max * grow[1] ** (f / 2), eps * grow[2] ** (f / 2)
+        if qm >= 1:
+            raise ValueError(f"q_max grows to {qm:.3g} >= 1 at step {step}")
+        for i in range(per_step):
+            q = rng.uniform(0.0, qm, n)
+            lp_roll = np.log1p(-q)
+            u = rng.choice([-1.0, 1.0], n) if edge else rng.normal(size=n)
+            out.append(response(rng, step, i, np.minimum(lp_roll + 2 * e * q * u, 0.0), lp_roll,
+                                decimals))
+    return out
+
+
+def drift_onset(path) -> Path:
+    """The committed drift example: 60 steps of one response, its tokens on M3's small-eps
+    envelope (``abs(log rho) = 2 eps (1 - p)``, ``eps = 0.05``); from step 30 on, as in NeMo-RL
+    issue 1801 (a mismatch that keeps growing), the length doubles (6 to 12 tokens), the
+    distributions sharpen (``E[(1 - p)^2]`` x 0.6) and ``eps^2`` grows 20x by the last step."""
+    return generic_dump(path, drift_responses(steps=range(60), onset=30, per_step=1, length=6,
+                                              grow=(2.0, 0.6, 20.0), edge=True, seed=1801))
+
+
 COMMITTED = {"certify_fail.jsonl": certify_fail, "ratio_mean.jsonl": ratio_mean,
-             "resume_jump.jsonl": resume_jump}
+             "resume_jump.jsonl": resume_jump, "drift_onset.jsonl": drift_onset}
 """The committed fixtures, by file name, and the function that writes each."""
 
 

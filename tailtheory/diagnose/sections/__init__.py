@@ -24,6 +24,9 @@ Modules, one line each:
 - ``trm``: TRM's acceptance against threshold and length (T12).
 - ``dvp``: what DVP's min-p rule at each rho would prune (P1, P2, P4).
 - ``steps``: k1, k3 and ``|Delta|`` per step (TIM's monitors; V2, V5).
+- ``drift``: when the mismatch started to grow (CUSUM on each step's log k3) and whether by
+  length or peakiness (an exact split of the change of log k3); V6's harm edge per step
+  (NeMo-RL issue 1801, Precision-RL issue 10).
 - ``certify``: each step's mean k3 against a bar (prime-rl's PR 2672): pass, fail, undecided.
 - ``resume``: the mismatch and reward across a resume (``--resume-at``): a jump beyond 4
   robust sd of the step-to-step changes (slime issue 1695).
@@ -49,6 +52,7 @@ SECTIONS: tuple[Section, ...] = tuple(
         "trm",
         "dvp",
         "steps",
+        "drift",
         "certify",
         "resume",
         "ratios",

@@ -1,6 +1,7 @@
 """The bottom line, last: what to do, from the run's place on the register
 (:mod:`tailtheory.diagnose.sections.register`) and the faults found
-(:mod:`tailtheory.diagnose.sections.faults`), then the certification
+(:mod:`tailtheory.diagnose.sections.faults`), then the onset of a growing mismatch and its
+split (:mod:`~tailtheory.diagnose.sections.drift`), the certification
 (:mod:`~tailtheory.diagnose.sections.certify`), the check across a resume
 (:mod:`~tailtheory.diagnose.sections.resume`), the logged ratio's aggregation
 (:mod:`~tailtheory.diagnose.sections.logged_ratio`), the responses MIS would mask
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from tailtheory.diagnose.sections.base import Section
 from tailtheory.diagnose.sections.beyond_noise import bottom_line_words
+from tailtheory.diagnose.sections.drift import drift_brief
 from tailtheory.diagnose.sections.register import k3_text
 
 NAME = "bottom_line"
@@ -37,9 +39,10 @@ def bottom_line(d) -> dict:
     between ``k3_safe`` and ``k3_harm``; at or above ``k3_harm`` ``remedy`` naming the remedies
     that kept GRPO unharmed there with the k3 they were measured at, else ``reduce_mismatch``
     (:data:`SOURCE_FIX`); ``no_verdict`` where the register gives no threshold. Then, in the
-    text, the certification's verdict, a jump across a resume, a logged ratio aggregated by its
-    mean or with its sign flipped, the share of responses MIS would mask and the samples beyond
-    the run's numerical noise (:func:`also`). The text always ends with the caveat of scale."""
+    text, the onset of a growing mismatch with its split into length, peakiness and scale, the
+    certification's verdict, a jump across a resume, a logged ratio aggregated by its mean or with
+    its sign flipped, the share of responses MIS would mask and the samples beyond the run's
+    numerical noise (:func:`also`). The text always ends with the caveat of scale."""
     p = d.points.get("register")
     faults = {f.name: f for f in d.points.get("faults", [])}
     k3 = d.summary.get("k3")
@@ -94,13 +97,18 @@ def bottom_line(d) -> dict:
 
 
 def also(summary: dict) -> list[str]:
-    """What the bottom line adds after its action: the certification's verdict
+    """What the bottom line adds after its action: the onset of a growing mismatch and its
+    split (``drift``, :func:`~tailtheory.diagnose.sections.drift.drift_brief`), the
+    certification's verdict
     (``certify``), a jump across the resume (``resume``), a logged ratio that is not the one
     the corrections define
     (``logged_ratio``), the responses MIS would mask and why (``seq_ratio``), the samples beyond
     the run's numerical noise and its run-wide checks flagged (``beyond_noise``); each where the
     summary has it."""
     out = []
+    brief = drift_brief(summary.get("drift"))
+    if brief:
+        out.append(brief)
     c = summary.get("certify")
     if c:
         bar = f"mean k3 <= {c['bar']:g} at every step" if c["bar"] else "bitwise equal"
