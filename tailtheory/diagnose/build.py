@@ -70,13 +70,15 @@ minus trainer."""
 
 def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
               register: list[dict] | None = None, params: float | None = None,
-              bar: float | None = None, resume_at: int | None = None) -> Diagnosis:
+              bar: float | None = None, resume_at: int | None = None,
+              dtype: str | None = None) -> Diagnosis:
     """Every section from the sums of a finished :class:`Accumulator`: the fault checks first,
     the run placed on the dose-response register and the bottom line last (``register``: rows
     of ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one; ``params``: the
     run's model parameters, for the ladder's nearest rung; ``bar``: the certification's bar on
     each step's mean k3, ``None`` its default; ``resume_at``: the step a resumed run restarted
-    at, ``None`` for no resume check). Raises ``ValueError`` when no row was included, a fault
+    at, ``None`` for no resume check; ``dtype``: the rollout engine's declared precision,
+    ``None`` when not declared). Raises ``ValueError`` when no row was included, a fault
     is an error or the resume cannot be checked."""
     acc.check_complete()
     if acc.groups["all"]["n"] == 0:
@@ -88,7 +90,7 @@ def diagnosis(acc: Accumulator, delta_max: float, delta_avg: float,
                                excluded_by_column=dict(acc.excluded_by_column),
                                excluded_sequences=int((acc.seq["excluded"][:acc.n_seq] > 0).sum()),
                                tail_p=acc.tail_p, head_p=acc.head_p))
-    ctx = Context(acc, s, delta_max, delta_avg, register, params, bar, resume_at)
+    ctx = Context(acc, s, delta_max, delta_avg, register, params, bar, resume_at, dtype)
     for section in SECTIONS:
         section.table(ctx, d)
     d.summary = {k: d.summary.get(k) for k in SUMMARY_KEYS}

@@ -36,6 +36,8 @@ HEAD_P = 0.9
 """Head tokens: trainer ``p > 0.9`` (``tailtheory.mismatch.real.HEAD_P``, M7)."""
 MAX_EXCLUDED = 0.01
 """Largest fraction of rows that may be excluded (NaN / inf log-probs) before it is an error."""
+DTYPES = ("bfloat16", "float16", "float32")
+"""What ``--dtype`` accepts: the rollout engine's precision."""
 
 
 def _trm_defaults() -> tuple[float, float]:
@@ -69,7 +71,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
                    delta_max: float | None = None, delta_avg: float | None = None,
                    progress: bool = False, register: list[dict] | None = None,
                    params: float | None = None, bar: float | None = None,
-                   resume_at: int | None = None):
+                   resume_at: int | None = None, dtype: str | None = None):
     """Every section of the report from ``dumps`` (in format ``fmt``, one of
     :func:`tailtheory.diagnose.read.format_names`, detected per file when ``auto``), read
     ``batch_rows`` rows at a time; writes nothing. ``delta_max`` / ``delta_avg`` default to the
@@ -77,7 +79,10 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
     ``tailtheory.tim.dose.register_table``) defaults to the stored dose-response register (V6);
     ``params``, the run's model parameters, picks the ladder's rung its k3 is compared with;
     ``bar``, the certification's bar on each step's mean k3 (default: prime-rl's 0.015);
-    ``resume_at``, the step a resumed run restarted at (``None``: no resume check).
+    ``resume_at``, the step a resumed run restarted at (``None``: no resume check);
+    ``dtype``, the rollout engine's declared precision (``bfloat16``, ``float16`` or
+    ``float32``: the rounding the run's noise level is compared with; ``None``: the dump's stored
+    half precision where it has one, else bfloat16, said as assumed).
     Source: DVP (M3-M6, P2/P4), TRM (T12), TIM (k1/k3).
     """
     from tqdm.auto import tqdm
@@ -97,6 +102,8 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
         nearest_rung(params, {"any": 1})            # a bad --params fails before any reading
     if bar is not None:
         check_bar(bar)
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     files = expand_dumps(dumps)
     opened = open_dumps(files, fmt)
     acc = Accumulator(files, tail_p, head_p, tuple(rhos), delta_max,
@@ -109,7 +116,7 @@ def diagnose_dumps(dumps, *, fmt: str = "auto", batch_rows: int = BATCH_ROWS, rh
             for batch in iter_batches(dump, i, batch_rows):
                 acc.add(batch)
                 shown.update(len(batch.ok))
-    d = diagnosis(acc, delta_max, delta_avg, register, params, bar, resume_at)
+    d = diagnosis(acc, delta_max, delta_avg, register, params, bar, resume_at, dtype)
     d.inputs = files
     return d
 
@@ -180,6 +187,10 @@ def add_diagnose_arguments(p: argparse.ArgumentParser) -> None:
                    help="the run's model parameters (e.g. 1.5e9): its k3 is compared with "
                         "GRPO's threshold at the nearest rung of the model-size ladder (V6); "
                         "default: the ladder's largest rung")
+    p.add_argument("--dtype", default=None, choices=DTYPES,
+                   help="the rollout engine's precision, which sets the rounding the run's noise "
+                        "level is compared with (default: the dump's stored half precision "
+                        "where it has one, else bfloat16, said as assumed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -194,7 +205,7 @@ def diagnose_main(args: argparse.Namespace) -> int:
     options = dict(fmt=args.fmt, batch_rows=args.batch_rows, rhos=rhos, tail_p=args.tail_p,
                    head_p=args.head_p, delta_max=args.trm_delta_max,
                    delta_avg=args.trm_delta_avg, progress=not args.quiet, params=args.params,
-                   bar=args.bar)
+                   bar=args.bar, dtype=args.dtype)
     if args.certify and args.resume_at is not None:
         raise ValueError("--certify and --resume-at: one at a time")
     if args.certify:

@@ -140,7 +140,8 @@ class Context:
     ``tailtheory.tim.dose.register_table``; ``None`` reads the stored one), the run's model
     parameters (``params``: the ladder's nearest rung; ``None``, its largest) and the bar of
     the certification (``bar``: on each step's mean k3; ``None``, its default) and the step a
-    resumed run restarted at (``resume_at``: ``None``, no resume check)."""
+    resumed run restarted at (``resume_at``: ``None``, no resume check) and the rollout
+    engine's declared precision (``dtype``: ``None``, not declared)."""
 
     acc: Any
     complete: dict
@@ -150,6 +151,7 @@ class Context:
     params: float | None = None
     bar: float | None = None
     resume_at: int | None = None
+    dtype: str | None = None
 
 
 def complete(acc) -> dict[str, np.ndarray]:

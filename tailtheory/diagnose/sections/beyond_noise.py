@@ -208,10 +208,12 @@ def beyond_noise(H: np.ndarray, k: float = K, alpha: float = ALPHA) -> dict:
     return {**level, **t, "s": s, "p_adjusted": adj, "flagged": flagged}
 
 
-def run_checks(eps_hat: float, sums: dict, declared: str | None = None) -> list[dict]:
+def run_checks(eps_hat: float, sums: dict, declared: str | None = None,
+               source: str = "stored") -> list[dict]:
     """The three run-wide checks, each ``name``, ``value``, ``threshold``, ``flagged`` and its
     numbers: ``rounding`` (``eps_hat`` over ``UNIT[dtype]``, the ``max|z|`` whose rounding in
-    ``declared``, else bfloat16, gives ``eps_hat``, beyond :data:`LOGIT_MAX`), ``temperature``
+    ``declared``, else bfloat16, gives ``eps_hat``, beyond :data:`LOGIT_MAX`; its ``source``:
+    ``declared`` by ``--dtype``, ``stored`` as the dump stores it, or ``assumed``), ``temperature``
     (``corr(Delta, log p)`` and the slope of ``Delta`` on ``log p``, from :data:`CHECK_SUMS`,
     at least :data:`TEMP_CORR` in size) and ``truncation`` (the share of tokens beyond the
     quantum with ``Delta > 0``, at least :data:`TRUNC_SHARE` over :data:`MIN_GROUP` tokens)."""
@@ -225,6 +227,7 @@ def run_checks(eps_hat: float, sums: dict, declared: str | None = None) -> list[
     signed = sums["pos"] + sums["neg"]
     share = sums["pos"] / signed if signed else math.nan
     return [{"name": "rounding", "dtype": dtype, "declared": declared is not None,
+             "source": source if declared is not None else "assumed",
              "value": z, "threshold": LOGIT_MAX, "flagged": bool(z > LOGIT_MAX)},
             {"name": "temperature", "value": corr, "slope": c / vx if vx > 0 else math.nan,
              "threshold": TEMP_CORR, "flagged": bool(abs(corr) >= TEMP_CORR)},
@@ -272,10 +275,11 @@ class NoiseSums:
             s[key] += float(v)
 
 
-def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
+def beyond_noise_section(acc, d: Diagnosis, s: dict, dtype: str | None = None) -> None:
     """The run's noise level and the samples beyond it (:func:`beyond_noise`) over the
     complete samples ``s`` (:func:`~tailtheory.diagnose.sections.base.complete`), the run-wide
-    checks (:func:`run_checks`): ``d.summary["beyond_noise"]``, the table ``beyond_noise`` (one
+    checks (:func:`run_checks`; ``dtype``: the rollout engine's declared precision, ``--dtype``,
+    else the dump's stored half precision, else bfloat16 assumed): ``d.summary["beyond_noise"]``, the table ``beyond_noise`` (one
     row per sample) and the verdict lines."""
     f, idx = acc.folds[NAME], s["index"]
     kinds = list(dict.fromkeys(f.storage[i] for i in sorted(f.storage)))
@@ -295,7 +299,7 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
                       "flagged": r["flagged"], "k3_share": share})
     d.tables[NAME] = t
     flagged = t[t.flagged].sort_values("p", kind="stable")
-    declared = next((k for k in kinds if k in ("bfloat16", "float16")), None)
+    declared = dtype or next((k for k in kinds if k in ("bfloat16", "float16")), None)
     d.summary[NAME] = {
         "eps_hat": r["eps_hat"], "centre_eps": float(10 ** r["centre"]),
         "scale_decades": r["scale"], "k": K, "sample_quantile": SAMPLE_Q,
@@ -307,7 +311,8 @@ def beyond_noise_section(acc, d: Diagnosis, s: dict) -> None:
                      "tokens": int(x.tokens), "beyond": int(x.beyond), "p": float(x.p),
                      "p_adjusted": float(x.p_adjusted), "k3_share": float(x.k3_share)}
                     for x in flagged.head(LISTED).itertuples()],
-        "checks": run_checks(r["eps_hat"], f.sums, declared), "lacks": lacks}
+        "checks": run_checks(r["eps_hat"], f.sums, declared, "declared" if dtype else "stored"),
+        "lacks": lacks}
     d.verdicts[NAME] = beyond_noise_lines(d.summary[NAME])
 
 
@@ -349,7 +354,8 @@ def beyond_noise_lines(r: dict) -> list[str]:
 def check_line(c: dict) -> str:
     """One run-wide check of :func:`run_checks` in words."""
     if c["name"] == "rounding":
-        how = "as the dump stores it" if c["declared"] else "the dtype assumed"
+        how = {"declared": "as --dtype declares it", "stored": "as the dump stores it"}.get(
+            c.get("source", "stored" if c["declared"] else "assumed"), "the dtype assumed")
         return (f"rounding: eps_hat would be {c['dtype']}'s rounding of logits "
                 f"(2^{round(math.log2(UNIT[c['dtype']]))} max|z|, {how}) up to |z| = "
                 f"{num(c['value'])}: "
@@ -402,7 +408,7 @@ SUMMARY = {
 """The section's keys of ``summary.json`` and what each holds."""
 
 SECTION = Section(NAME, "Samples beyond the run's numerical noise", "M3",
-                  lambda ctx, d: beyond_noise_section(ctx.acc, d, ctx.complete), NoiseSums,
+                  lambda ctx, d: beyond_noise_section(ctx.acc, d, ctx.complete, ctx.dtype), NoiseSums,
                   _figure, summary=SUMMARY)
 
 

@@ -233,8 +233,9 @@ def test_counts_against_the_bound_token_by_token(run):
     assert drawn(SECTION, d) is d.tables["beyond_noise"]
 
 
-def _section(path, batch_rows=BATCH_ROWS) -> Diagnosis:
-    """This section alone on the dump at ``path`` (the report's other sections left out)."""
+def _section(path, batch_rows=BATCH_ROWS, dtype=None) -> Diagnosis:
+    """This section alone on the dump at ``path`` (the report's other sections left out;
+    ``dtype``: ``--dtype``)."""
     files = expand_dumps([path])
     opened = open_dumps(files)
     acc = Accumulator(files, TAIL_P, HEAD_P, DEFAULT_RHOS, 0.05, kinds=[x.kind for x in opened],
@@ -243,7 +244,7 @@ def _section(path, batch_rows=BATCH_ROWS) -> Diagnosis:
         for b in iter_batches(dump, i, batch_rows):
             acc.add(b)
     d = Diagnosis(summary={})
-    SECTION.table(Context(acc, complete(acc), 0.05, 0.01), d)
+    SECTION.table(Context(acc, complete(acc), 0.05, 0.01, dtype=dtype), d)
     return d
 
 
@@ -321,7 +322,18 @@ def test_run_wide_checks_planted_against_their_clean_twin(tmp_path):
                lp_roll=stored(noisy(r), "bfloat16")) for r in base]
     r = _section(generic_dump(tmp_path / "bf.jsonl", bf)).summary["beyond_noise"]
     assert r["precision"] == ["bfloat16, 2^-8 |log p|"]
-    assert r["checks"][0]["dtype"] == "bfloat16" and r["checks"][0]["declared"]
+    assert r["checks"][0]["dtype"] == "bfloat16" and r["checks"][0]["source"] == "stored"
+    # --dtype overrides what the storage suggests: float16's rounding is 8x finer, so the |z|
+    # that would explain the same noise level is 8x larger
+    f16 = _section(tmp_path / "bf.jsonl", dtype="float16")
+    c16 = f16.summary["beyond_noise"]["checks"][0]
+    assert c16["dtype"] == "float16" and c16["source"] == "declared"
+    assert c16["value"] == pytest.approx(8 * r["checks"][0]["value"])
+    assert "as --dtype declares it" in noise.check_line(c16)
+    clean = _section(tmp_path / "clean.jsonl").summary["beyond_noise"]["checks"][0]
+    assert clean["source"] == "assumed" and "the dtype assumed" in noise.check_line(clean)
+    with pytest.raises(ValueError, match="--dtype must be one of"):
+        diagnose_dumps([tmp_path / "clean.jsonl"], dtype="int8")
 
 
 def test_bad_input_and_degenerate_runs(tmp_path):
