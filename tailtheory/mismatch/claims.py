@@ -376,7 +376,8 @@ def binned_envelope_slope(abs_Delta: torch.Tensor,
                           one_minus_p: torch.Tensor) -> tuple[float, int]:
     """:func:`envelope_slope` from the tokens' ``|Delta|`` and ``1 - p`` (1-D, float64, in one
     order): the bins and the fit alone, for statistics folded in chunk by chunk. Tokens outside
-    :data:`M7_Q_RANGE` are left out here, so passing only those inside it gives the same slope."""
+    :data:`M7_Q_RANGE` are left out here, so passing only those inside it gives the same slope.
+    A bin whose mean ``|Delta|`` is 0 (logits bitwise equal there) has no logarithm: NaN."""
     D, q = abs_Delta, one_minus_p
     lo, hi = math.log10(M7_Q_RANGE[0]), math.log10(M7_Q_RANGE[1])
     sel = (q >= M7_Q_RANGE[0]) & (q <= M7_Q_RANGE[1])
@@ -385,9 +386,10 @@ def binned_envelope_slope(abs_Delta: torch.Tensor,
     for b in range(M7_Q_BINS):
         in_b = idx == b
         if int(in_b.sum()) >= M7_MIN_COUNT:
+            mean = float(D[sel][in_b].mean())
             xs.append(math.log10(float(q[sel][in_b].median())))
-            ys.append(math.log10(float(D[sel][in_b].mean())))
-    if len(xs) < 3:
+            ys.append(math.log10(mean) if mean > 0 else math.nan)
+    if len(xs) < 3 or any(math.isnan(y) for y in ys):
         return float("nan"), len(xs)
     x, y = torch.tensor(xs, dtype=torch.float64), torch.tensor(ys, dtype=torch.float64)
     xc = x - x.mean()
