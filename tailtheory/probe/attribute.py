@@ -69,7 +69,7 @@ from tailtheory.core.forward import hidden_forward, left_pad
 from tailtheory.core.models import ATTENTION
 from tailtheory.engine.rollout.copies import inference_copy
 from tailtheory.ladder.probes import share_interval
-from tailtheory.mismatch.batch_shape import RATIO_BAND, ragged_windows, shape_stats
+from tailtheory.mismatch.batch_shape import ragged_windows, shape_stats
 from tailtheory.mismatch.chunked import NonFiniteLogits, chunk_rows, head_chunks
 from tailtheory.mismatch.claims import M7_Q_RANGE, binned_envelope_slope
 from tailtheory.mismatch.logprob import logprob_mismatch
@@ -80,8 +80,9 @@ REFERENCE = "float32, full forward, batch 1, eager attention"
 
 ATTENTIONS = ("sdpa",)
 """Attention kernels the attention arm may swap in for the reference's eager one. Left out:
-``flex_attention`` compiles per shape on a CPU (7 s a shape on the test model, so every decoding
-step of the ``combined`` arm), the flash kernels need CUDA and their own packages."""
+``flex_attention`` compiles per shape on a CPU (7 to 10 s a shape on a tiny model, and every
+decoding step of the ``combined`` arm is a shape); the flash kernels need CUDA and their own
+packages."""
 
 FILLER_RANGE = (0.5, 1.5)
 """The batch arms' other windows are ``L`` times a length uniform in this range (within the
