@@ -105,15 +105,30 @@ def paired_logit_chunks(model, input_ids, path: str = "bf16", scaling: str = FP8
     model.eval()
     (h, head), (hi, head_i) = _sides(model, ids, path, scaling)
     n = check_positive_int(rows, "rows") if rows else chunk_rows(model.config.vocab_size)
+    yield from head_chunks((h, head), (hi, head_i), n, path)
+
+
+def head_chunks(train: tuple, infer: tuple, rows: int,
+                path: str) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor]]:
+    """Both sides' LM heads on their hidden states, ``rows`` positions a chunk (the heads run on
+    :data:`HEAD_CHUNKS` chunks at a time): the loop of :func:`paired_logit_chunks`, for any two
+    sides. ``train``, ``infer``: ``(hidden (N, H), head)``, the head an ``nn.Module`` giving
+    logits in its own dtype; an inference block with NaN or infinite logits raises
+    :class:`NonFiniteLogits` naming ``path``.
+
+    Shapes: hidden (N, H) each -> yields (positions slice of the N, z_train (n, V) float32,
+    z_infer (n, V) float32).
+    """
+    (h, head), (hi, head_i) = train, infer
     N = h.shape[0]
-    for b0 in range(0, N, HEAD_CHUNKS * n):
-        b = slice(b0, min(N, b0 + HEAD_CHUNKS * n))
+    for b0 in range(0, N, HEAD_CHUNKS * rows):
+        b = slice(b0, min(N, b0 + HEAD_CHUNKS * rows))
         z, zi = head(h[b]).float(), head_i(hi[b]).float()              # (m, V) each
         if not torch.isfinite(zi.sum()):
             raise NonFiniteLogits(f"the {path} path gives non-finite logits (an overflow of "
                                   f"its dtype) at positions {b.start}..{b.stop - 1}")
-        for r0 in range(b.start, b.stop, n):
-            r = slice(r0, min(b.stop, r0 + n))
+        for r0 in range(b.start, b.stop, rows):
+            r = slice(r0, min(b.stop, r0 + rows))
             yield r, z[r0 - b0:r.stop - b0], zi[r0 - b0:r.stop - b0]
 
 
@@ -262,4 +277,5 @@ def mismatch_probe(model, input_ids, paths=("bf16", "fp16", "kv"), max_points: i
 
 
 __all__ = ["CHUNK_ELEMENTS", "POINT_HEAD_P", "POINT_COLUMNS", "NonFiniteLogits", "chunk_rows",
-           "paired_logit_chunks", "chunk_tokens", "envelope_from_chunks", "mismatch_probe"]
+           "paired_logit_chunks", "head_chunks", "chunk_tokens", "envelope_from_chunks",
+           "mismatch_probe"]

@@ -369,7 +369,16 @@ def envelope_slope(z_train, z_inf) -> tuple[float, int]:
     :data:`M7_Q_BINS` log-spaced bins of ``1-p`` in :data:`M7_Q_RANGE` holding at least
     :data:`M7_MIN_COUNT` tokens (NaN with fewer than 3 such bins); the bins used."""
     tok = mismatch_tokens(torch.as_tensor(z_train, dtype=torch.float64), z_inf)
-    D, q = tok["abs_Delta"].flatten(), (1 - tok["p"]).flatten()
+    return binned_envelope_slope(tok["abs_Delta"].flatten(), (1 - tok["p"]).flatten())
+
+
+def binned_envelope_slope(abs_Delta: torch.Tensor,
+                          one_minus_p: torch.Tensor) -> tuple[float, int]:
+    """:func:`envelope_slope` from the tokens' ``|Delta|`` and ``1 - p`` (1-D, float64, in one
+    order): the bins and the fit alone, for statistics folded in chunk by chunk. Tokens outside
+    :data:`M7_Q_RANGE` are left out here, so passing only those inside it gives the same slope.
+    A bin whose mean ``|Delta|`` is 0 (logits bitwise equal there) has no logarithm: NaN."""
+    D, q = abs_Delta, one_minus_p
     lo, hi = math.log10(M7_Q_RANGE[0]), math.log10(M7_Q_RANGE[1])
     sel = (q >= M7_Q_RANGE[0]) & (q <= M7_Q_RANGE[1])
     idx = ((torch.log10(q[sel]) - lo) / (hi - lo) * M7_Q_BINS).long().clamp(0, M7_Q_BINS - 1)
@@ -377,9 +386,10 @@ def envelope_slope(z_train, z_inf) -> tuple[float, int]:
     for b in range(M7_Q_BINS):
         in_b = idx == b
         if int(in_b.sum()) >= M7_MIN_COUNT:
+            mean = float(D[sel][in_b].mean())
             xs.append(math.log10(float(q[sel][in_b].median())))
-            ys.append(math.log10(float(D[sel][in_b].mean())))
-    if len(xs) < 3:
+            ys.append(math.log10(mean) if mean > 0 else math.nan)
+    if len(xs) < 3 or any(math.isnan(y) for y in ys):
         return float("nan"), len(xs)
     x, y = torch.tensor(xs, dtype=torch.float64), torch.tensor(ys, dtype=torch.float64)
     xc = x - x.mean()

@@ -5,6 +5,9 @@ The probe families:
 
 - family ``mismatch`` (M7 / V2): the real ``bf16``, ``fp16`` and ``kv`` mismatch ``|Delta|`` of
   every token against ``1 - p`` (:mod:`tailtheory.mismatch.chunked`); notebook 01's figure (1).
+  With ``--attribute``: each knob's mismatch (bf16, fp16, KV cache, batch shape, attention
+  kernel) alone and combined against one float32 reference, with the interaction residual
+  (:mod:`tailtheory.probe.attribute`).
 - family ``pruning`` (P4): DVP's min-p sweep on the ``bf16`` mismatch, and where the mismatch
   sits against the sampler's mass (:mod:`tailtheory.pruning.chunked`); notebook 01's figure (4)
   and notebook 05's mass shares.
@@ -23,5 +26,6 @@ Modules, one line each:
 - ``run``: one probe family on one checkpoint: what the command and the notebooks share
   (:func:`~tailtheory.probe.run.run_probe`, ``write_result``).
 - ``decisive``: the ``decisiveness`` family: the probe, its figures, tables and record.
+- ``attribute``: ``mismatch --attribute``: the arms, their table, the residual and the figure.
 - ``cli``: the command, ``tailtheory probe FAMILY --model PATH``.
 """

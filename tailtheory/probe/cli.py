@@ -24,6 +24,13 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=8, help="text windows")
     p.add_argument("--length", type=int, default=512, help="tokens a window")
     p.add_argument("--seed", type=int, default=0, help="chooses the windows")
+    a = p.add_argument_group("mismatch --attribute (the mismatch of each knob, one at a time)")
+    a.add_argument("--attribute", action="store_true",
+                   help="bf16, fp16, KV cache, batch 8 and 32, attention kernel, and bf16 + KV + "
+                        "batch 32 + that kernel together, each against the float32 full "
+                        "forward, batch 1, eager attention")
+    a.add_argument("--attention", default=None,
+                   help="the attention arm's kernel (default sdpa; needs --attribute)")
     d = p.add_argument_group("decisiveness (which low-probability tokens decide the answer)")
     d.add_argument("--recipe", default=None, help="probe a recipe's policy instead of --model")
     d.add_argument("--policy", default="warm", help="warm (the warm start) or mid (GRPO step 60)")
@@ -43,16 +50,17 @@ def _fmt(x) -> str:
 def probe_main(args: argparse.Namespace) -> int:
     """Check the arguments and the output folder, run the probe, write, print the summary."""
     from tailtheory.core.display import quiet_transformers
-    from tailtheory.probe.run import ProbeConfig, check_out_dir, run_probe
+    from tailtheory.probe.run import ProbeConfig, check_attribute, check_out_dir, run_probe
 
     quiet_transformers()
+    check_attribute(args.family, args.attribute)
     if args.family == "decisiveness":
         return _decisiveness(args)
     if args.model is None:
         raise ValueError(f"the {args.family} probe needs --model PATH (a checkpoint folder)")
     config = ProbeConfig(args.family, args.model, args.device, args.batch, args.length,
-                         args.seed)
-    out = check_out_dir(args.out or f"probe_{config.family}", config.family)  # before any work
+                         args.seed, args.attribute, args.attention)
+    out = check_out_dir(args.out or f"probe_{config.output}", config.output)  # before any work
     res = run_probe(config)
     return _report(res, out)
 
@@ -63,7 +71,7 @@ def _report(res, out) -> int:
     config = res.config
     written = write_result(res, out)
     what = config.model or f"recipe {config.recipe} ({config.policy})"
-    print(f"{config.family} probe of {what} on {res.device}: {res.text}; "
+    print(f"{config.output} probe of {what} on {res.device}: {res.text}; "
           f"{res.seconds:.1f} s")
     cols = [c for c in res.summary.columns if c != "note" or res.summary[c].astype(bool).any()]
     print(res.summary[cols].to_string(index=False, float_format=_fmt))
@@ -79,5 +87,5 @@ def _decisiveness(args: argparse.Namespace) -> int:
     config = DecisiveConfig(args.model, args.recipe, args.policy, args.task, args.n_people,
                             args.device, prompts=args.prompts, others=args.others,
                             seed=args.seed, **extra)
-    out = check_out_dir(args.out or "probe_decisiveness", config.family)  # before any work
+    out = check_out_dir(args.out or "probe_decisiveness", config.output)  # before any work
     return _report(run_decisiveness(config), out)

@@ -60,6 +60,11 @@ class DecisiveConfig:
     """The threshold (None: the calibrated :data:`~tailtheory.lopti.decisive.calibration.TAU`)."""
     family: str = FAMILY
 
+    @property
+    def output(self) -> str:
+        """The name of the probe's files, record and default folder (its family's)."""
+        return self.family
+
     def __post_init__(self):
         if self.K is None:
             object.__setattr__(self, "K", cal.K)

@@ -6,7 +6,9 @@ same functions), its tables and the summary the command prints. :func:`write_res
 into an output folder with a record of what it wrote (``probe_<family>.json``: configuration,
 device, timing and the SHA-256 of every file), by which a later run knows its own files: a file
 of the same name that the record does not vouch for is never replaced (:func:`out_files`).
-:func:`show_probe` is the notebooks' cell.
+:func:`show_probe` is the notebooks' cell. ``mismatch`` with ``attribute`` measures each knob's
+mismatch instead (:mod:`tailtheory.probe.attribute`) and writes under its own name,
+:data:`ATTRIBUTE`, so both can share a folder.
 """
 
 from __future__ import annotations
@@ -28,19 +30,30 @@ FAMILIES = (*TEXT_FAMILIES, "decisiveness")
 SOFTWARE = "tailtheory probe"
 """The ``Software`` text of the PNGs a probe writes, and the record's ``software`` field."""
 
-FIGURES = {"mismatch": ("token_tail_mismatch_vs_p",),
+ATTRIBUTE = "mismatch_attribute"
+"""The name ``probe mismatch --attribute`` writes under (:mod:`tailtheory.probe.attribute`): its
+record ``probe_mismatch_attribute.json`` and default folder, beside the plain probe's."""
+
+FIGURES = {"mismatch": ("token_tail_mismatch_vs_p",), ATTRIBUTE: ("mismatch_attribution",),
            "pruning": ("token_tail_pruning_tradeoff", "p4_mass_shares"),
            "gradient": ("lopti_figure1", "lopti_figure3"),
            "decisiveness": ("decisive_split", "decisive_vs_p")}
-"""Each family's figures (PNG and CSV), named as the notebooks name theirs."""
+"""Each probe's figures (PNG and CSV) by its output name (its family, or :data:`ATTRIBUTE`),
+named as the notebooks name theirs."""
 
-TABLES = {"mismatch": ("mismatch_summary",), "pruning": ("pruning_knee",),
+TABLES = {"mismatch": ("mismatch_summary",), ATTRIBUTE: (), "pruning": ("pruning_knee",),
           "gradient": ("gradient_bins", "gradient_l1_tokens"),
           "decisiveness": ("decisive_tokens", "decisive_bins", "decisive_roles")}
-"""Each family's further tables (CSV)."""
+"""Each probe's further tables (CSV), by output name."""
 
 NOTEBOOK_SIZES = {"quick": (4, 128), "full": (8, 512)}
 """``(batch, length)`` of the notebooks' probes on each preset."""
+
+
+def check_attribute(family: str, attribute: bool) -> None:
+    """``--attribute`` belongs to the ``mismatch`` probe: anything else is one line."""
+    if attribute and family != "mismatch":
+        raise ValueError(f"--attribute is an option of the mismatch probe, not of {family}")
 
 
 @dataclass(frozen=True)
@@ -57,7 +70,13 @@ class ProbeConfig:
     length: int = 512
     """``batch`` windows of ``length`` tokens (8 x 512: the probes' memory budget's size)."""
     seed: int = 0
-    """Chooses the windows (and the gradient probe's advantage signs and L1 tokens)."""
+    """Chooses the windows (and the gradient probe's advantage signs and L1 tokens, the
+    attribution's other rows of its batches)."""
+    attribute: bool = False
+    """``mismatch`` only: each knob's mismatch against one reference
+    (:mod:`tailtheory.probe.attribute`) instead of the three paths' envelopes."""
+    attention: str | None = None
+    """With ``attribute``: the attention arm's kernel (default ``sdpa``)."""
 
     def __post_init__(self):
         from tailtheory.core.checks import check_positive_int
@@ -71,6 +90,20 @@ class ProbeConfig:
         check_positive_int(self.batch, "--batch")
         check_positive_int(self.length, "--length", 2)
         check_positive_int(self.seed, "--seed", 0)
+        check_attribute(self.family, self.attribute)
+        if self.attention is not None and not self.attribute:
+            raise ValueError("--attention names the attention arm of --attribute; add "
+                             "--attribute")
+        if self.attribute:
+            from tailtheory.probe.attribute import arms
+
+            object.__setattr__(self, "attention", self.attention or "sdpa")
+            arms(self.attention)                                # an unknown kernel: one line
+
+    @property
+    def output(self) -> str:
+        """The name of the probe's files, record and default folder."""
+        return ATTRIBUTE if self.attribute else self.family
 
 
 @dataclass
@@ -85,6 +118,8 @@ class ProbeResult:
     tables: dict = field(default_factory=dict)
     summary: object = None
     seconds: float = 0.0
+    record: dict = field(default_factory=dict)
+    """Further JSON-ready results the record holds (``result``)."""
 
 
 def load_checkpoint(config: ProbeConfig):
@@ -164,7 +199,24 @@ MISMATCH_COLUMNS = ("path", "note", "mean_abs", "max_abs", "head_mean_abs", "tai
                     "frac_head", "frac_tail", "mean_eps", "frac_under_exact", "max_ratio_exact")
 """The columns of the mismatch summary the command prints (the CSV holds them all)."""
 
-_RUNNERS = {"mismatch": _mismatch, "pruning": _pruning, "gradient": _gradient}
+
+def _attribute(model, ids, label: str, res: ProbeResult) -> None:
+    from tailtheory.probe.attribute import REFERENCE, attribute_mismatch, plot_attribution
+
+    table = attribute_mismatch(model, ids, res.config.attention, res.config.seed)
+    res.figures["mismatch_attribution"] = plot_attribution(table)
+    res.text += f"; against {REFERENCE}"
+    res.summary = table[list(ATTRIBUTE_COLUMNS)]
+    res.record = {"reference": REFERENCE,
+                  "table": table.astype(object).where(table.notna(), None).to_dict("records")}
+
+
+ATTRIBUTE_COLUMNS = ("arm", "note", "k3", "k3_se", "outside", "outside_low", "outside_high",
+                     "equal", "m7_slope", "seconds")
+"""The columns of the attribution the command prints (the CSV and the record hold them all)."""
+
+_RUNNERS = {"mismatch": _mismatch, ATTRIBUTE: _attribute, "pruning": _pruning,
+            "gradient": _gradient}
 
 
 def run_probe(config: ProbeConfig) -> ProbeResult:
@@ -175,7 +227,7 @@ def run_probe(config: ProbeConfig) -> ProbeResult:
     t0 = time.perf_counter()
     model, ids, text = load_checkpoint(config)
     res = ProbeResult(config, str(next(model.parameters()).device), text)
-    _RUNNERS[config.family](model, ids, Path(config.model).name, res)
+    _RUNNERS[config.output](model, ids, Path(config.model).name, res)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -187,7 +239,8 @@ def record_name(family: str) -> str:
 
 
 def out_files(family: str) -> list[str]:
-    """The names a family writes into its output folder, its record last."""
+    """The names a probe (``family``: its output name) writes into its output folder, its
+    record last."""
     names = [f"{n}{ext}" for n in FIGURES[family] for ext in (".png", ".csv")]
     return names + [f"{n}.csv" for n in TABLES[family]] + [record_name(family)]
 
@@ -230,7 +283,7 @@ def write_result(res: ProbeResult, out: str | Path) -> list[Path]:
     from tailtheory.core.io import atomic_write_json, atomic_write_text, save_figure
     from tailtheory.core.provenance import cpu_model
 
-    out = check_out_dir(out, res.config.family)
+    out = check_out_dir(out, res.config.output)
     written = []
     for name, (fig, df) in res.figures.items():
         png = save_figure(fig, name, df, directory=out, software=SOFTWARE)
@@ -241,8 +294,9 @@ def write_result(res: ProbeResult, out: str | Path) -> list[Path]:
                                          df.to_csv(index=False, float_format="%.8g")))
     rec = {"software": SOFTWARE, "config": asdict(res.config), "device": res.device,
            "cpu": cpu_model(), "text": res.text, "seconds": round(res.seconds, 2),
-           "files": {p.name: _sha(p) for p in written}}
-    written.append(atomic_write_json(out / record_name(res.config.family), rec))
+           "files": {p.name: _sha(p) for p in written}, **({"result": res.record}
+                                                          if res.record else {})}
+    written.append(atomic_write_json(out / record_name(res.config.output), rec))
     return written
 
 

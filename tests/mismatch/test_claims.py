@@ -3,6 +3,7 @@ measures the verdict the ledger ``paper_repro.md`` records; M7's stores name the
 measured."""
 
 import pytest
+import torch
 
 from ledger_checks import assert_ledger_verdict
 from provenance_check import check_named, tiny_model, two_policies
@@ -10,6 +11,7 @@ from tailtheory.core.measurements import RESULTS_ENV
 from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.docs import section_claims
 from tailtheory.mismatch import claims as c
+from tailtheory.mismatch import real as rm
 from tailtheory.mismatch.real import M7_PATHS
 
 
@@ -40,3 +42,17 @@ def test_m7_stores_name_their_models(tmp_path, monkeypatch):
         check_named(entry, weights_fingerprint(warm), machine())
     ev = c._m7_evidence(matched, "the matched recipe's policies")
     assert ev.numbers == c._m7_evidence({k: M7_FAKE for k in matched}, "").numbers
+
+
+def test_m7_slope_of_bitwise_equal_logits_is_nan_not_an_error():
+    """M7's slope needs a logarithm of each bin's mean |Delta|: logits equal to themselves
+    give NaN (the bins still counted); the same model's bf16 copy gives a slope near 1."""
+    model = rm.m7_model(512, hidden=64)
+    z, zi = rm.paired_logits(model, rm.random_input_ids(512, 1, 64, seed=0), "bf16")
+    slope, bins = c.envelope_slope(z, z)
+    assert bins >= 3 and slope != slope
+    slope, bins = c.envelope_slope(z, zi)
+    assert bins >= 3 and 0.5 < slope < 1.5
+    q = torch.tensor([1e-5] * 5 + [1e-3] * 5 + [0.5] * 5, dtype=torch.float64)  # three bins
+    slope, bins = c.binned_envelope_slope(torch.zeros(15, dtype=torch.float64), q)
+    assert bins == 3 and slope != slope
