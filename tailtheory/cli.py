@@ -142,12 +142,19 @@ def _study_train(st, preset: str, status: dict, workers: int) -> None:
     print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
 
 
+UNRECORDED_LEGEND = ("models / machines `unrecorded`: rows that name no model or no machine; a "
+                     "verdict resting on them reads PENDING until `tailtheory measure NAME` "
+                     "measures them again on a named model")
+"""The line under ``tailtheory measure list``'s table."""
+
+
 def _measure(args: argparse.Namespace) -> int:
     from tailtheory.experiments import measures as ms
     from tailtheory.experiments.study import Study
 
     if args.name == "list":
         print(ms.table(ms.listing()))
+        print(f"\n{UNRECORDED_LEGEND}")
         return 0
     if args.name == "stale":
         return _measure_stale(ms.staleness())

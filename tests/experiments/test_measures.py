@@ -169,6 +169,7 @@ def test_list_names_every_file_with_its_kind_rows_models_and_machines(fake, caps
                for x in out if x.startswith("probe "))          # aligned under their heads
     assert any(re.match(r"stray\s+unregistered\s+-\s+unrecorded\s+unrecorded\s+-$", x)
                for x in out)
+    assert out[-1] == cli.UNRECORDED_LEGEND and "PENDING" in out[-1]     # what unrecorded means
 
 
 def test_a_store_naming_no_model_reads_unrecorded(fake, capsys):
