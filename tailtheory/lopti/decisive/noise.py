@@ -185,3 +185,25 @@ def se_before_after(before: list[dict], after: list[dict],
     b, a = free_se(before, free_roles), free_se(after, free_roles)
     ratio = a["median"] / b["median"] if b["n"] and a["n"] and b["median"] > 0 else float("nan")
     return {"before": b, "after": a, "median_ratio": ratio}
+
+
+def noise_table(summary: dict) -> "pd.DataFrame":
+    """:func:`noise_summary`'s calls as a table: one row per role of the lowest bin with its
+    ``decisive``, ``free`` and ``undetermined`` counts."""
+    import pandas as pd
+
+    return pd.DataFrame([{"role": r, **c} for r, c in summary["calls"].items()],
+                        columns=["role", *CALLS])
+
+
+def noise_text(summary: dict) -> str:
+    """:func:`noise_summary` in a sentence: the lowest bin's counts, excess mean ``D`` and
+    debiased RMS with their intervals, the calls, and the share or why it is not reported."""
+    s = summary
+    calls = {c: sum(v[c] for v in s["calls"].values()) for c in CALLS}
+    return (f"lowest bin: {s['tokens']} tokens of {s['prompts']} prompts, excess mean D "
+            f"{s['excess_D']:.3g} [{s['excess_D_low']:.3g}, {s['excess_D_high']:.3g}], "
+            f"debiased RMS {s['rms_D']:.3g} [{s['rms_D_low']:.3g}, {s['rms_D_high']:.3g}] "
+            f"(prompt-clustered {LEVEL:.0%}); calls "
+            + " / ".join(f"{calls[c]} {c}" for c in CALLS)
+            + f"; decisive share (D - 2 se >= tau) {s['share']['note']}")
