@@ -135,6 +135,8 @@ def run_decisiveness(config: DecisiveConfig, progress: bool = True) -> ProbeResu
     res.tables["decisive_roles"] = role_summary(data, config.tau)
     res.tables["decisive_noise"] = noise_table(noise)
     res.summary = bins[["bin", "probed", "token_frac", "decisive_share", "helps", "hurts",
-                        "adv_decisive", "adv_free", "D_mean"]]
+                        "adv_decisive", "adv_free", "D_mean"]].assign(note="")
+    # the shares of D >= tau beside the rule's verdict on the lowest bin's share
+    res.summary.loc[0, "note"] = noise["share"]["note"]
     res.seconds = time.perf_counter() - t0
     return res

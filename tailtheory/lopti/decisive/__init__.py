@@ -10,7 +10,7 @@ in closed form, lives with the tests: ``tests/lopti/decisive/scripted.py``):
 
 - ``branches``: ``D`` and its standard error for one token by paired branch rollouts.
 - ``coupled``: the branches' shared randomness, Gumbel-max noise keyed by word, piece and id.
-- ``noise``: what of ``D`` is noise: excess mean, debiased RMS, three-way calls, the reporting floor.
+- ``noise``: ``D`` beside its noise: excess mean, debiased RMS, three-way calls, reporting floor.
 - ``probe``: decisiveness on GRPO batches, a stratified sample of tokens with their roles.
 - ``calibration``: the threshold ``tau`` and the rollouts ``K``, fixed on free tokens
   (``results/decisive_calibration.json``).

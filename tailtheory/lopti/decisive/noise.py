@@ -7,7 +7,8 @@ the time, and at ``K = 64`` the per-token standard error of ``D`` (0.057) sits n
 The rule written in ``paper_repro.md`` on 2026-11-29, before any share under it is measured:
 
 - **Per-token se**: ``se = (1 - p) sd(r_with - r_without) / sqrt(K)`` over the ``K`` paired
-  continuations (:func:`d_se`; the ``D_se`` of :func:`~tailtheory.lopti.decisive.branches.branch_values`).
+  continuations (:func:`d_se`; the ``D_se`` of
+  :func:`~tailtheory.lopti.decisive.branches.branch_values`).
 - **Excess mean D**: ``mean(D) - sqrt(2 / pi) mean(se)``. Under no effect the estimated gap is
   about normal with mean 0 and sd ``se`` (a sum of ``K`` paired differences of bounded rewards),
   so ``E|gap_hat| = sqrt(2 / pi) se``, the half-normal mean: the noise expectation of ``D``

@@ -4,6 +4,8 @@ noise by (word, piece, id) whatever their positions, and the branch rollouts use
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +126,67 @@ def test_word_starts_of_a_byte_level_bpe_agree_with_the_words_of_the_roles():
     assert len(ids) > 12                                        # some words take two pieces
     word = np.cumsum(starts[ids].numpy()) - 1
     assert word.tolist() == token_words(task, ids)
+
+
+class _SynonymPolicy:
+    """A free synonym of one piece (id 1) or two (ids 2, 3), then five answer words (ids 4, 5,
+    each at 1/2), then EOS (id 0); the reward reads only the answer words, so the synonym's
+    ``D`` is 0 exactly. A decoder :func:`branch_values` takes (prompt: id 4)."""
+
+    V = 6
+
+    def start(self, ids, attn, T):
+        policy = self
+
+        class State:
+            rows = None
+
+            def __init__(self):
+                self.seqs = [ids[b][attn[b]].tolist()[1:] for b in range(len(ids))]
+                self.logits = torch.stack([policy.logits(s) for s in self.seqs])
+
+            def advance(self, tokens, alive):
+                for b, s in enumerate(self.seqs):
+                    s.append(int(tokens[b]))
+                self.logits = torch.stack([policy.logits(s) for s in self.seqs])
+        return State()
+
+    def logits(self, resp):
+        z = torch.full((self.V,), float("-inf"))
+        answered = sum(1 for v in resp if v in (4, 5))
+        if not resp:
+            z[1] = z[2] = 0.0
+        elif resp[-1] == 2:
+            z[3] = 0.0
+        elif answered < 5:
+            z[4] = z[5] = 0.0
+        else:
+            z[0] = 0.0
+        return z
+
+
+class _SynonymTask:
+    vocab_size, pad_id, stop_ids = 6, 0, (0,)
+
+    def reward(self, problem, seq):
+        return types.SimpleNamespace(total=float(sum(1 for v in seq if v == 4) >= 3))
+
+
+def test_coupling_survives_a_synonym_that_shifts_positions(monkeypatch):
+    """The point of the coupling: after a synonym of one piece against one of two, the coupled
+    branches draw the same answer (the free token's ``se`` is 0); the inverse-CDF pairing, shifted
+    by one position, does not."""
+    from tailtheory.lopti.decisive import branches
+
+    starts = torch.tensor([True, True, True, False, True, True])     # id 3: a word's 2nd piece
+    monkeypatch.setattr(branches, "word_starts", lambda task: starts)
+    problems = [types.SimpleNamespace(prompt_ids=[4])]
+    responses = [[1, 4, 5, 4, 4, 5, 0]]
+    kw = dict(K=32, cap=10, seed=3)
+    new = branch_values(_SynonymPolicy(), _SynonymTask(), problems, responses, [(0, 0)], **kw)
+    old = branch_values(_SynonymPolicy(), _SynonymTask(), problems, responses, [(0, 0)],
+                        sampler="inverse_cdf", **kw)
+    assert new["p"][0] == pytest.approx(0.5)
+    assert np.array_equal(new["rewards_with"], new["rewards_without"]) and new["D_se"][0] == 0
+    assert new["rewards_with"].std() > 0                   # the answers themselves vary
+    assert old["D_se"][0] > 0.03
