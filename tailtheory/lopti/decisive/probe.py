@@ -105,8 +105,9 @@ def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int 
     ``sampler`` (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`). Returns
     ``{"tokens": [per probed token dict], "batches": [per batch counts]}``: each token with
     ``seed``, ``batch``, ``row``, ``prompt`` (``row // G``), ``t``, ``p`` (``pi_old``), ``bin``,
-    ``adv``, ``role``, ``weight``, ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch with its response-token counts per
-    bin (of the probed prompts' responses) and per bin and role."""
+    ``adv``, ``role``, ``weight``, ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch
+    with its response-token counts per bin (of the probed prompts' responses) and per bin and
+    role."""
     K = check_positive_int(K, "K", 2)
     prompts = check_positive_int(prompts, "prompts")
     model = model.float().eval()
