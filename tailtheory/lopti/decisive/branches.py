@@ -48,8 +48,8 @@ from tailtheory.core.forward import left_pad
 from tailtheory.engine.rollout.engine import inverse_cdf
 from tailtheory.engine.rollout.fast import InferenceEngine, unsupported
 from tailtheory.engine.rollout.hf import HFDecode
-from tailtheory.lopti.decisive.coupled import (advance_words, candidate_noise, coupled_draw,
-                                               key_hash, prefix_words, word_starts)
+from tailtheory.lopti.decisive.coupled import (advance_words, draw_rows, key_hash,
+                                               prefix_words, word_starts)
 
 ROWS_PER_CHUNK = 2048
 """Continuation rows decoded together at most (``2 K`` per probed token)."""
@@ -207,8 +207,8 @@ class _Coupled:
         self.S, self.m, self.starts = w[:, 0], w[:, 1], starts
 
     def draw(self, p, r, j):
-        noise = candidate_noise(self.seed[r], self.S[r], self.m[r], self.starts[:p.shape[-1]])
-        return coupled_draw(torch.log(p), noise)
+        return draw_rows(torch.log(p), self.seed[r], self.S[r], self.m[r],
+                         self.starts[:p.shape[-1]])
 
     def advance(self, tok, alive):
         S, m = advance_words(self.S, self.m, tok, self.starts)

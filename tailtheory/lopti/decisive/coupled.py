@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from tailtheory.core.stats import row_blocks
+
 MASK64 = (1 << 64) - 1
 """Python integers modulo ``2**64``."""
 
@@ -123,6 +125,17 @@ def candidate_noise(seed, n_starts, n_pieces, starts: torch.Tensor) -> torch.Ten
     new = gumbel(seed, n_starts, torch.zeros_like(n_starts), V)
     cont = gumbel(seed, n_starts - 1, n_pieces, V)
     return torch.where(starts[None, :], new, cont)
+
+
+def draw_rows(logp: torch.Tensor, seed, n_starts, n_pieces, starts: torch.Tensor) -> torch.Tensor:
+    """:func:`coupled_draw` of :func:`candidate_noise`, a block of rows at a time
+    (:func:`~tailtheory.core.stats.row_blocks`), so the int64 and float64 temporaries of the
+    noise stay a few ``2**22``-element blocks at any vocabulary. Shapes: logp ``(A, V)``, the
+    keys ``(A,)`` -> ``(A,)``."""
+    out = torch.empty(len(logp), dtype=torch.int64)
+    for b in row_blocks(len(logp), logp.shape[-1]):
+        out[b] = coupled_draw(logp[b], candidate_noise(seed[b], n_starts[b], n_pieces[b], starts))
+    return out
 
 
 def coupled_draw(logp: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

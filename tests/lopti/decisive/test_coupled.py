@@ -190,3 +190,16 @@ def test_coupling_survives_a_synonym_that_shifts_positions(monkeypatch):
     assert np.array_equal(new["rewards_with"], new["rewards_without"]) and new["D_se"][0] == 0
     assert new["rewards_with"].std() > 0                   # the answers themselves vary
     assert old["D_se"][0] > 0.03
+
+
+def test_drawing_in_row_blocks_equals_drawing_at_once(monkeypatch):
+    from tailtheory.core import stats
+
+    V, A = 40, 9
+    g = torch.Generator().manual_seed(4)
+    logp = torch.log_softmax(torch.randn(A, V, generator=g), -1)
+    starts = torch.rand(V, generator=g) < 0.6
+    seed, S, m = cp.key_hash(torch.arange(A), 1), torch.arange(A) % 3, torch.arange(A) % 2
+    whole = cp.coupled_draw(logp, cp.candidate_noise(seed, S, m, starts))
+    monkeypatch.setattr(stats, "CHUNK_ELEMENTS", 2 * V)              # blocks of two rows
+    assert torch.equal(cp.draw_rows(logp, seed, S, m, starts), whole)
