@@ -39,6 +39,9 @@ def add_probe_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--K", type=int, default=None, help="rollouts a branch (default: calibrated)")
     d.add_argument("--prompts", type=int, default=8, help="prompts probed (8 responses each)")
     d.add_argument("--others", type=int, default=96, help="tokens probed above the lowest bin")
+    d.add_argument("--sampler", default="coupled",
+                   help="the branches' pairing: coupled (Gumbel-max noise shared by word and "
+                        "piece) or inverse_cdf (by position, as the stored measurements)")
     p.add_argument("--out", default=None,
                    help="output folder (default: probe_FAMILY in the current folder)")
 
@@ -86,6 +89,6 @@ def _decisiveness(args: argparse.Namespace) -> int:
     extra = {} if args.K is None else {"K": args.K}
     config = DecisiveConfig(args.model, args.recipe, args.policy, args.task, args.n_people,
                             args.device, prompts=args.prompts, others=args.others,
-                            seed=args.seed, **extra)
+                            seed=args.seed, sampler=args.sampler, **extra)
     out = check_out_dir(args.out or "probe_decisiveness", config.output)  # before any work
     return _report(run_decisiveness(config), out)

@@ -8,8 +8,16 @@ of its first ``--prompts`` prompts' responses and of ``--others`` tokens above t
 (:mod:`tailtheory.lopti.decisive.calibration`). It writes, into ``--out``: every probed token
 (``decisive_tokens.csv``), the bins split into decisive and free tokens with Figure 1(d) split in
 two (``decisive_split.png``, ``decisive_bins.csv``), ``D`` against ``p`` by role
-(``decisive_vs_p.png``), the roles' table on the ``kk`` tasks (``decisive_roles.csv``) and the
-record ``probe_decisiveness.json`` (:func:`tailtheory.probe.run.write_result`).
+(``decisive_vs_p.png``), the roles' table on the ``kk`` tasks (``decisive_roles.csv``), the
+lowest bin's three-way calls by role (``decisive_noise.csv``) and the record
+``probe_decisiveness.json`` (:func:`tailtheory.probe.run.write_result`; its ``result`` holds the
+noise summary).
+
+The branches are coupled by word (``--sampler coupled``, :mod:`tailtheory.lopti.decisive.coupled`;
+``inverse_cdf``: the pairing of the stored measurements). The printed line shows the noise
+(:mod:`tailtheory.lopti.decisive.noise`): the lowest bin's excess mean ``D`` and debiased RMS
+with prompt-clustered intervals, the three-way calls, and the decisive share only from at least
+200 lowest-bin tokens of 40 prompts (else ``not reportable`` with the counts).
 
 Cost: ``2 K`` continuations per probed token, each at most the response's remaining length;
 they decode in chunks of at most ``2**26 / V`` rows, so a step's logits stay under 256 MB.
@@ -29,6 +37,8 @@ from tailtheory.engine.tasks.task import TASKS
 from tailtheory.experiments.policies import POLICIES, grpo_config, probed_policy
 from tailtheory.experiments.recipes import check_recipe
 from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.branches import SAMPLERS, check_sampler
+from tailtheory.lopti.decisive.noise import noise_summary, noise_table, noise_text
 from tailtheory.lopti.decisive.probe import OTHERS, PROBE_PROMPTS, measure_decisiveness
 from tailtheory.lopti.decisive.report import (bin_summary, plot_d_vs_p, plot_split,
                                               role_summary, token_table)
@@ -58,6 +68,9 @@ class DecisiveConfig:
     """The GRPO batch: the problems and draws of step 0 of a run with this seed."""
     tau: float | None = None
     """The threshold (None: the calibrated :data:`~tailtheory.lopti.decisive.calibration.TAU`)."""
+    sampler: str = SAMPLERS[0]
+    """How the two branches share their randomness
+    (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`; coupled by word by default)."""
     family: str = FAMILY
 
     @property
@@ -80,6 +93,7 @@ class DecisiveConfig:
             raise ValueError(f"unknown task {self.task!r}; valid: {', '.join(sorted(TASKS))}")
         if self.device not in DEVICES:
             raise ValueError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
+        check_sampler(self.sampler)
         check_positive_int(self.K, "--K", 2)
         check_positive_int(self.prompts, "--prompts")
         check_positive_int(self.others, "--others", 0)
@@ -105,17 +119,24 @@ def run_decisiveness(config: DecisiveConfig, progress: bool = True) -> ProbeResu
     model, task, cfg, label = _policy(config)
     data = measure_decisiveness(model, task, cfg, seeds=(config.seed,), K=config.K,
                                 others=config.others, prompts=config.prompts, tau=config.tau,
-                                progress=progress)
+                                progress=progress, sampler=config.sampler)
     bins = bin_summary(data, config.tau)
     res = ProbeResult(config, str(next(model.parameters()).device),
                       f"{len(data['tokens'])} tokens of {data['batches'][0]['responses']} "
-                      f"responses of {label} ({task.name}), K = {config.K}, tau = {config.tau:g}")
+                      f"responses of {label} ({task.name}), K = {config.K}, tau = {config.tau:g}, "
+                      f"{config.sampler} branches")
+    noise = noise_summary(data, config.tau, cfg.group_size)
+    res.text += f"; {noise_text(noise)}"
+    res.record["noise"] = noise
     res.figures["decisive_split"] = plot_split({label: bins})
     res.figures["decisive_vs_p"] = plot_d_vs_p(data, config.tau, label)
     res.tables["decisive_tokens"] = token_table(data, config.tau)
     res.tables["decisive_bins"] = bins
     res.tables["decisive_roles"] = role_summary(data, config.tau)
+    res.tables["decisive_noise"] = noise_table(noise)
     res.summary = bins[["bin", "probed", "token_frac", "decisive_share", "helps", "hurts",
-                        "adv_decisive", "adv_free", "D_mean"]]
+                        "adv_decisive", "adv_free", "D_mean"]].assign(note="")
+    # the shares of D >= tau beside the rule's verdict on the lowest bin's share
+    res.summary.loc[0, "note"] = noise["share"]["note"]
     res.seconds = time.perf_counter() - t0
     return res

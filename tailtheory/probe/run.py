@@ -43,7 +43,8 @@ named as the notebooks name theirs."""
 
 TABLES = {"mismatch": ("mismatch_summary",), ATTRIBUTE: (), "pruning": ("pruning_knee",),
           "gradient": ("gradient_bins", "gradient_l1_tokens"),
-          "decisiveness": ("decisive_tokens", "decisive_bins", "decisive_roles")}
+          "decisiveness": ("decisive_tokens", "decisive_bins", "decisive_roles",
+                           "decisive_noise")}
 """Each probe's further tables (CSV), by output name."""
 
 NOTEBOOK_SIZES = {"quick": (4, 128), "full": (8, 512)}

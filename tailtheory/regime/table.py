@@ -236,9 +236,13 @@ verdict cannot be told apart from "not in the paper's regime".
   gives the testbed's share (`results/decisive_<recipe>.json`: tokens whose branch rollouts move
   the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive.branches`) against
   "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive share not stated" where
-  no quantity lies outside 2x. The `decide` recipe (Knights and Knaves answered by naming the
+  no quantity lies outside 2x. Every such share is below the reporting floor the ledger wrote on
+  2026-11-29 (200 lowest-bin tokens of 40 prompts a policy; `paper_repro.md`, "Decisiveness with
+  its noise shown"): `matched` 53 of 501 and 19 of 392 tokens, `learn` 15 of 29 and 11 of 18, of
+  6 to 8 prompts. The `decide` recipe (Knights and Knaves answered by naming the
   truth-tellers; `docs/evidence.md`) is the other end of that share, about two thirds of its
-  lowest bin at the warm start; its GRPO does not learn by the rule, so only the one-step claims
+  lowest bin at the warm start (17 of 25 tokens of 8 prompts, below the floor); its GRPO does
+  not learn by the rule, so only the one-step claims
   L1, L4 and L5 are measured there (the same verdicts as on `matched`). The same holds for L1,
   L4 and L5, on top of the third bin that marks them regime-limited.
 

@@ -9,6 +9,8 @@ Modules (one job each; the exact check of the estimator, a scripted policy whose
 in closed form, lives with the tests: ``tests/lopti/decisive/scripted.py``):
 
 - ``branches``: ``D`` and its standard error for one token by paired branch rollouts.
+- ``coupled``: the branches' shared randomness, Gumbel-max noise keyed by word, piece and id.
+- ``noise``: ``D`` beside its noise: excess mean, debiased RMS, three-way calls, reporting floor.
 - ``probe``: decisiveness on GRPO batches, a stratified sample of tokens with their roles.
 - ``calibration``: the threshold ``tau`` and the rollouts ``K``, fixed on free tokens
   (``results/decisive_calibration.json``).

@@ -39,7 +39,7 @@ from tailtheory.engine.rollout.engine import RolloutEngine
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.experiments.policies import grpo_config, policies_identity, probed_policy
-from tailtheory.lopti.decisive.branches import branch_values
+from tailtheory.lopti.decisive.branches import LEGACY_SAMPLER, branch_values, sampler_config
 from tailtheory.lopti.decisive.probe import FREE_ROLES, batch_responses, token_roles
 from tailtheory.lopti.onestep import probe_batch
 
@@ -70,6 +70,10 @@ SE_FRACTION = 1 / 3
 
 VERSION = 1
 
+SAMPLER = LEGACY_SAMPLER
+"""The branches' pairing of the stored calibration (``inverse_cdf``, not named in its config);
+the recalibration under the rule of 2026-11-29 (``paper_repro.md``) uses ``coupled``."""
+
 COMMAND = measure_command("decisive_calibration")
 
 TAU = 0.081
@@ -88,7 +92,7 @@ def calibration_config() -> dict:
     return {"version": VERSION, **policies_identity(CAL_RECIPE), "K": CAL_K, "free": CAL_FREE,
             "fork": CAL_FORK, "prompts": CAL_PROMPTS, "p_max": P_MAX,
             "free_called_max": FREE_CALLED_MAX, "k_choices": list(K_CHOICES),
-            "se_fraction": SE_FRACTION}
+            "se_fraction": SE_FRACTION, **sampler_config(SAMPLER)}
 
 
 def measure_calibration(progress: bool = True) -> dict:
@@ -116,7 +120,7 @@ def measure_calibration(progress: bool = True) -> dict:
         rc = rollout_config(cfg, task)
         out = branch_values(model, task, [problems[b // cfg.group_size] for b in range(n)],
                             responses, pos, CAL_K, rc.max_new_tokens, rc.temperature, seed=77,
-                            progress=progress)
+                            progress=progress, sampler=SAMPLER)
     tokens = [{"row": b, "t": t, "role": roles[b][t], "p": float(pi[b, t]),
                **{k: float(out[k][i]) for k in ("D", "D_se", "effect", "gap", "gap_se")}}
               for i, (b, t) in enumerate(pos)]

@@ -30,7 +30,7 @@ from tailtheory.engine.tasks.knights_knaves import ROLES, kk_word_roles
 from tailtheory.engine.tasks.chat import before_stop
 from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
-from tailtheory.lopti.decisive.branches import branch_values
+from tailtheory.lopti.decisive.branches import SAMPLERS, branch_values
 from tailtheory.lopti.onestep import ProbeBatch, probe_batch, surrogate_grads
 from tailtheory.lopti.probes import N_BINS, prob_bins
 
@@ -98,13 +98,16 @@ def probe_positions(pi_old: torch.Tensor, mask: torch.Tensor, others: int,
 
 def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int = 32,
                          others: int = OTHERS, prompts: int = PROBE_PROMPTS,
-                         tau: float | None = None, progress: bool = True) -> dict:
+                         tau: float | None = None, progress: bool = True,
+                         sampler: str = SAMPLERS[0]) -> dict:
     """Probe ``batches`` GRPO batches per seed of the :class:`~tailtheory.engine.config.TrainConfig`
-    ``cfg`` (task, sizes, temperature) from ``model`` (module docstring). Returns
+    ``cfg`` (task, sizes, temperature) from ``model`` (module docstring), the branches paired by
+    ``sampler`` (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`). Returns
     ``{"tokens": [per probed token dict], "batches": [per batch counts]}``: each token with
-    ``seed``, ``batch``, ``row``, ``t``, ``p`` (``pi_old``), ``bin``, ``adv``, ``role``, ``weight``,
-    ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch with its response-token counts per
-    bin (of the probed prompts' responses) and per bin and role."""
+    ``seed``, ``batch``, ``row``, ``prompt`` (``row // G``), ``t``, ``p`` (``pi_old``), ``bin``,
+    ``adv``, ``role``, ``weight``, ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch
+    with its response-token counts per bin (of the probed prompts' responses) and per bin and
+    role."""
     K = check_positive_int(K, "K", 2)
     prompts = check_positive_int(prompts, "prompts")
     model = model.float().eval()
@@ -116,13 +119,13 @@ def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int 
             gen = model_generator(model, s)
             for i in range(batches):
                 tokens_i, counts_i = _one_batch(model, task, c, engine, gen, i, K, others,
-                                                prompts, tau, progress)
+                                                prompts, tau, progress, sampler)
                 tokens += tokens_i
                 counts.append({"seed": s, "batch": i, **counts_i})
     return {"K": K, "tokens": tokens, "batches": counts}
 
 
-def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progress):
+def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progress, sampler):
     pb = probe_batch(model, task, cfg, engine, gen, i)
     G = cfg.group_size
     n = min(prompts, cfg.prompts_per_step) * G
@@ -134,12 +137,13 @@ def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progre
                              torch.Generator().manual_seed(7919 * cfg.seed + i))
     rc = rollout_config(cfg, task)
     out = branch_values(model, task, probs, responses, pos, K, rc.max_new_tokens,
-                        rc.temperature, seed=1_000 * cfg.seed + i, progress=progress)
+                        rc.temperature, seed=1_000 * cfg.seed + i, progress=progress,
+                        sampler=sampler)
     roles = [token_roles(task, r) for r in responses]
     bins = prob_bins(pi_old.double().clamp(0, 1))
     toks = []
     for k, (b, t) in enumerate(pos):
-        toks.append({"seed": cfg.seed, "batch": i, "row": b, "t": t,
+        toks.append({"seed": cfg.seed, "batch": i, "row": b, "prompt": b // G, "t": t,
                      "p": float(pi_old[b, t]), "bin": int(bins[b, t]), "adv": float(adv[b, t]),
                      "role": None if roles[b] is None else roles[b][t], "weight": float(w[k]),
                      **{q: float(out[q][k]) for q in ("D", "D_se", "gap", "gap_se", "effect",

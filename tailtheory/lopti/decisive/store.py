@@ -26,6 +26,7 @@ from tailtheory.experiments.measures import Measure, measure_command, register_m
 from tailtheory.experiments.policies import (POLICIES, grpo_config, policies_identity,
                                               policy_measured_on, probed_policy)
 from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.branches import LEGACY_SAMPLER, sampler_config
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
 from tailtheory.lopti.decisive.report import bin_summary
 
@@ -40,6 +41,11 @@ PROMPTS = 4
 of them, about 290 on ``matched``, plus :data:`~tailtheory.lopti.decisive.probe.OTHERS`."""
 
 VERSION = 1
+
+SAMPLER = LEGACY_SAMPLER
+"""The branches' pairing of the stored measurements (version 1: ``inverse_cdf``, not named in
+their config). The re-measurement under the rule of 2026-11-29 (``paper_repro.md``) sets it to
+``coupled`` with version 2; its config then names it and the version-1 stores are stale."""
 
 COMMAND = measure_command("decisive_{recipe}")
 """With the recipe's name put in, measures again and stores ``results/decisive_<recipe>.json``."""
@@ -56,7 +62,7 @@ def decisive_config(recipe: str) -> dict:
     return {"version": VERSION, **policies_identity(_check(recipe)), "tau": cal.TAU,
             "K": cal.K,
             "seeds": list(SEEDS), "prompts": PROMPTS, "others": OTHERS,
-            "policies": list(POLICIES)}
+            "policies": list(POLICIES), **sampler_config(SAMPLER)}
 
 
 def measure_recipe(recipe: str, progress: bool = True) -> dict:
@@ -69,7 +75,8 @@ def measure_recipe(recipe: str, progress: bool = True) -> dict:
         model, task = probed_policy(policy, recipe, progress)
         named = policy_measured_on(policy, model, recipe)
         out[policy] = {**measure_decisiveness(model, task, cfg, SEEDS, 1, cal.K, OTHERS,
-                                              PROMPTS, cal.TAU, progress), **named}
+                                              PROMPTS, cal.TAU, progress, sampler=SAMPLER),
+                          **named}
     return out
 
 

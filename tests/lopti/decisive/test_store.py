@@ -41,7 +41,7 @@ def test_each_policy_names_its_start(monkeypatch, recipe):
     """Each policy's decisiveness names the recipe's warm start (the half-way policy's start)
     and the machine (the probe stubbed)."""
     warm, _ = two_policies(monkeypatch, ds)
-    monkeypatch.setattr(ds, "measure_decisiveness", lambda *a: {"K": a[5], "tokens": [],
+    monkeypatch.setattr(ds, "measure_decisiveness", lambda *a, **kw: {"K": a[5], "tokens": [],
                                                                 "batches": []})
     data = ds.measure_recipe(recipe, progress=False)
     assert set(data) == {"warm", "mid"}
