@@ -181,7 +181,12 @@ def reading(verdict: Verdict, outside: list[str], inside: list[str],
     """How to read one claim's verdict given which of its quantities lie ``outside`` or
     ``inside`` :data:`BAND` (quantities without a paper value in neither); ``unstated``: a
     quantity that decides the claim's regime has no paper value (the decisive share of the
-    low-probability tokens, :data:`DECISIVE_SHARE`)."""
+    low-probability tokens, :data:`DECISIVE_SHARE`). A PENDING verdict has nothing to read
+    yet: its regime is said, not a reading of a verdict."""
+    if verdict == Verdict.PENDING:
+        return ("no verdict yet (PENDING); its regime: " +
+                ("outside 2x of the paper in " + ", ".join(outside) if outside else
+                 "within 2x where compared" if inside else "no paper value compared"))
     if outside and verdict in NEGATIVE:
         return "regime-limited: outside 2x of the paper in " + ", ".join(outside)
     if outside:
