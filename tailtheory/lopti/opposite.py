@@ -28,7 +28,9 @@ not 4). ``top_entropy`` keeps the ``k`` highest entropies, ties broken by positi
 over ``(B, T)``: the earlier token first), so exactly ``k`` whatever the ties; its threshold is
 the ``k``-th highest entropy. ``random_tokens`` keeps a uniformly random ``k``-subset drawn by a
 CPU generator seeded with :func:`token_mask_seed` of the run's seed and the step, so a run draws
-the same mask on every machine and on resume, and another mask at every step.
+the same mask on every machine and on resume, and another mask at every step. The ``n`` tokens
+are every response token of the step, before ``filter_zero_var`` drops the groups whose rewards
+tie (off on every recipe): with it on, fewer than ``k`` kept tokens may remain in the loss.
 
 Shapes: per-token tensors ``(B, T)`` with a bool ``mask (B, T)``.
 """
