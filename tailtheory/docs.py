@@ -74,6 +74,10 @@ PAPERS = (
               "arXiv 2505.12929"),
     ("TIM", "Zhong et al., *Diagnosing Training Inference Mismatch in LLM Reinforcement "
             "Learning*, arXiv 2605.14220"),
+    ("RLVR-DIR", "*On the Direction of RLVR Updates*, arXiv 2603.22117"),
+    ("80/20", "Wang et al., *Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective "
+              "Reinforcement Learning for LLM Reasoning*, arXiv 2506.01939"),
+    ("RAND-20", "a 2026 study of training on random token subsets, arXiv 2605.07660"),
 )
 
 HEADER = """# The claims tailtheory checks

@@ -47,7 +47,8 @@ cache's key), ``plot.NOT_A_DIFFERENCE`` (the labels of a plot's groups)."""
 ADDED_DEFAULTS: dict[str, object] = {"micro_batch": 64, "filter_zero_var": False,
                                       "rollout_backend": HF, "rollout_noise": 0.0,
                                       "update_memory": "batch", "sampler": "multinomial",
-                                      "rung": BASE}
+                                      "rung": BASE, "upweight_c": 0.2,
+                                      "token_fraction": 0.2}
 """Fields added after runs were first cached, with the default that computes what the engine
 computed before they existed. A run key or a stored-config comparison leaves such a field out
 while it holds this default, so earlier cached runs and stored measurements stay valid."""

@@ -8,7 +8,8 @@ TRM's sampled-token acceptance that the trainer logs as a monitor
 (:func:`trm_sampled_keep`, from the filter of ``tailtheory/core/estimators.py``).
 
 The papers' methods are registered by their sections, next to their formulas:
-``tailtheory/lopti/methods.py`` (ar, lopti, lopti_reversed), ``tailtheory/tim/methods.py`` (the
+``tailtheory/lopti/methods.py`` (ar, lopti, lopti_reversed; upweight, top_entropy,
+random_tokens), ``tailtheory/tim/methods.py`` (the
 mismatch corrections), ``tailtheory/trm/methods.py`` (trm), ``tailtheory/pruning/methods.py``
 (dvp), ``tailtheory/otb/methods.py`` (otb); :mod:`tailtheory.engine.registry` imports them.
 Every metric key a method returns is declared at its registration.

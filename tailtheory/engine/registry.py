@@ -7,10 +7,11 @@ registered under its name with the stage it acts at and the metric keys it repor
 |------------|-----------------------------|------------------------------------------|
 | vocab      | dvp                         | kept vocabulary ``(B, T, V)`` bool       |
 | advantage  | otb                         | advantages ``(B, T)``                    |
-| reweight   | ar                          | advantages ``(B, T)``                    |
+| reweight   | ar, upweight                | advantages ``(B, T)``                    |
 | correction | tis, seq_tis, mis, icepop,  | token weights ``(B, T)`` (0 = masked)    |
 |            | token_reject, seq_reject,   |                                          |
-|            | geo_reject, trm             |                                          |
+|            | geo_reject, trm,            |                                          |
+|            | top_entropy, random_tokens  |                                          |
 | schedule   | lopti, lopti_reversed       | ``[(name, pass mask (B, T))]``           |
 | loss       | grpo, dr_grpo               | scalar loss (aggregated by ``loss_agg``) |
 
@@ -20,7 +21,8 @@ A method spec such as ``"ar+lopti"`` or ``["tis", "mis"]`` is parsed once by
 
 Where the methods live: the engine's own (the ``grpo`` and ``dr_grpo`` losses) in
 ``engine/methods.py``; each paper's in its section, ``tailtheory/<section>/methods.py``
-(``lopti``: ar, lopti, lopti_reversed; ``pruning``: dvp; ``trm``: trm; ``otb``: otb; ``tim``:
+(``lopti``: ar, lopti, lopti_reversed and the opposite claims' upweight, top_entropy,
+random_tokens; ``pruning``: dvp; ``trm``: trm; ``otb``: otb; ``tim``:
 the mismatch corrections). This module never imports them, by name or otherwise: on first
 use, the lookups below load the package's catalog
 (:func:`tailtheory.core.registry.load_catalog`), which imports every module that registers
@@ -30,7 +32,7 @@ A method may declare at registration how its hyperparameters are checked (``vali
 function of :class:`~tailtheory.engine.types.MethodParams` that raises ``ValueError``);
 :func:`validate_params` runs the checks of every registered method, so a config's
 hyperparameters are checked whatever method it names.
-Sources: LOPTI (L2, L3), DVP (P3), TRM (T12), OTB, TIM (V3, V4).
+Sources: LOPTI (L2, L3), the opposite claims (L7-L9), DVP (P3), TRM (T12), OTB, TIM (V3, V4).
 Shapes: ``B`` sequences, ``T`` response tokens, ``V`` vocabulary.
 """
 

@@ -123,7 +123,8 @@ def step_record(model, rb, rewards, group_ids, cfg: TrainConfig, step: int, live
                     rewards=reward_tensor(rewards, mask.device), group_ids=group_ids,
                     sum_p2=st["sum_p2"], tok_kl=st.get("kl"),
                     logits=rb.logits, keep=keep, tokens=rb.response,
-                    train_logp=train_logp)              # corrections use pi_train / pi_roll
+                    train_logp=train_logp,              # corrections use pi_train / pi_roll
+                    entropy=st["entropy"].detach(), seed=cfg.seed, step=step)
     b = replace(b, trm_accept=trm_sampled_keep(mask, b.log_rho, cfg))
     return StepRecord(rb, rewards, b, st, vocab_metrics, st["logp"] if live else None)
 

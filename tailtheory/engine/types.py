@@ -63,6 +63,15 @@ class PolicyBatch:
     """``(B,)`` bool: TRM's sampled-token acceptance (k2 / k3 of ``log_rho``) at the run's
     thresholds, computed once per step by the trainer (its ``trm/accept_rate`` monitor) and
     reused by the ``trm`` method; ``None``: the method computes it."""
+    entropy: torch.Tensor | None = None
+    """``(B, T)`` entropy of the trainer's distribution at ``pi_old``'s weights over the full
+    vocabulary (the kept one under DVP), at the sampling temperature: the ``entropy`` of the
+    ``pi_old`` forward's ``token_stats``, no second forward. Read by ``top_entropy`` (arXiv
+    2506.01939)."""
+    seed: int | None = None
+    step: int | None = None
+    """The run's seed and the step's index, set by the trainer; ``random_tokens`` seeds its mask
+    from them (``None``: a batch built outside a run, which that method refuses)."""
 
     @cached_property
     def log_rho(self) -> torch.Tensor:
@@ -128,6 +137,13 @@ class MethodParams:
     """DVP pruning rule (``tailtheory.core.safeset.RULES``); min-p is DVP's default."""
     dvp_rho: float = 1e-6
     """DVP threshold: inside the 1e-4 .. 1e-8 range given for DVP."""
+    upweight_c: float = 0.2
+    """``upweight``'s strength ``c`` in ``A <- (1 + c - c pi_old) A``: 0.2, the value of the
+    published 7B training scripts of arXiv 2603.22117 (0.1 at 8B); 0 is plain GRPO."""
+    token_fraction: float = 0.2
+    """The share of a step's response tokens that ``top_entropy`` (the highest-entropy ones,
+    arXiv 2506.01939's rho = 0.2) and ``random_tokens`` (a random draw, the control of arXiv
+    2605.07660) keep in the loss; the others weigh 0 and still count in its denominators."""
     temperature: float = 1.0
     """Sampling temperature; 1.0 as the warm start's accuracy window is measured at it
     (LOPTI samples at 0.7 on large models)."""

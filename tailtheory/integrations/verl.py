@@ -86,6 +86,12 @@ UNSUPPORTED = {
     "lopti": "two optimiser passes per batch are not a policy loss",
     "lopti_reversed": "two optimiser passes per batch are not a policy loss",
     "dvp": "needs the sampler's kept vocabulary and the actor's full logits",
+    "upweight": "not wired to verl (the engine's reweight stage only; tail_ar takes alpha in "
+                "[0, 1])",
+    "top_entropy": "its threshold is over the whole step's response tokens, which one policy-loss "
+                   "call (a micro-batch) does not see",
+    "random_tokens": "its mask is seeded by the run's seed and step, which a verl policy loss is "
+                     "not given",
 }
 """Methods not registered with verl, and why."""
 

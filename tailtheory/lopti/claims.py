@@ -1,4 +1,5 @@
-"""Checks of LOPTI's claims (Yang et al., arXiv 2505.12929).
+"""Checks of LOPTI's claims (Yang et al., arXiv 2505.12929) and of the field's opposite ones
+(L7-L9: arXiv 2603.22117, 2506.01939, 2605.07660).
 
 L2, L3 and L6 compare training runs (``tailtheory.lopti.training``), five arms of five seeds, on
 the papers' regime (study ``lopti_matched``: the ``matched`` recipe, ``results/lopti_matched.json``)
@@ -15,6 +16,7 @@ named in the note and does not set the verdict aside, while one the verdict rest
 
 from __future__ import annotations
 
+from tailtheory.core.io import REPO_ROOT
 from tailtheory.core.measurements import StaleMeasurement, as_context
 from tailtheory.core.registry import Evidence, Verdict, register
 from tailtheory.experiments import learning
@@ -145,3 +147,40 @@ def _regimes(evidence, claim: str, profile: str) -> Evidence:
     main = evidence(learn_probes.learn_probe_data(profile, "matched"), "matched").beside(today)
     return _at_both_ends(main, lambda p: evidence(learn_probes.learn_probe_data(p, "decide"),
                                                   "decide"), profile)
+
+
+# L7, L8, L9: the field's opposite claims, each its method against GRPO on the decide recipe
+# (tailtheory.lopti.training.OPPOSITE_STUDIES; rules in the ledger, fixed before any run).
+
+def _opposite(method: str, profile: str) -> Evidence:
+    """``method``'s study judged by :func:`tailtheory.lopti.training.opposite_evidence`; PENDING
+    with the command that trains it while its store lacks runs (the quick profile never
+    trains)."""
+    study = training.OPPOSITE_STUDIES[method]
+    try:
+        data = study.data(profile)
+    except StaleMeasurement as exc:
+        why = str(exc).split(";")[0].replace(f"{REPO_ROOT}/", "")
+        return Evidence(Verdict.PENDING, {"study": study.name, "why": why},
+                        f"not yet measured: `{study.command}`", ("study",))
+    return training.opposite_evidence(method, data)
+
+
+@register("L7", paper="RLVR-DIR", statement="Upweighting low-probability tokens, A x (1 + c - c "
+          "pi_old) with c 0.2 (after arXiv 2603.22117, on GRPO), trains better than GRPO",
+          expected=Verdict.PENDING)
+def _l7(profile: str) -> Evidence:
+    return _opposite("upweight", profile)
+
+
+@register("L8", paper="80/20", statement="Policy gradient on the top 20% of tokens by pi_old's "
+          "entropy is no worse than GRPO on final held-out accuracy (margin 0.05)",
+          expected=Verdict.PENDING)
+def _l8(profile: str) -> Evidence:
+    return _opposite("top_entropy", profile)
+
+
+@register("L9", paper="RAND-20", statement="Policy gradient on a random 20% of tokens is no "
+          "worse than GRPO on final held-out accuracy (margin 0.05)", expected=Verdict.PENDING)
+def _l9(profile: str) -> Evidence:
+    return _opposite("random_tokens", profile)

@@ -28,6 +28,15 @@ def advantage_reweight(adv: torch.Tensor, old_logp: torch.Tensor, alpha: float) 
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    return pi_old_reweight(adv, old_logp, alpha)
+
+
+def pi_old_reweight(adv: torch.Tensor, old_logp: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``A_t <- (alpha * pi_old(y_t) + 1 - alpha) * A_t`` for any finite ``alpha``, ``pi_old``
+    detached: Advantage Reweighting (L2, ``alpha`` in ``[0, 1]``) and, with ``alpha = -c``, the
+    opposite upweighting of :func:`tailtheory.lopti.opposite.upweight_advantage`.
+    Shapes: adv (B, T), old_logp (B, T) -> (B, T).
+    """
     check_finite(adv, "adv")
     check_finite(old_logp, "old_logp")
     check_same_shape(old_logp, adv, ("old_logp", "adv"))
@@ -52,4 +61,4 @@ def lopti_passes(old_logp: torch.Tensor, mask: torch.Tensor, eta: float,
     return [("low", low), ("high", high)] if low_first else [("high", high), ("low", low)]
 
 
-__all__ = ["advantage_reweight", "lopti_passes"]
+__all__ = ["advantage_reweight", "pi_old_reweight", "lopti_passes"]

@@ -1,5 +1,6 @@
 """LOPTI in training (claims L2, L3, L6): GRPO, AR, Lopti, AR+Lopti and Lopti reversed from the
-same warm start, five seeds each, on the learning testbed.
+same warm start, five seeds each, on the learning testbed; and the field's opposite claims (L7,
+L8, L9), each its method against GRPO on the ``decide`` recipe (:data:`OPPOSITE_STUDIES`).
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Section 4 and Figure 6: on Knights and Knaves,
 GRPO -> +AR+Lopti raised accuracy 0.39 -> 0.57 (Qwen2.5-3B); Lopti with its order reversed
@@ -13,14 +14,25 @@ reproduced here) when the difference of seed means exceeds 2 standard errors, ``
 it is below -2 standard errors, ``NOT-REPRODUCED`` otherwise. The compared number is a run's
 final reward (mean ``reward/mean`` over its last 10 steps) for L2 and L3, and its final held-out
 accuracy (mean of its last 2 evaluations) for L6.
+
+The opposite claims (rules fixed in the ledger before any of their runs): L7 (``upweight``,
+arXiv 2603.22117) by L2's rule on final reward; L8 (``top_entropy``, arXiv 2506.01939) and L9
+(``random_tokens``, arXiv 2605.07660) are non-inferiority claims on final held-out accuracy
+against GRPO, margin :data:`NI_MARGIN` (:func:`non_inferiority`: ``HOLDS`` when ``delta - 2 se >
+-0.05``, ``REFUTED`` when ``delta + 2 se < -0.05``, ``UNRESOLVED`` otherwise; 2 standard errors,
+the ledger's rule for training comparisons, :data:`~tailtheory.experiments.comparison.Z_CRIT`).
+Each is judged only where its GRPO arm learns by the recipe's criterion (held-out gain >=
+``MATCHED_GAIN`` in every seed, :func:`tailtheory.experiments.learning.verdict`); elsewhere it
+stays PENDING, not judged.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from tailtheory.core.registry import Evidence
-from tailtheory.experiments.comparison import Measurement, worst
+from tailtheory.core.registry import Evidence, Verdict
+from tailtheory.experiments import learning
+from tailtheory.experiments.comparison import Z_CRIT, Comparison, Measurement, worst
 from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.plot import plot_curves as draw
 from tailtheory.experiments.presets import SEEDS, train_config
@@ -86,6 +98,81 @@ def l6_evidence(data, study: Study = STUDY) -> Evidence:
     nums = {"delta_heldout_acc": c.delta, "se": c.se, **_means(m, "final_eval")}
     return Evidence(c.verdict, nums, "criterion: AR+Lopti - GRPO final held-out accuracy "
                     "(mean of the last 2 evaluations) > 2 se over seeds")
+
+
+# ---- the opposite claims (L7, L8, L9) -------------------------------------------------------
+
+OPPOSITE_RECIPE = "decide"
+"""The recipe the opposite claims train on (its five seeds, ``SEEDS["decide"]``)."""
+
+OPPOSITE_METHODS = {"upweight": "Upweight", "top_entropy": "Top-entropy 20%",
+                    "random_tokens": "Random 20%"}
+"""Each opposite method and its arm's label; each study's other arm is ``GRPO``."""
+
+NI_MARGIN = 0.05
+"""L8's and L9's non-inferiority margin on final held-out accuracy, fixed before their runs."""
+
+
+def opposite_arms(method: str):
+    """The arms of ``method``'s study as a function of the preset: ``GRPO`` and ``method`` over
+    the preset's seeds, tagged ``method`` (GRPO's runs are the run cache's, shared by the three
+    studies and, for seeds 1-3, by ``decide_curve``)."""
+    if method not in OPPOSITE_METHODS:
+        raise ValueError(f"unknown opposite method {method!r}; valid: "
+                         f"{', '.join(OPPOSITE_METHODS)}")
+
+    def arms(preset: str) -> list[Arm]:
+        base, seeds = train_config(preset), SEEDS[preset]
+        return [Arm(label, tuple(replace(base, method=m, seed=s) for s in seeds), {"method": m})
+                for label, m in (("GRPO", "grpo"), (OPPOSITE_METHODS[method], method))]
+    arms.__name__ = arms.__qualname__ = f"{method}_arms"
+    return arms
+
+
+OPPOSITE_STUDIES = {m: register_study(Study(f"{m}_{OPPOSITE_RECIPE}", opposite_arms(m),
+                                            measure_preset=OPPOSITE_RECIPE))
+                    for m in OPPOSITE_METHODS}
+"""Method -> its study (``upweight_decide``, ``top_entropy_decide``, ``random_tokens_decide``):
+GRPO and the method, five seeds each, stored run by run in ``results/<name>.json``
+(``tailtheory study NAME``)."""
+
+
+def non_inferiority(c: Comparison, margin: float = NI_MARGIN) -> Verdict:
+    """``HOLDS`` when ``delta - Z_CRIT se > -margin`` (no worse than ``margin``), ``REFUTED``
+    when ``delta + Z_CRIT se < -margin`` (worse by more than ``margin``), else ``UNRESOLVED``."""
+    if c.delta - Z_CRIT * c.se > -margin:
+        return Verdict.HOLDS
+    if c.delta + Z_CRIT * c.se < -margin:
+        return Verdict.REFUTED
+    return Verdict.UNRESOLVED
+
+
+def opposite_evidence(method: str, data) -> Evidence:
+    """L7 (``upweight``: L2's rule on final reward), L8 or L9 (``top_entropy``,
+    ``random_tokens``: :func:`non_inferiority` on final held-out accuracy) on ``method``'s study
+    data; PENDING (not judged) where its GRPO arm does not learn by the recipe's criterion."""
+    m = OPPOSITE_STUDIES[method].measurement(data)
+    grpo, arm = m.label(method="grpo"), m.label(method=method)
+    learns, why = learning.verdict([learning.summarize(r) for r in m[grpo]],
+                                   learning.MATCHED_GAIN)
+    if method == "upweight":
+        key = "final_reward"
+        c = m.compare(arm, grpo, key)
+        verdict, rule = c.verdict, ("criterion: Upweight - GRPO final reward (last 10 steps) > 2 "
+                                    "se over seeds (L2's)")
+    else:
+        key = "final_eval"
+        c = m.compare(arm, grpo, key)
+        verdict = non_inferiority(c)
+        rule = (f"criterion: {arm} - GRPO final held-out accuracy (mean of the last 2 "
+                f"evaluations) - 2 se > -{NI_MARGIN} (HOLDS), + 2 se < -{NI_MARGIN} (REFUTED)")
+    nums = {f"delta_{key}": c.delta, "se": c.se, "GRPO learns": learns,
+            **_means(m, key, ("grpo", method))}
+    if learns != "LEARNS":
+        return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
+                        f"not judged: GRPO {learns} on {OPPOSITE_RECIPE} ({why}); {rule}",
+                        ("GRPO learns", "verdict if judged"))
+    return Evidence(verdict, nums, rule)
 
 
 def plot_curves(data, labels=None, smooth: int = 5):

@@ -218,13 +218,15 @@ def test_group_advantages_grpo_and_dr_grpo():
 def test_every_method_registered_with_namespaced_metrics():
     """Each method returns (value, metrics) with 'namespace/key' metric names."""
     expected = {"grpo", "dr_grpo", "ar", "lopti", "lopti_reversed", "dvp", "trm", "otb", "tis",
-                "seq_tis", "mis", "icepop", "token_reject", "seq_reject", "geo_reject"}
+                "seq_tis", "mis", "icepop", "token_reject", "seq_reject", "geo_reject",
+                "upweight", "top_entropy", "random_tokens"}
     assert set(registered()) == expected
     z = torch.tensor([[[0.0, -1.0], [0.5, 0.0]]] * 2, dtype=torch.float64)
     b = batch(old_p=[[0.3, 0.6], [0.5, 0.2]], roll_p=[[0.3, 0.5], [0.4, 0.2]],
               adv=[[1.0, 1.0], [-1.0, -1.0]], rewards=torch.tensor([1.0, 0.0]),
               group_ids=torch.tensor([0, 0]), sum_p2=torch.full((2, 2), 0.5),
-              tok_kl=torch.full((2, 2), 0.01), logits=z, tokens=torch.zeros(2, 2).long())
+              tok_kl=torch.full((2, 2), 0.01), logits=z, tokens=torch.zeros(2, 2).long(),
+              entropy=torch.full((2, 2), 0.7), seed=0, step=0)
     for name, method in registered().items():
         value, metrics = method.fn(b, HP)
         assert value is not None and metrics, name

@@ -80,7 +80,8 @@ def test_registry_finds_each_sections_methods_through_the_catalog():
                                 for s in ("lopti", "otb", "pruning", "tim", "trm")))
     owner = dict(eval(out[2]))
     assert owner["grpo"] == owner["dr_grpo"] == "tailtheory.engine.methods"
-    section = {"ar": "lopti", "lopti": "lopti", "lopti_reversed": "lopti", "dvp": "pruning",
+    section = {"ar": "lopti", "lopti": "lopti", "lopti_reversed": "lopti", "upweight": "lopti",
+               "top_entropy": "lopti", "random_tokens": "lopti", "dvp": "pruning",
                "trm": "trm", "otb": "otb", "tis": "tim", "seq_tis": "tim", "mis": "tim",
                "seq_reject": "tim", "geo_reject": "tim", "icepop": "tim", "token_reject": "tim"}
     for name, sec in section.items():

@@ -1,6 +1,7 @@
 """LOPTI's methods of the GRPO engine (``tailtheory/lopti/methods.py``): ``ar`` (L2) and the
 two-pass ``lopti`` / ``lopti_reversed`` schedule (L3) on batches small enough to check by hand,
-their registration, and the checks of ``alpha`` and ``eta``."""
+their registration, and the checks of ``alpha``, ``eta`` and the opposite methods'
+``upweight_c`` and ``token_fraction`` (the methods themselves: ``test_opposite.py``)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,19 @@ def test_registered_with_stage_metrics_and_checks():
     (dict(alpha=-0.1), "alpha must lie in"),
     (dict(eta=0.0), r"eta must lie in \(0, 1\), got 0.0"),
     (dict(eta=1.0), "eta must lie in"),
+    (dict(upweight_c=-0.1), r"upweight_c must be a finite number >= 0, got -0.1"),
+    (dict(upweight_c=float("inf")), "upweight_c must be a finite number"),
+    (dict(token_fraction=0.0), r"token_fraction must lie in \(0, 1\], got 0.0"),
+    (dict(token_fraction=1.5), "token_fraction must lie in"),
 ])
 def test_bad_hyperparameters_raise_whatever_the_method(kw, message):
-    """The checks run on every config (here one that names neither ``ar`` nor ``lopti``)."""
+    """The checks run on every config (here one that names none of the section's methods)."""
     from tailtheory.engine.config import TrainConfig
 
     with pytest.raises(ValueError, match=message):
         TrainConfig(model="tiny", method="tis", **kw)
-    check = lm.check_alpha if "alpha" in kw else lm.check_eta
+    check = {"alpha": lm.check_alpha, "eta": lm.check_eta, "upweight_c": lm.check_upweight_c,
+             "token_fraction": lm.check_token_fraction}[next(iter(kw))]
     with pytest.raises(ValueError, match=message):
         check(replace(HP, **kw))
     check(HP)

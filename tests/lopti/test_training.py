@@ -3,6 +3,8 @@ hand-made numbers; the study's arms and its curves figure."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tailtheory.core.registry import Verdict
@@ -120,3 +122,88 @@ def test_l2_l3_l6_are_judged_on_the_matched_study_with_the_learn_verdict_beside(
         assert ev.verdict == Verdict.TOY_SCALE
         assert ev.numbers["measured on"].startswith("matched")
         assert ev.numbers["learn recipe: verdict"] == str(Verdict.NOT_REPRODUCED)
+
+
+# ---- the opposite claims (L7, L8, L9) ------------------------------------------------------------
+
+def _opposite_rows(final_eval, final_reward, gain=0.2):
+    """One run's stored numbers: 40 steps of reward rising by 0.1, held-out accuracy from
+    ``final_eval - gain`` at step 0 to ``final_eval`` (the learning criterion reads both)."""
+    return {"final_eval": final_eval, "final_reward": final_reward,
+            "reward": [0.1] * 20 + [0.2] * 20, "eval_steps": [0, 10, 20],
+            "eval": [final_eval - gain, final_eval, final_eval]}
+
+
+def _opposite_data(method, grpo, other, gain=0.2):
+    """Label -> three seeds at GRPO's and the method's (final_eval, final_reward) +- 0.01."""
+    label = lt.OPPOSITE_METHODS[method]
+    return {lb: [{"seed": s, **_opposite_rows(e + d, r + d, gain)}
+                 for s, d in zip((1, 2, 3), (-0.01, 0.0, 0.01))]
+            for lb, (e, r) in (("GRPO", grpo), (label, other))}
+
+
+def test_non_inferiority_rule_at_the_margin():
+    from tailtheory.experiments.comparison import Comparison
+
+    c = lambda d, se: Comparison(d, se, Verdict.NOT_REPRODUCED)  # noqa: E731
+    assert lt.non_inferiority(c(-0.02, 0.01)) == Verdict.HOLDS          # -0.04 > -0.05
+    assert lt.non_inferiority(c(-0.03, 0.01)) == Verdict.UNRESOLVED     # -0.05 is not > -0.05
+    assert lt.non_inferiority(c(-0.08, 0.01)) == Verdict.REFUTED        # -0.06 < -0.05
+    assert lt.non_inferiority(c(-0.06, 0.01)) == Verdict.UNRESOLVED     # -0.08 .. -0.04
+    assert lt.non_inferiority(c(+0.10, 0.10)) == Verdict.UNRESOLVED     # wide: -0.10 .. +0.30
+
+
+def test_opposite_studies_pair_grpo_with_each_method_on_decide_five_seeds():
+    from tailtheory.experiments.presets import SEEDS
+
+    assert {m: s.name for m, s in lt.OPPOSITE_STUDIES.items()} == {
+        "upweight": "upweight_decide", "top_entropy": "top_entropy_decide",
+        "random_tokens": "random_tokens_decide"}
+    for method, study in lt.OPPOSITE_STUDIES.items():
+        assert study.measure_preset == "decide"
+        assert study.command == f"tailtheory study {study.name}"
+        arms = study.plan("decide")
+        assert [dict(a.tags) for a in arms] == [{"method": "grpo"}, {"method": method}]
+        assert [[c.seed for c in a.configs] for a in arms] == [list(SEEDS["decide"])] * 2 == [
+            [1, 2, 3, 4, 5]] * 2
+        grpo, other = (a.configs[0] for a in arms)
+        assert replace(other, method="grpo") == grpo and grpo.task == "kk_knights"
+    with pytest.raises(ValueError, match="unknown opposite method"):
+        lt.opposite_arms("ar")
+
+
+def test_opposite_verdicts_from_hand_made_runs():
+    """L7 by L2's rule on final reward; L8, L9 by non-inferiority on final held-out accuracy;
+    not judged (PENDING) where GRPO does not learn, the verdict it would have beside."""
+    up = lt.opposite_evidence("upweight", _opposite_data("upweight", (0.5, 0.3), (0.5, 0.5)))
+    assert up.verdict == Verdict.TOY_SCALE
+    assert up.numbers["delta_final_reward"] == pytest.approx(0.2)
+    down = lt.opposite_evidence("upweight", _opposite_data("upweight", (0.5, 0.5), (0.5, 0.3)))
+    assert down.verdict == Verdict.REFUTED
+    for method in ("top_entropy", "random_tokens"):
+        close = lt.opposite_evidence(method, _opposite_data(method, (0.6, 0.5), (0.58, 0.1)))
+        assert close.verdict == Verdict.HOLDS, close.numbers   # -0.02 - 2 * 0.0115 > -0.05
+        far = lt.opposite_evidence(method, _opposite_data(method, (0.6, 0.5), (0.45, 0.5)))
+        assert far.verdict == Verdict.REFUTED
+        mid = lt.opposite_evidence(method, _opposite_data(method, (0.6, 0.5), (0.55, 0.5)))
+        assert mid.verdict == Verdict.UNRESOLVED
+        flat = lt.opposite_evidence(method, _opposite_data(method, (0.6, 0.5), (0.58, 0.5),
+                                                           gain=0.05))
+        assert flat.verdict == Verdict.PENDING and flat.numbers["verdict if judged"] == "HOLDS"
+        assert flat.numbers["GRPO learns"] == "DOES-NOT-LEARN" and "not judged" in flat.note
+
+
+@pytest.mark.parametrize("claim", ["L7", "L8", "L9"])
+def test_opposite_claims_read_pending_while_their_store_is_missing(claim, tmp_path, monkeypatch):
+    from tailtheory.core.measurements import RESULTS_ENV
+    from tailtheory.core.registry import all_claims, run_claim
+
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))                  # no store there
+    res = run_claim(all_claims()[claim], "quick")
+    assert res.error is None, res.traceback
+    method = {"L7": "upweight", "L8": "top_entropy", "L9": "random_tokens"}[claim]
+    study = lt.OPPOSITE_STUDIES[method]
+    assert res.evidence.verdict == Verdict.PENDING
+    assert res.evidence.note == f"not yet measured: `tailtheory study {study.name}`"
+    assert res.evidence.numbers == {"study": study.name, "why": "no stored measurement "
+                                    f"{tmp_path}/{study.name}.json"}
