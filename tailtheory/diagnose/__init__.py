@@ -37,6 +37,7 @@ Modules, one line each (``tests/diagnose/`` mirrors them, ``test_<module>.py`` p
 - ``read``: format detection, folders, checks and batches: it iterates the formats' table.
 - ``columns``: Arrow columns of a dump as checked numpy arrays.
 - ``aggregate``: the streaming sums every section shares (``Accumulator``, running their folds).
+- ``quantum``: how a dump stores its log-probs, and the most storing moves a ``Delta``.
 - ``sections/``: one record per report section, one file each, listed once in ``SECTIONS``.
 - ``build``: the diagnosis, section by section; ``summary.json``'s keys, from the sections.
 - ``report``: figures, HTML, the all-or-nothing output folder.

@@ -19,6 +19,8 @@ Modules, one line each:
 - ``envelope``: ``|Delta|`` against p with M3's envelope, the head/tail ratio (M3, M7).
 - ``beyond_noise``: the run's numerical noise as M3's envelope (samples as units) and the
   samples beyond it (Benjamini-Hochberg); rounding, temperature and truncation run-wide (M3).
+- ``noise_checks``: not a section, ``beyond_noise``'s run-wide checks (rounding, temperature,
+  truncation) and their lines.
 - ``tail_bias``: mean signed Delta by probability, the tail bias (M4, M5).
 - ``accumulation``: the sequence log-ratio against tail tokens and sqrt(T) (M6).
 - ``trm``: TRM's acceptance against threshold and length (T12).
@@ -27,6 +29,8 @@ Modules, one line each:
 - ``drift``: when the mismatch started to grow (CUSUM on each step's log k3) and whether by
   length or peakiness (an exact split of the change of log k3); V6's harm edge per step
   (NeMo-RL issue 1801, Precision-RL issue 10).
+- ``onset``: not a section, ``drift``'s onset test: a one-sided CUSUM, its threshold simulated
+  on flat AR(1) series; its measured false alarms.
 - ``certify``: each step's mean k3 against a bar (prime-rl's PR 2672): pass, fail, undecided.
 - ``resume``: the mismatch and reward across a resume (``--resume-at``): a jump beyond 4
   robust sd of the step-to-step changes (slime issue 1695).
