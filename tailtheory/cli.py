@@ -14,6 +14,7 @@ import argparse
 import shlex
 import sys
 
+from tailtheory.experiments.cluster import add_cluster_arguments, check_executor, cluster_options
 from tailtheory.ladder.cli import ladder, ladder_arguments
 from tailtheory.probe.cli import PROBE_EPILOG
 
@@ -100,12 +101,11 @@ def _study(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     status = _study_status(st, preset)
     if args.dry_run:
-        executor = getattr(args, "executor", "local")
+        executor = check_executor(getattr(args, "executor", "local"))
         if executor != "local" or getattr(args, "device", None):
-            from tailtheory.experiments.executors import check_executor, plan_text
+            from tailtheory.experiments.executors import plan_text
 
-            print(plan_text(st, preset, check_executor(executor), args.workers,
-                            _cluster_options(args)))
+            print(plan_text(st, preset, executor, args.workers, cluster_options(args)))
         return 0
     if args.store_done:
         from tailtheory.experiments.incremental import store_done
@@ -116,18 +116,6 @@ def _study(args: argparse.Namespace) -> int:
         return 0
     _study_train(st, preset, args)
     return 0
-
-
-def _cluster_options(args: argparse.Namespace):
-    """The :class:`~tailtheory.experiments.executors.ClusterOptions` of ``tailtheory study``'s
-    flags (a namespace without them, as ``measure`` builds, takes the defaults)."""
-    from tailtheory.experiments.executors import SUBMITIT_FOLDER, ClusterOptions
-
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    return ClusterOptions(address=get("address"), folder=get("submitit_folder", SUBMITIT_FOLDER),
-                          runs_per_job=get("runs_per_job", 1), time_min=get("time", 60),
-                          partition=get("partition"), per_gpu=get("per_gpu", 1),
-                          device=get("device"), cache=get("shared_cache"))
 
 
 def _study_status(st, preset: str) -> dict:
@@ -147,7 +135,7 @@ def _study_train(st, preset: str, args: argparse.Namespace) -> None:
     """Train the runs the study lacks on ``--executor``, seed by seed across the arms (a sweep
     stopped part-way holds the same seeds of every arm), and on the stored preset store each run
     as it finishes (:func:`~tailtheory.experiments.executors.run_study`)."""
-    from tailtheory.experiments.executors import check_executor, run_study
+    from tailtheory.experiments.executors import run_study
 
     executor = check_executor(getattr(args, "executor", "local"))
     if preset != st.measure_preset and executor == "local":
@@ -157,7 +145,7 @@ def _study_train(st, preset: str, args: argparse.Namespace) -> None:
         return
     from tailtheory.experiments.incremental import stored_record
 
-    run_study(st, preset, executor, args.workers, _cluster_options(args))
+    run_study(st, preset, executor, args.workers, cluster_options(args))
     rows = stored_record(st.name).get("data", {}).values()
     print(f"stored {sum(len(r) for r in rows)} runs in results/{st.name}.json")
 
@@ -272,26 +260,7 @@ def _study_arguments(st) -> None:
                     help="only count the runs: stored in results/NAME.json, cached, to train")
     st.add_argument("--store-done", action="store_true",
                     help="train nothing: store the runs the cache holds finished")
-    c = st.add_argument_group("where the runs train (docs/usage.md, 'Running a study on a "
-                              "cluster')")
-    c.add_argument("--executor", default="local",
-                   help="local (worker processes of this machine), ray (Ray tasks; "
-                        "tailtheory[ray]) or slurm (a submitit job array; tailtheory[slurm])")
-    c.add_argument("--address", help="ray: a running cluster's address (default: RAY_ADDRESS, "
-                                     "else a local Ray instance)")
-    c.add_argument("--runs-per-job", type=int, default=1,
-                   help="slurm: runs trained one after another by each array element")
-    c.add_argument("--time", type=int, default=60, help="slurm: each array element's time "
-                                                        "limit, minutes")
-    c.add_argument("--partition", help="slurm: the partition (default: the cluster's)")
-    c.add_argument("--submitit-folder", default="cache/submitit",
-                   help="slurm: submitit's folder, on a filesystem the nodes share")
-    c.add_argument("--device", choices=("cpu", "cuda", "auto"),
-                   help="train every run there (default: each config's device)")
-    c.add_argument("--per-gpu", type=int, default=1,
-                   help="with --device cuda: runs packed on each visible GPU")
-    c.add_argument("--shared-cache", help="ray, slurm: a run cache every node sees (checkpoints "
-                                          "kept there; default: each worker's own disk)")
+    add_cluster_arguments(st)
 
 
 def _measure_arguments(m) -> None:

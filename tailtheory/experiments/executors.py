@@ -14,12 +14,13 @@ other two send runs away and have one writer, the driver (this process):
 
 ``ray`` runs each run as a Ray task (Ray core: ``pip install 'tailtheory[ray]'``) on the cluster
 at :attr:`ClusterOptions.address`, else on a local Ray instance; a worker or node lost mid-run is
-retried (``max_retries``, :data:`OOM_RETRIES` for the memory monitor's kills), an exception
+retried (``max_retries``, ``OOM_RETRIES`` for the memory monitor's kills), an exception
 inside a run is not (``retry_exceptions=False``). ``slurm`` submits one submitit job array per
 study (``pip install 'tailtheory[slurm]'``), :attr:`ClusterOptions.runs_per_job` runs per array
-element, requeued on preemption (:mod:`tailtheory.experiments.slurm_element`); submitit's
+element, requeued on preemption (:class:`tailtheory.experiments.remote.ArrayElement`); submitit's
 folder must be shared with the nodes. A run that raises is reported with the tail of its log,
 never re-rolled; the others are stored. A driver started again skips what is stored.
+The options and flags of the backends are :mod:`tailtheory.experiments.cluster`'s.
 """
 
 from __future__ import annotations
@@ -28,68 +29,18 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from tailtheory.experiments.incremental import store_done, store_rows
+import torch
 
-EXECUTORS = ("local", "ray", "slurm")
-"""The backends of ``tailtheory study --executor``; ``local`` is the default."""
-
-MAX_RETRIES = 3
-"""Ray: how many times a run whose worker or node was lost is started again (Ray's default)."""
-
-OOM_RETRIES = 3
-"""Ray: how many times a run killed by Ray's memory monitor is started again (Ray's own default
-retries those for ever; a run that outgrows its node's memory must stop and be reported)."""
-
-SUBMITIT_FOLDER = "cache/submitit"
-"""submitit's folder (pickled jobs, logs, results) when none is given: relative to the working
-directory; on a cluster it must be on a filesystem every node sees."""
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """How a study's runs leave this machine (``tailtheory study`` flags of the same names)."""
-
-    address: str | None = None
-    """Ray: the address of a running cluster (``None``: ``RAY_ADDRESS``, else a local instance)."""
-    folder: str = SUBMITIT_FOLDER
-    """SLURM: submitit's folder, shared with the nodes."""
-    runs_per_job: int = 1
-    """SLURM: runs trained one after another by each element of the job array."""
-    time_min: int = 60
-    """SLURM: each array element's time limit, in minutes (``--time``)."""
-    partition: str | None = None
-    """SLURM: the partition (``--partition``; ``None``: the cluster's default)."""
-    per_gpu: int = 1
-    """Runs packed on each GPU when the runs' device is ``cuda`` (Ray: ``num_gpus=1/K``)."""
-    device: str | None = None
-    """The device every run trains on (``None``: each config's own)."""
-    cache: str | None = None
-    """A run cache every node shares (checkpoints stay there); ``None``: each worker's own."""
-    max_retries: int = MAX_RETRIES
-    """Ray: restarts of a run whose worker was lost (:data:`MAX_RETRIES`)."""
-    cluster: str | None = None
-    """submitit's cluster: ``None`` (SLURM when ``sbatch`` is found, else submitit's local
-    executor), ``"local"`` or ``"debug"`` (in this process; tests)."""
-
-    def __post_init__(self):
-        for name in ("runs_per_job", "time_min", "per_gpu"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
-
-
-def check_executor(name: str) -> str:
-    """``name`` if it is one of :data:`EXECUTORS`, else one line naming them."""
-    if name not in EXECUTORS:
-        raise ValueError(f"unknown executor {name!r}; executors: {', '.join(EXECUTORS)}")
-    return name
-
+from tailtheory.core.io import atomic_write_json
+from tailtheory.experiments import runs as run_cache
+from tailtheory.experiments.cluster import OOM_RETRIES, ClusterOptions, check_executor
+from tailtheory.experiments.incremental import store_done, store_rows, stored_record
+from tailtheory.experiments.remote import ArrayElement, make_job, run_job
 
 def todo(study, preset: str, options: ClusterOptions = ClusterOptions()) -> list[tuple]:
     """``(label, config)`` of each run of ``study`` to train (neither stored nor in this
@@ -103,8 +54,6 @@ def todo(study, preset: str, options: ClusterOptions = ClusterOptions()) -> list
 
 def jobs(study, preset: str, runs: list[tuple], options: ClusterOptions) -> list:
     """The :class:`~tailtheory.experiments.remote.RunJob` of each ``(label, config)``."""
-    from tailtheory.experiments.remote import make_job
-
     arms = {a.label: a for a in study.plan(preset)}
     return [make_job(label, c, partial(study.run_numbers, cfg=c, arm=arms[label]), options.cache)
             for label, c in runs]
@@ -153,11 +102,9 @@ def run_local(study, preset: str, workers: int, options: ClusterOptions,
     as it finishes. With :attr:`ClusterOptions.device` the runs train there (their rows keep the
     study's identity: the device is the machine, not the experiment); on ``cuda``,
     :attr:`ClusterOptions.per_gpu` processes share each visible GPU."""
-    from tailtheory.experiments.runs import run_key, run_many, runs_root
-
     runs = todo(study, preset, options)
     if options.device is None:  # today's path: stored from the run cache, config by config
-        run_many([c for _, c in runs], workers=workers, progress=progress,
+        run_cache.run_many([c for _, c in runs], workers=workers, progress=progress,
                  on_done=lambda cfg: store_done(study, preset))
         store_done(study, preset)
         return
@@ -168,17 +115,16 @@ def run_local(study, preset: str, workers: int, options: ClusterOptions,
 
     def stored(cfg) -> None:
         lb = labels[cfg]
-        row = {"seed": cfg.seed, **study.run_numbers(runs_root() / run_key(cfg), cfg, arms[lb])}
+        run = run_cache.runs_root() / run_cache.run_key(cfg)
+        row = {"seed": cfg.seed, **study.run_numbers(run, cfg, arms[lb])}
         store_rows(study, preset, {lb: {cfg.seed: (row, ident[lb][cfg.seed])}})
 
-    run_many([c for _, c in runs], workers=options.per_gpu * gpus if gpus else workers,
-             progress=progress, on_done=stored, gpus=gpus)
+    run_cache.run_many([c for _, c in runs], workers=options.per_gpu * gpus if gpus else workers,
+                       progress=progress, on_done=stored, gpus=gpus)
 
 
 def visible_gpus() -> int:
     """The CUDA GPUs torch sees here (0 without any)."""
-    import torch
-
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -199,8 +145,6 @@ def run_ray(jobs: list, received: Callable, options: ClusterOptions, progress: b
     that raised: its message and log tail; a task whose retries ran out). Ctrl-C cancels the
     tasks left. A Ray instance this call starts is shut down on return."""
     import ray
-
-    from tailtheory.experiments.remote import run_job
 
     os.environ.setdefault("RAY_task_oom_retries", str(OOM_RETRIES))
     started = not ray.is_initialized()
@@ -293,9 +237,6 @@ def run_slurm(jobs: list, received: Callable, options: ClusterOptions,
     Ctrl-C prints the array's job ids (the jobs keep running: ``scancel`` stops them)."""
     import submitit
 
-    from tailtheory.core.io import atomic_write_json
-    from tailtheory.experiments.slurm_element import ArrayElement
-
     if not jobs:
         return []
     ex = submitit.AutoExecutor(folder=options.folder, cluster=options.cluster)
@@ -355,8 +296,6 @@ def plan_text(study, preset: str, executor: str, workers: int,
 
 
 def _stored(study) -> dict:
-    from tailtheory.experiments.incremental import stored_record
-
     return stored_record(study.name).get("data", {})
 
 

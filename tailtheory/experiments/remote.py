@@ -8,7 +8,8 @@ trains into a private attempt folder (``runs/.attempts/<key>-<id>/run``, renamed
 ``runs/<key>`` when done, so a killed attempt never leaves a half run under the run's key), and
 returns the run's record: its config, its store identity and the numbers the study stores. It
 never builds a warm start and never writes ``results/``: only the driver stores
-(:func:`tailtheory.experiments.incremental.store_rows`).
+(:func:`tailtheory.experiments.incremental.store_rows`). Under SLURM an :class:`ArrayElement`
+runs several jobs in turn and is requeued when preempted.
 
 A ``tiny`` model is a random initialisation from the run's seed, not a trained start: the worker
 initialises it as the trainer always does and checks it against the driver's fingerprint. A model
@@ -27,6 +28,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import traceback
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -34,8 +36,11 @@ from pathlib import Path
 from typing import Callable
 
 import tailtheory
+from tailtheory.core.provenance import weights_fingerprint
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.load import from_folder, load_start, warm_config
+from tailtheory.engine.start.warm_cache import warm_start
+from tailtheory.engine.trainer import train
 from tailtheory.experiments.runs import (_add_cpu_seconds, _same_config, finished_steps,
                                          run_identity, run_key, runs_root)
 
@@ -86,9 +91,6 @@ def make_job(label: str, cfg: TrainConfig, numbers: Callable, cache: str | None 
     """The :class:`RunJob` of one run, its start resolved here, on the driver: a warm start found
     or trained in this cache and read into bytes, a ``tiny`` model initialised to take its
     fingerprint. A model saved in a folder is refused (its path would not exist on a worker)."""
-    from tailtheory.core.provenance import weights_fingerprint
-    from tailtheory.engine.start.warm_cache import warm_start
-
     if from_folder(cfg):
         raise ValueError(f"a run starting from the folder {cfg.model} cannot leave this machine "
                          f"(the folder is not shipped); use --executor local")
@@ -105,8 +107,6 @@ def _runs_root(job: RunJob) -> Path:
 
 def _check(job: RunJob, warm: Path | None) -> None:
     """Refuse a job of another package version, or whose start is not the driver's weights."""
-    from tailtheory.core.provenance import weights_fingerprint
-
     if job.version != tailtheory.__version__:
         raise RunFailed(f"run {job.key}: the driver runs tailtheory {job.version}, this worker "
                         f"{tailtheory.__version__}; install the same version on every node")
@@ -119,9 +119,6 @@ def _check(job: RunJob, warm: Path | None) -> None:
 def _train_attempt(job: RunJob, final: Path, attempt: Path) -> None:
     """Train ``job`` into ``attempt/run`` (its log in ``attempt/log.txt``), then rename it to
     ``final``; an exception is :class:`RunFailed` with the log's tail."""
-    from tailtheory.engine.trainer import train
-    import time
-
     attempt.mkdir(parents=True)
     (attempt / "attempt.txt").write_text(f"{socket.gethostname()} {os.getpid()}\n")
     log = io.StringIO()
@@ -176,3 +173,20 @@ def run_jobs(jobs: list[RunJob]) -> list[dict]:
     """:func:`run_job` of each job in turn (several runs in one array element of a cluster);
     a failure stops the element (its runs are reported together by the driver)."""
     return [run_job(j) for j in jobs]
+
+
+class ArrayElement:
+    """``element(jobs) -> records``: :func:`run_jobs`, one element of a study's SLURM job array.
+
+    On preemption or timeout SLURM signals the job and submitit calls :meth:`checkpoint`, which
+    requeues the same element (submitit's ``Checkpointable`` protocol): the runs it finished
+    before are found in the node's run cache (or the shared one) and not trained again."""
+
+    def __call__(self, jobs: list) -> list[dict]:
+        return run_jobs(jobs)
+
+    def checkpoint(self, *args, **kwargs):
+        """The same element with the same runs, for submitit to requeue."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)

@@ -1,8 +1,7 @@
-"""Studies that leave one machine (``tailtheory/experiments/executors.py``, ``remote.py``): what a
-worker is shipped and returns, submitit's array (in this process, and its local executor), Ray
-tasks on one shared local instance (retries of a killed worker, a failing run not retried), and
-the same study giving the same rows under every executor, a restarted driver re-attaching to its
-array. The tests that start processes (marked ``cluster_run``: a Ray instance, whose start alone
+"""Studies that leave one machine (``tailtheory/experiments/executors.py``): submitit's array (in
+this process, and its local executor), Ray tasks on one shared local instance (retries of a
+killed worker, a failing run not retried), the same study giving the same rows under every
+executor, a restarted driver re-attaching to its array. The tests that start processes (marked ``cluster_run``: a Ray instance, whose start alone
 takes about 10 s here, or submitit's local executor) run in ``make test-cluster``, not ``make
 test``.
 
@@ -23,15 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tailtheory.engine.checkpoint import read_metrics
 from tailtheory.engine.config import TrainConfig
 from tailtheory.experiments import executors as ex
 from tailtheory.experiments import remote
+from tailtheory.experiments.cluster import ClusterOptions
 from tailtheory.experiments.incremental import load_done, stored_record
 from tailtheory.experiments.study import Arm, Study
-
-SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3, eval_every=1,
-             eval_n=4, device="cpu", steps=2)
+from tests.experiments.test_remote import SMALL, unwritable
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.cluster]
 
@@ -62,58 +59,17 @@ def _stored_without_timings(name: str) -> dict:
     return {"config": record["config"], "data": rows}
 
 
-def _unwritable(tmp_path: Path) -> str:
-    """A results folder nobody can create, root included: its parent is a file."""
-    (tmp_path / "not_a_folder").write_text("")
-    return str(tmp_path / "not_a_folder" / "results")
-
-
-# ---- the contract, in this process --------------------------------------------------------------
-
-def test_a_worker_is_shipped_its_start_and_never_builds_or_stores(places, monkeypatch, tmp_path):
-    """A ``warm`` run's warm start travels as bytes with its fingerprint; the worker trains from
-    them without finding or training a warm start, cannot write results/, and returns the row
-    the driver stores; another fingerprint or package version is refused before training."""
-    from tailtheory.core.models import tiny_lm
-    from tailtheory.engine.start import warm_cache
-    from tailtheory.engine.tasks.tokenizer import build_tokenizer
-
-    folder = tmp_path / "warm"
-    tiny_lm(layers=1).save_pretrained(folder)
-    build_tokenizer().save_pretrained(folder)
-    monkeypatch.setattr(warm_cache, "warm_start", lambda *a, **k: folder)
-    cfg = TrainConfig(**{**SMALL, "model": "warm"})
-    job = remote.make_job("A", cfg, lambda run: {"lines": len(read_metrics(run))})
-    assert job.start and job.start["config.json"] == (folder / "config.json").read_bytes()
-
-    def no_build(*a, **k):
-        raise AssertionError("a worker found or trained a warm start")
-
-    monkeypatch.setattr(warm_cache, "warm_start", no_build)
-    monkeypatch.setenv("TAILTHEORY_RESULTS", _unwritable(tmp_path))
-    record = remote.run_job(replace(job, cache=str(tmp_path / "worker")))
-    assert record["row"] == {"seed": 0, "lines": 2} and record["attempt"] == 1
-    assert record["identity"] == job.identity and record["config"]["model"] == "warm"
-    run = tmp_path / "worker" / "runs" / job.key
-    assert json.loads((run / "provenance.json").read_text())["weights"] == job.weights
-    assert remote.attempts(run.parent, job.key) == []          # renamed when done
-    with pytest.raises(remote.RunFailed, match="starting weights here"):
-        remote.run_job(replace(job, weights="0" * 16, cache=str(tmp_path / "w2")))
-    with pytest.raises(remote.RunFailed, match="driver runs tailtheory 0.0.0"):
-        remote.run_job(replace(job, version="0.0.0", cache=str(tmp_path / "w3")))
-    assert len(remote.attempts(tmp_path / "w2" / "runs", job.key)) == 1   # kept, with its log
-    with pytest.raises(ValueError, match="cannot leave this machine"):
-        remote.make_job("A", replace(cfg, model=str(folder)), lambda run: {})
-
+# ---- submitit's array, in this process -----------------------------------------------------------
 
 def test_submitit_array_in_this_process_stores_every_run_and_a_restart_skips_them(places):
     """submitit's debug executor (in this process): 4 runs in 2 array elements; the rows are
     the study's, stored by the driver; a second call finds nothing to train."""
     submitit = pytest.importorskip("submitit")
     del submitit
-    opts = ex.ClusterOptions(cluster="debug", folder=str(places / "submitit"), runs_per_job=2,
+    opts = ClusterOptions(cluster="debug", folder=str(places / "submitit"), runs_per_job=2,
                              cache=str(places / "worker"))
     assert "2 elements (2 runs each" in ex.plan_text(STUDY, "quick", "slurm", 2, opts)
+    assert ex.chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
     records = ex.run_study(STUDY, "quick", "slurm", options=opts, progress=False)
     assert sorted((r["label"], r["row"]["seed"]) for r in records) == [
         ("AR", 0), ("AR", 1), ("GRPO", 0), ("GRPO", 1)]
@@ -123,16 +79,29 @@ def test_submitit_array_in_this_process_stores_every_run_and_a_restart_skips_the
     assert ex.run_study(STUDY, "quick", "slurm", options=opts, progress=False) == []
 
 
-def test_bad_options_are_one_line():
-    with pytest.raises(ValueError, match="unknown executor 'k8s'; executors: local, ray, slurm"):
-        ex.check_executor("k8s")
-    with pytest.raises(ValueError, match="runs_per_job must be an int >= 1"):
-        ex.ClusterOptions(runs_per_job=0)
+def test_cli_refuses_an_unknown_executor_and_dry_runs_an_array(places, monkeypatch, capsys):
+    from tailtheory.cli import main
+    from tailtheory.experiments import study as study_mod
+
+    monkeypatch.setitem(study_mod._STUDIES, STUDY.name, STUDY)
+    assert main(["study", STUDY.name, "--executor", "k8s"]) == 2
+    assert "unknown executor 'k8s'; executors: local, ray, slurm" in capsys.readouterr().err
+    assert main(["study", STUDY.name, "--executor", "slurm", "--runs-per-job", "3",
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "GRPO seed 1 on cpu" in out and "4 runs in one job array of 2 elements" in out
     with pytest.raises(ValueError, match="stores the runs it receives"):
         ex.run_study(STUDY, "learn", "ray")
-    assert ex.chunks([1, 2, 3, 4, 5], 2) == [[1, 2], [3, 4], [5]]
-    assert ex.ray_resources(ex.ClusterOptions(per_gpu=4), "cuda") == {"num_cpus": 1,
-                                                                     "num_gpus": 0.25}
+
+
+def test_local_on_a_named_device_stores_the_studys_rows(places):
+    """``--device`` on ``local``: the runs train there, and their rows carry the study's
+    identity (the device is the machine, not the experiment)."""
+    ex.run_study(STUDY, "quick", "local", workers=1, options=ClusterOptions(device="cpu"),
+                 progress=False)
+    m = load_done(STUDY)
+    assert m.missing == {} and stored_record(STUDY.name)["config"] == STUDY.identity("quick")
+    assert ex.todo(STUDY, "quick") == []
 
 
 # ---- Ray: one local instance for the whole test run ---------------------------------------------
@@ -146,11 +115,17 @@ def ray_instance(tmp_path_factory):
     tests = Path(__file__).resolve().parents[1]
     path = os.pathsep.join([str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"TAILTHEORY_RESULTS": _unwritable(tmp),
+             runtime_env={"env_vars": {"TAILTHEORY_RESULTS": unwritable(tmp),
                                        "TAILTHEORY_CACHE": str(tmp / "cache"),
                                        "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     yield ray
     ray.shutdown()
+
+
+def test_ray_asks_a_fraction_of_a_gpu_per_packed_run():
+    assert ex.ray_resources(ClusterOptions(per_gpu=4), "cuda") == {"num_cpus": 1,
+                                                                     "num_gpus": 0.25}
+    assert ex.ray_resources(ClusterOptions(per_gpu=4), "cpu")["num_gpus"] == 0
 
 
 @pytest.mark.cluster_run
@@ -168,7 +143,7 @@ def test_local_ray_and_submitit_store_the_same_rows(places, ray_instance, monkey
         monkeypatch.setenv("TAILTHEORY_CACHE", str(places / name / "cache"))
         monkeypatch.setenv("TAILTHEORY_RESULTS", str(places / name / "results"))
         (places / name / "results").mkdir(parents=True)
-        opts = ex.ClusterOptions(cluster="local", folder=str(places / name / "submitit"),
+        opts = ClusterOptions(cluster="local", folder=str(places / name / "submitit"),
                                  time_min=5, runs_per_job=4, cache=str(places / name / "w"))
         ex.run_study(STUDY, "quick", name, workers=1, options=opts, progress=False)
         stored[name] = _stored_without_timings(STUDY.name)
@@ -184,7 +159,7 @@ def test_a_killed_ray_worker_is_retried_and_stored_once(places, ray_instance):
     long = Study("demo_kill", lambda preset: [Arm("A", (TrainConfig(**{
         **SMALL, "steps": 400, "eval_every": 1000, "seed": 7}),), {})], measure_preset="quick")
     worker = places / "worker"
-    opts = ex.ClusterOptions(cache=str(worker))
+    opts = ClusterOptions(cache=str(worker))
     killed = []
 
     def kill_first_attempt():
@@ -209,7 +184,7 @@ def test_a_killed_ray_worker_is_retried_and_stored_once(places, ray_instance):
 @pytest.mark.cluster_run
 @pytest.mark.xdist_group("ray")
 def test_a_run_that_raises_is_reported_with_its_log_and_not_retried(places, ray_instance):
-    opts = ex.ClusterOptions(cache=str(places / "worker"))
+    opts = ClusterOptions(cache=str(places / "worker"))
     jobs = ex.jobs(STUDY, "quick", ex.todo(STUDY, "quick")[:2], opts)
     jobs[0] = replace(jobs[0], weights="0" * 16)
     got = []
@@ -229,7 +204,7 @@ def test_a_restarted_driver_reattaches_to_its_array_and_resubmits_what_vanished(
     tests = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests.parent), str(tests),
                                                       os.environ.get("PYTHONPATH", "")]))
-    opts = ex.ClusterOptions(cluster="local", folder=str(places / "submitit"), time_min=5,
+    opts = ClusterOptions(cluster="local", folder=str(places / "submitit"), time_min=5,
                              runs_per_job=2, cache=str(places / "worker"))
     ex.run_study(STUDY, "quick", "slurm", options=opts, progress=False)
     first = json.loads(ex.array_path(opts.folder, STUDY.name).read_text())["elements"]
