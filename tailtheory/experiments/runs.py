@@ -177,18 +177,14 @@ def _run_workers(configs: list[TrainConfig], workers: int, done, gpus: int = 0) 
         while pending and len(running) < workers:
             cfg = pending.pop(0)
             log = tempfile.TemporaryFile(mode="w+")
-            child = env
-            if gpus:
-                busy = [r[0].gpu for r in running]
-                gpu = min(range(gpus), key=busy.count)
-                child = {**env, "CUDA_VISIBLE_DEVICES": str(gpu)}
+            gpu = min(range(gpus), key=[r[3] for r in running].count) if gpus else None
+            child = env if gpu is None else {**env, "CUDA_VISIBLE_DEVICES": str(gpu)}
             proc = subprocess.Popen([sys.executable, "-m", "tailtheory.experiments.runs",
                                      json.dumps(asdict(cfg))], stdout=log, stderr=log, env=child)
-            proc.gpu = gpu if gpus else None
-            running.append((proc, cfg, log))
+            running.append((proc, cfg, log, gpu))
         time.sleep(0.2)
         for item in [r for r in running if r[0].poll() is not None]:
-            proc, cfg, log = item
+            proc, cfg, log, _ = item
             running.remove(item)
             if proc.returncode != 0:
                 log.seek(0)
