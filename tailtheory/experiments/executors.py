@@ -42,6 +42,7 @@ from tailtheory.experiments.cluster import OOM_RETRIES, ClusterOptions, check_ex
 from tailtheory.experiments.incremental import store_done, store_rows, stored_record
 from tailtheory.experiments.remote import ArrayElement, make_job, run_job
 
+
 def todo(study, preset: str, options: ClusterOptions = ClusterOptions()) -> list[tuple]:
     """``(label, config)`` of each run of ``study`` to train (neither stored nor in this
     machine's run cache), seed by seed across the arms (a sweep stopped part-way holds the same
@@ -79,7 +80,7 @@ def run_study(study, preset: str | None = None, executor: str = "local", workers
         raise ValueError(f"--executor {executor} stores the runs it receives: it runs the stored "
                          f"preset ({study.measure_preset}), not {preset}")
     store_done(study, preset)  # what this machine's run cache holds needs no worker
-    work = jobs(study, preset, [lc for lc in todo(study, preset, options)], options)
+    work = jobs(study, preset, todo(study, preset, options), options)
     records: list[dict] = []
 
     def received(record: dict) -> None:
@@ -105,7 +106,7 @@ def run_local(study, preset: str, workers: int, options: ClusterOptions,
     runs = todo(study, preset, options)
     if options.device is None:  # today's path: stored from the run cache, config by config
         run_cache.run_many([c for _, c in runs], workers=workers, progress=progress,
-                 on_done=lambda cfg: store_done(study, preset))
+                           on_done=lambda cfg: store_done(study, preset))
         store_done(study, preset)
         return
     arms, labels = {a.label: a for a in study.plan(preset)}, {c: lb for lb, c in runs}
@@ -201,6 +202,14 @@ def _job_class(cluster: str):
             "debug": submitit.DebugJob}[cluster]
 
 
+def _state(sub) -> str:
+    """An element's scheduler state, its first word (``"UNKNOWN"`` when it cannot be read)."""
+    try:
+        return (sub.state.split() or ["UNKNOWN"])[0]
+    except Exception:  # noqa: BLE001 - a job the scheduler no longer knows
+        return "UNKNOWN"
+
+
 def reattach(cluster: str, folder: str, name: str, jobs: list) -> tuple[list, list, list]:
     """The recorded array of study ``name``, as a restarted driver finds it:
     ``(elements, records, rest)``: ``(job, runs)`` of the elements still queued or running
@@ -220,7 +229,7 @@ def reattach(cluster: str, folder: str, name: str, jobs: list) -> tuple[list, li
                 records += [r for r in sub.result() if r["key"] in by_key]
             except Exception:  # noqa: BLE001 - the element failed: its runs go again
                 continue
-        elif sub.state.split()[0] in ACTIVE:
+        elif _state(sub) in ACTIVE:
             live.append((sub, part))
         else:
             continue                                # vanished: its runs go again
@@ -299,18 +308,13 @@ def _stored(study) -> dict:
     return stored_record(study.name).get("data", {})
 
 
-def records_json(records: list[dict]) -> str:
-    """The records received, as JSON lines without their timings (what two executors agree on)."""
-    return "".join(json.dumps(without_timings(r), sort_keys=True) + "\n" for r in records)
-
-
 TIMING_KEYS = ("cpu_seconds", "attempt")
 """Fields of a record that say how a run went, not what it computed: left out when executors
 are compared (:func:`without_timings`); ``time/*`` metric series likewise."""
 
 
 def without_timings(record: dict) -> dict:
-    """``record`` less :data:`TIMING_KEYS`, ``time/`` series and the provenance's CPU name."""
+    """``record`` (its ``row`` too) less :data:`TIMING_KEYS` and the ``time/`` series."""
     row = {k: v for k, v in record["row"].items()
            if k not in TIMING_KEYS and not k.startswith("time/")}
     out = {k: v for k, v in record.items() if k not in TIMING_KEYS}
