@@ -257,7 +257,8 @@ def _study_arguments(st) -> None:
     st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
                                                            "thread each")
     st.add_argument("--dry-run", action="store_true",
-                    help="only count the runs: stored in results/NAME.json, cached, to train")
+                    help="only count the runs: stored in results/NAME.json, cached, to train "
+                         "(with --executor ray|slurm or --device: each run, and the cost)")
     st.add_argument("--store-done", action="store_true",
                     help="train nothing: store the runs the cache holds finished")
     add_cluster_arguments(st)
