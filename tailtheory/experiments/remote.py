@@ -38,7 +38,7 @@ from typing import Callable
 import tailtheory
 from tailtheory.core.provenance import weights_fingerprint
 from tailtheory.engine.config import TrainConfig
-from tailtheory.engine.load import from_folder, load_start, warm_config
+from tailtheory.engine.load import from_folder, load_start, read_provenance, warm_config
 from tailtheory.engine.start.warm_cache import warm_start
 from tailtheory.engine.trainer import train
 from tailtheory.experiments.runs import (_add_cpu_seconds, _same_config, finished_steps,
@@ -154,6 +154,14 @@ def attempts(root: Path, key: str) -> list[Path]:
     return sorted(where.glob(f"{key}-*")) if where.exists() else []
 
 
+def _finished_here(job: RunJob, final: Path) -> bool:
+    """Whether this worker's run cache holds ``job``'s run finished, under its config and from
+    the driver's starting weights (a run another start trained under the key is trained again)."""
+    prov = read_provenance(final) if final.exists() else None
+    return (finished_steps(final) >= job.cfg.steps and _same_config(final, job.cfg)
+            and prov is not None and prov["weights"] == job.weights)
+
+
 def run_job(job: RunJob) -> dict:
     """Run one :class:`RunJob` on this worker (or find it finished in this worker's run cache)
     and return its record: ``label``, ``key``, ``config`` (the driver's config's fields),
@@ -162,7 +170,7 @@ def run_job(job: RunJob) -> dict:
     root = _runs_root(job)
     final = root / job.key
     attempt = 1 + len(attempts(root, job.key))
-    if not (finished_steps(final) >= job.cfg.steps and _same_config(final, job.cfg)):
+    if not _finished_here(job, final):
         _train_attempt(job, final, root / ATTEMPTS / f"{job.key}-{uuid.uuid4().hex[:8]}")
     return {"label": job.label, "key": job.key, "config": asdict(job.cfg),
             "identity": job.identity, "row": {"seed": job.cfg.seed, **job.numbers(final)},

@@ -55,11 +55,16 @@ def test_a_worker_is_shipped_its_start_and_never_builds_or_stores(monkeypatch, t
     run = tmp_path / "worker" / "runs" / job.key
     assert json.loads((run / "provenance.json").read_text())["weights"] == job.weights
     assert remote.attempts(run.parent, job.key) == []          # renamed when done
+    stamp = (run / "metrics.jsonl").stat().st_mtime_ns
+    assert remote.run_job(replace(job, cache=str(tmp_path / "worker")))["row"] == record["row"]
+    assert (run / "metrics.jsonl").stat().st_mtime_ns == stamp  # found finished: not retrained
     with pytest.raises(remote.RunFailed, match="starting weights here"):
-        remote.run_job(replace(job, weights="0" * 16, cache=str(tmp_path / "w2")))
+        remote.run_job(replace(job, weights="0" * 16, cache=str(tmp_path / "worker")))
     with pytest.raises(remote.RunFailed, match="driver runs tailtheory 0.0.0"):
         remote.run_job(replace(job, version="0.0.0", cache=str(tmp_path / "w3")))
-    assert len(remote.attempts(tmp_path / "w2" / "runs", job.key)) == 1   # kept, with its log
+    # the finished run under the key started elsewhere: not reused; the refused attempt's folder
+    # stays, with its log
+    assert len(remote.attempts(run.parent, job.key)) == 1
     with pytest.raises(ValueError, match="cannot leave this machine"):
         remote.make_job("A", replace(cfg, model=str(folder)), lambda run: {})
 
