@@ -9,13 +9,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: repro figures test test-thorough test-verl bench sync render site lab test-lab docs clean
+.PHONY: repro figures test test-cluster test-thorough test-verl bench sync render site lab test-lab docs clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0   # the CPU build; see README
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,ray,slurm]'   # the executors' tests need Ray and submitit
 	@# the kernel under the name the notebooks' metadata gives it, so that JupyterLab does not
 	@# rewrite it (ipykernel's own spec says "Python 3 (ipykernel)") when a notebook is saved
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
@@ -69,8 +69,14 @@ figures: $(STAMP)
 ## (TEST_WORKERS=0 runs in one process); the 25 slowest tests are printed at the end
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" --nbmake tests notebooks --ignore=notebooks/01_token_tail.ipynb \
+	$(PY) -m pytest -m "not slow and not cluster_run" --nbmake tests notebooks --ignore=notebooks/01_token_tail.ipynb \
 		-n $(TEST_WORKERS) --dist loadgroup --durations=25
+
+## test-cluster: the study executors on a local Ray instance of 2 CPUs (its start takes seconds)
+## and submitit's local executor: a killed worker retried, the same rows under local, ray and
+## slurm (tests/experiments/test_executors.py; CI runs it after `make test`)
+test-cluster: $(STAMP)
+	$(PY) -m pytest -m "cluster_run and not slow" tests/experiments/test_executors.py -p no:xdist
 
 ## test-thorough: slow checks too, Hypothesis at thousands of examples
 test-thorough: $(STAMP)

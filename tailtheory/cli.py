@@ -14,6 +14,7 @@ import argparse
 import shlex
 import sys
 
+from tailtheory.experiments.cluster import add_cluster_arguments, check_executor, cluster_options
 from tailtheory.ladder.cli import ladder, ladder_arguments
 from tailtheory.probe.cli import PROBE_EPILOG
 
@@ -100,6 +101,11 @@ def _study(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     status = _study_status(st, preset)
     if args.dry_run:
+        executor = check_executor(getattr(args, "executor", "local"))
+        if executor != "local" or getattr(args, "device", None):
+            from tailtheory.experiments.executors import plan_text
+
+            print(plan_text(st, preset, executor, args.workers, cluster_options(args)))
         return 0
     if args.store_done:
         from tailtheory.experiments.incremental import store_done
@@ -108,7 +114,7 @@ def _study(args: argparse.Namespace) -> int:
         print(f"stored {sum(stored.values())} runs in results/{st.name}.json "
               f"({', '.join(f'{k}: {v}' for k, v in stored.items()) or 'none finished'})")
         return 0
-    _study_train(st, preset, status, args.workers)
+    _study_train(st, preset, args)
     return 0
 
 
@@ -125,21 +131,23 @@ def _study_status(st, preset: str) -> dict:
     return status
 
 
-def _study_train(st, preset: str, status: dict, workers: int) -> None:
-    """Train the runs ``status`` counts as to train, seed by seed across the arms (a sweep stopped
-    part-way holds the same seeds of every arm), and on the stored preset store each run as it
-    finishes."""
-    if preset != st.measure_preset:
-        st.measure(preset, workers=workers)
+def _study_train(st, preset: str, args: argparse.Namespace) -> None:
+    """Train the runs the study lacks on ``--executor``, seed by seed across the arms (a sweep
+    stopped part-way holds the same seeds of every arm), and on the stored preset store each run
+    as it finishes (:func:`~tailtheory.experiments.executors.run_study`)."""
+    from tailtheory.experiments.executors import run_study
+
+    executor = check_executor(getattr(args, "executor", "local"))
+    if preset != st.measure_preset and executor == "local":
+        st.measure(preset, workers=args.workers)
         print(f"measured the {preset} preset's runs (not stored: the stored measurement is the "
               f"{st.measure_preset} preset's)")
         return
-    from tailtheory.experiments.incremental import store_done
-    from tailtheory.experiments.runs import run_many
+    from tailtheory.experiments.incremental import stored_record
 
-    todo = sorted((c for s in status.values() for c in s["train"]), key=lambda c: c.seed)
-    run_many(todo, workers=workers, on_done=lambda cfg: store_done(st, preset))
-    print(f"stored {sum(store_done(st, preset).values())} runs in results/{st.name}.json")
+    run_study(st, preset, executor, args.workers, cluster_options(args))
+    rows = stored_record(st.name).get("data", {}).values()
+    print(f"stored {sum(len(r) for r in rows)} runs in results/{st.name}.json")
 
 
 UNRECORDED_LEGEND = ("models / machines `unrecorded`: rows that name no model or no machine; a "
@@ -256,9 +264,11 @@ def _study_arguments(st) -> None:
     st.add_argument("--workers", type=int, default=2, help="runs trained at a time, one "
                                                            "thread each")
     st.add_argument("--dry-run", action="store_true",
-                    help="only count the runs: stored in results/NAME.json, cached, to train")
+                    help="only count the runs: stored in results/NAME.json, cached, to train "
+                         "(with --executor ray|slurm or --device: each run, and the cost)")
     st.add_argument("--store-done", action="store_true",
                     help="train nothing: store the runs the cache holds finished")
+    add_cluster_arguments(st)
 
 
 def _measure_arguments(m) -> None:

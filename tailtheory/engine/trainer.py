@@ -263,7 +263,8 @@ def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
 
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=None, *,
-          share_forward: bool = True, exact_from_trainer: bool = True) -> Path:
+          share_forward: bool = True, exact_from_trainer: bool = True,
+          warm: str | Path | None = None) -> Path:
     """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
     A model saved in a folder is read and checked first (its tokenizer, its vocabulary, its
@@ -275,7 +276,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     torch's thread count (which depends on the model's size) are resolved once, here, and passed
     on; the thread count is restored on return. ``task`` replaces the task named by ``cfg.task``
     (tests pass one with a denser reward). ``share_forward`` and ``exact_from_trainer`` choose
-    how a step computes, never what (:func:`train_step`); they are not config fields.
+    how a step computes, never what (:func:`train_step`); they are not config fields. ``warm``:
+    the folder of a ``warm`` model's warm start when the caller holds it already (a study's
+    worker is shipped its start and never trains one, :mod:`tailtheory.experiments.remote`).
     """
 
     device = resolve_device(cfg.device)  # cuda without a GPU fails before any work
@@ -283,8 +286,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
         check_same_folder(Path(cfg.out), cfg)
     start = load_start(cfg, task=task) if from_folder(cfg) else None  # before --out is touched
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
-        warm = None
-        if cfg.model == "warm":
+        if cfg.model == "warm" and warm is None:
             from tailtheory.engine.start.warm_cache import warm_start
 
             warm = warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)

@@ -7,6 +7,11 @@ them):
 - ``study``: a training study (arms selected by tags, seeds, one comparison rule) and the
   registry of studies.
 - ``runs``: the run cache and the one runner (each run's CPU time recorded); a run's identity.
+- ``executors``: where a study's runs train: this machine's workers, Ray tasks or a SLURM job
+  array (submitit), the driver storing every record it receives.
+- ``cluster``: the executors' names, options and command-line flags.
+- ``remote``: one run away from the driver: the job a worker is shipped (the start's weights)
+  and the record it returns.
 - ``incremental``: every study's store, ``results/<name>.json``, filled run by run.
 - ``measures``: every other stored measurement by name (how it is made again, its cost), and
   what ``tailtheory measure`` lists and checks of every store.

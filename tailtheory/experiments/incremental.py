@@ -61,14 +61,26 @@ def store_done(study, preset: str | None = None) -> dict[str, int]:
     Returns label -> the number of runs stored."""
     preset = preset or study.measure_preset
     want = study_identities(study, preset)
-    plan = study.plan(preset)
     fresh: dict[str, dict[int, tuple]] = {}
-    for arm in plan:  # the slow part (reading runs), before the lock
+    for arm in study.plan(preset):  # the slow part (reading runs), before the lock
         for c in arm.configs:
             run = runs_root() / run_key(c)
             if finished_steps(run) >= c.steps:
                 fresh.setdefault(arm.label, {})[c.seed] = (
                     {"seed": c.seed, **study.run_numbers(run, c, arm)}, want[arm.label][c.seed])
+    return store_rows(study, preset, fresh)
+
+
+def store_rows(study, preset: str, fresh: dict[str, dict[int, tuple]]) -> dict[str, int]:
+    """Store ``fresh`` (label -> seed -> ``(row, identity)``) with the rows the file holds when
+    it is written (under its lock), as :func:`store_done` does with what the run cache holds; a
+    row whose identity is not the one the code asks for its arm and seed today is dropped.
+    The one writer of a study's rows: the runs a cluster's workers return are stored here, by
+    the driver (:mod:`tailtheory.experiments.executors`). Returns label -> runs stored."""
+    want = study_identities(study, preset)
+    plan = study.plan(preset)
+    fresh = {lb: {s: ri for s, ri in by_seed.items() if want.get(lb, {}).get(s) == ri[1]}
+             for lb, by_seed in fresh.items()}
     rows: dict[str, list] = {}
 
     def merged() -> tuple[dict, dict]:  # called holding the lock: the file as it is now

@@ -160,11 +160,12 @@ def _worker(argv: list[str]) -> int:
     return 0
 
 
-def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
+def _run_workers(configs: list[TrainConfig], workers: int, done, gpus: int = 0) -> None:
     """Train ``configs`` in up to ``workers`` child processes (one torch thread each); a child is a
     fresh interpreter, so this works from scripts, notebooks and the CLI alike. ``done(cfg)`` is
     called as each run that succeeded finishes; failures are collected and raised together at
-    the end (the runs that finished stay in the cache)."""
+    the end (the runs that finished stay in the cache). ``gpus`` > 0: each child sees one of
+    that many GPUs (``CUDA_VISIBLE_DEVICES``), the one fewest running children share."""
     import os
     import subprocess
     import tempfile
@@ -176,12 +177,14 @@ def _run_workers(configs: list[TrainConfig], workers: int, done) -> None:
         while pending and len(running) < workers:
             cfg = pending.pop(0)
             log = tempfile.TemporaryFile(mode="w+")
+            gpu = min(range(gpus), key=[r[3] for r in running].count) if gpus else None
+            child = env if gpu is None else {**env, "CUDA_VISIBLE_DEVICES": str(gpu)}
             proc = subprocess.Popen([sys.executable, "-m", "tailtheory.experiments.runs",
-                                     json.dumps(asdict(cfg))], stdout=log, stderr=log, env=env)
-            running.append((proc, cfg, log))
+                                     json.dumps(asdict(cfg))], stdout=log, stderr=log, env=child)
+            running.append((proc, cfg, log, gpu))
         time.sleep(0.2)
         for item in [r for r in running if r[0].poll() is not None]:
-            proc, cfg, log = item
+            proc, cfg, log, _ = item
             running.remove(item)
             if proc.returncode != 0:
                 log.seek(0)
@@ -202,11 +205,12 @@ def run_seeds(cfg: TrainConfig, seeds=(0, 1, 2), workers: int = 1,
 
 
 def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True,
-             on_done=None) -> list[Path]:
+             on_done=None, gpus: int = 0) -> list[Path]:
     """:func:`cached_run` of every config (cached ones return at once), in order; ``workers`` > 1
     trains that many at a time, each in its own interpreter with one torch thread.
     ``on_done(cfg)`` is called as each run this call trains finishes (a sweep stores it then);
-    a run that fails is reported with the others at the end and is not passed to it."""
+    a run that fails is reported with the others at the end and is not passed to it. ``gpus``:
+    spread the workers over that many GPUs (``workers / gpus`` runs share each)."""
     from tqdm.auto import tqdm
 
     if not isinstance(workers, int) or workers < 1:
@@ -227,7 +231,7 @@ def run_many(configs: list[TrainConfig], workers: int = 1, progress: bool = True
                 cached_run(c, progress=False)
                 finished(c)
         else:
-            _run_workers(todo, workers, finished)
+            _run_workers(todo, workers, finished, gpus)
     finally:
         bar.close()
     return [runs_root() / run_key(c) for c in configs]

@@ -130,3 +130,15 @@ def test_study_data_refuses_missing_seeds_naming_the_command(places):
     assert not m.missing and len(m["AR"]) == 3 and len(m["GRPO"]) == 3
     with pytest.raises(ValueError, match="profile must be one of"):
         st.data("slow")
+
+
+def test_rows_a_worker_returned_are_stored_and_a_foreign_identity_is_dropped(places):
+    """``store_rows``: the driver stores records it received (no run cache here); a row whose
+    identity is not the one the code asks for its arm and seed is not stored."""
+    st = _study()
+    want = inc.study_identities(st, "quick")
+    good = ({"seed": 1, "final_reward": 0.5}, want["GRPO"][1])
+    foreign = ({"seed": 2, "final_reward": 0.9}, {**want["GRPO"][2], "lr": 0.5})
+    assert inc.store_rows(st, "quick", {"GRPO": {1: good, 2: foreign}}) == {"GRPO": 1}
+    record = inc.stored_record(st.name)
+    assert record["data"]["GRPO"] == [good[0]] and record["config"]["GRPO"] == [good[1]]

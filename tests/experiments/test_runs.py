@@ -107,6 +107,30 @@ def test_workers_give_the_same_runs_as_one_process(tmp_path, monkeypatch):
     assert two == one
 
 
+def test_workers_on_gpus_each_see_the_least_shared_one(monkeypatch):
+    """``gpus=2``, 3 workers, 5 runs: each child sees one GPU (``CUDA_VISIBLE_DEVICES``), the one
+    the fewest running children share: when the first child (on GPU 0) ends, GPU 0 and GPU 1
+    hold one child each, and the next child goes to GPU 0 (not round-robin's GPU 1)."""
+    import subprocess
+
+    seen = []
+
+    class Child:  # the first child ends at its first poll, every other at its third
+        def __init__(self, argv, env, **kw):
+            seen.append(env["CUDA_VISIBLE_DEVICES"])
+            self.index, self.polls, self.returncode = len(seen) - 1, 0, 0
+
+        def poll(self):
+            self.polls += 1
+            return 0 if self.polls >= (1 if self.index == 0 else 3) else None
+
+    monkeypatch.setattr(subprocess, "Popen", Child)
+    cfgs = [TrainConfig(**SMALL, steps=1, seed=s) for s in range(5)]
+    done = []
+    runs._run_workers(cfgs, 3, done.append, gpus=2)
+    assert seen == ["0", "1", "0", "0", "1"] and sorted(done, key=lambda c: c.seed) == cfgs
+
+
 def test_plot_runs_bands_over_seeds_and_labels_by_difference():
     from tailtheory.experiments.plot import group_labels, plot_runs
 
