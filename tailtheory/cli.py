@@ -152,8 +152,7 @@ def _study_train(st, preset: str, args: argparse.Namespace) -> None:
 
 UNRECORDED_LEGEND = ("models / machines `unrecorded`: rows that name no model or no machine; a "
                      "verdict resting on them reads PENDING until `tailtheory measure NAME` "
-                     "measures them again on a named model")
-"""The line under ``tailtheory measure list``'s table."""
+                     "measures them again on a named model")  # under `measure list`'s table
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -259,10 +259,12 @@ def unrecorded(name: str) -> bool:
     made before every row named both, whose model cannot be told from another build of its
     config. Such rows are left out of every verdict (:func:`tailtheory.core.registry.run_claim`)
     until they are measured again. A store that is missing or unreadable is not unrecorded (its
-    reader refuses it first)."""
+    reader refuses it first), nor one that holds no rows yet (a study not started)."""
     try:
         data = json.loads(measurement_path(name).read_text()).get("data")
     except (OSError, ValueError, AttributeError):
+        return False
+    if not data or (isinstance(data, dict) and not any(data.values())):
         return False
     return not models(data) or not machines(data)
 

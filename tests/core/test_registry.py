@@ -150,6 +150,8 @@ def test_a_verdict_on_rows_of_an_unrecorded_model_is_set_aside(tmp_path, monkeyp
     else:
         assert res.evidence.verdict == Verdict.REFUTED and not res.drifted
     assert not ms.unrecorded("no_such_store")
+    ms.save_measurement("not_started", {"n": 1}, {"arm": []}, "tailtheory study not_started")
+    assert not ms.unrecorded("not_started")                      # no rows yet: nothing to name
 
 
 def test_context_from_an_unrecorded_model_is_named_but_does_not_set_the_verdict_aside(
