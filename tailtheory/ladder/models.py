@@ -208,7 +208,8 @@ def store(row: dict, command: str) -> None:
 
 def unrecorded() -> list[dict]:
     """The rungs of ``results/ladder.json`` (the first builds, whose rows record no weights
-    fingerprint): per rung its machine, perplexity and warm-start accuracy, and the reason it is
+    fingerprint, also where a rung was built again and keeps them under ``previous_builds``):
+    per rung its machine, perplexity and warm-start accuracy, and the reason it is
     out of every verdict."""
     try:
         data = json.loads(measurement_path(LEGACY).read_text())["data"]
@@ -217,12 +218,17 @@ def unrecorded() -> list[dict]:
     out = []
     for r in RUNGS:
         row = data.get(r.name) if isinstance(data, dict) else None
-        if isinstance(row, dict) and not row.get("warm_weights"):
-            out.append({"rung": r.name, "cpu": row.get("cpu"), "heldout_ppl": row.get(
-                "heldout_ppl"), "warm_accuracy": row.get("warm_accuracy"),
-                "warm_key": row.get("warm_key"), "state": "unrecorded",
-                "why": "no weights fingerprint recorded: which model its rows measured is not "
-                       "known, so they stay as superseded records, out of every verdict"})
+        if not isinstance(row, dict):
+            continue
+        # a rung built again here keeps its first build under previous_builds
+        for x in [row, *[p for p in row.get("previous_builds", []) if isinstance(p, dict)]]:
+            if not x.get("warm_weights"):
+                out.append({"rung": r.name, "cpu": x.get("cpu"), "heldout_ppl": x.get(
+                    "heldout_ppl"), "warm_accuracy": x.get("warm_accuracy"),
+                    "warm_key": x.get("warm_key", row.get("warm_key")), "state": "unrecorded",
+                    "why": "no weights fingerprint recorded: which model its rows measured is "
+                           "not known, so they stay as superseded records, out of every "
+                           "verdict"})
     return out
 
 

@@ -119,3 +119,20 @@ def test_machines_are_never_pooled(monkeypatch):
     got = mismatch.v7_units()
     assert got["cpu"]["verdict"] == "HOLDS" and got["gpu"]["verdict"] == "REFUTED"
     assert set(got["gpu"]["rungs"]) == {"base"}
+
+
+def test_a_first_build_kept_under_previous_builds_stays_unrecorded(places):
+    """A rung built again here moves its first build (no fingerprint) under
+    ``previous_builds``: it is still listed unrecorded, beside rungs never built again; a row
+    naming its warm start's weights is not."""
+    from tailtheory.core.measurements import save_measurement
+
+    first = {"cpu": "AMD EPYC (AVX2)", "heldout_ppl": 22.2, "warm_accuracy": 0.36,
+             "warm_key": "k256"}
+    save_measurement(models.LEGACY, {"v": 1}, {
+        "base": {"cpu": "AMD EPYC (AVX2)", "heldout_ppl": 54.6, "warm_key": "kb"},
+        "w256": {"cpu": "AMD EPYC (AVX512)", "heldout_ppl": 22.2, "warm_key": "k256",
+                 "warm_weights": "cae5780653a13bc0", "previous_builds": [first]}},
+        "tailtheory measure ladder")
+    got = {(u["rung"], u["cpu"], u["heldout_ppl"]) for u in models.unrecorded()}
+    assert got == {("base", "AMD EPYC (AVX2)", 54.6), ("w256", "AMD EPYC (AVX2)", 22.2)}
