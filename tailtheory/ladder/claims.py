@@ -126,7 +126,7 @@ def _first(effect: str) -> str | None:
 
 @register("V7", paper="ours", statement="fp16 rollouts remove most of the mismatch bf16 rollouts "
           "create: the bf16 / fp16 ratio of mean per-token k3 lies in [32, 128] (64 predicted), "
-          "per named model and machine", expected=Verdict.REFUTED)
+          "per named model and machine", expected=Verdict.NOT_REPRODUCED)
 def _v7(profile: str) -> Evidence:
     return v7_evidence()
 
