@@ -29,6 +29,8 @@ import numpy as np
 import pandas as pd
 
 from tailtheory.diagnose.sections.base import Diagnosis, Section, grown, num, plural
+from tailtheory.engine.registry import get_method
+from tailtheory.engine.types import MethodParams
 
 NAME = "seq_ratio"
 
@@ -45,9 +47,6 @@ LARGEST = 5
 def method_defaults() -> list[dict]:
     """Each method of :data:`METHODS` with its registered source (``get_method``) and its caps
     at the engine's defaults: ``method``, ``level``, ``acts``, ``source``, ``params``."""
-    from tailtheory.engine.registry import get_method
-    from tailtheory.engine.types import MethodParams
-
     hp = MethodParams()
     return [{"method": name, "level": level, "acts": acts, "source": get_method(name).source,
              "params": {f: getattr(hp, f) for f in fields}}
