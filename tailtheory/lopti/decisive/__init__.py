@@ -18,4 +18,6 @@ in closed form, lives with the tests: ``tests/lopti/decisive/scripted.py``):
 - ``store``: each recipe's stored decisiveness (``results/decisive_<recipe>.json``).
 - ``frontier``: the designs tried for a recipe whose low-probability tokens decide the answer
   (``results/decisive_frontier.json``).
+- ``designs``: the search, in a fixed order, for a recipe where those tokens decide and GRPO
+  learns (study ``decide_designs``).
 """
