@@ -4,12 +4,12 @@ A study run on a cluster (:mod:`tailtheory.experiments.executors`) has one write
 the driver. For each run it resolves the starting model once (:func:`make_job`: the warm start's
 folder, found or trained in the driver's cache, or a model saved in a folder, with its weights
 fingerprint); the worker (:func:`run_job`) writes the start's files to a private temporary
-folder, checks the package version and the fingerprints, trains into a private attempt folder (``runs/.attempts/<key>-<id>/run``, renamed to
-``runs/<key>`` when done, so a killed attempt never leaves a half run under the run's key), and
-returns the run's record: its config, its store identity and the numbers the study stores. It
-never builds a warm start and never writes ``results/``: only the driver stores
-(:func:`tailtheory.experiments.incremental.store_rows`). Under SLURM an :class:`ArrayElement`
-runs several jobs in turn and is requeued when preempted.
+folder, checks the package version and the fingerprints, trains into a private attempt folder
+(``runs/.attempts/<key>-<id>/run``, renamed to ``runs/<key>`` when done, so a killed attempt
+never leaves a half run under the run's key), and returns the run's record: its config, its
+store identity and the numbers the study stores. It never builds a warm start and never writes
+``results/``: only the driver stores (:func:`tailtheory.experiments.incremental.store_rows`).
+Under SLURM an :class:`ArrayElement` runs several jobs in turn and is requeued when preempted.
 
 Where the start's files travel:
 
