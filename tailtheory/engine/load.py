@@ -14,11 +14,17 @@ fingerprint of the starting weights and the CPU (:mod:`tailtheory.core.provenanc
 folder the fingerprint of what it holds, weights and tokenizer
 (:func:`~tailtheory.core.models.checkpoint_fingerprint`; the run cache keys on it too), so a run
 is never resumed from another model saved at the same path (:func:`check_same_folder`).
+
+A study's worker on another machine trains from a :class:`FolderCopy`: the folder's files
+written to a private folder there, read in its place, with the run's record naming the folder
+the driver read (:mod:`tailtheory.experiments.remote`), so the run is the one the driver's
+machine would have trained, path included.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from tailtheory.core.io import atomic_write_json
@@ -63,29 +69,57 @@ def from_folder(cfg: TrainConfig) -> bool:
     return cfg.model not in ("warm", "tiny")
 
 
-def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None) -> tuple:
-    """``(model, task)`` a run starts from: the float32 model named by ``cfg.model`` and the task
-    speaking its tokenizer, the one saved beside it (a checkpoint's, a warm start's; a ``tiny``
-    model speaks the word-level tokenizer it is built for). ``task`` replaces the task.
+@dataclass(frozen=True)
+class FolderCopy:
+    """A copy of the folder ``cfg.model`` names, on a machine where that path is not read: a
+    study's worker (:mod:`tailtheory.experiments.remote`). The run reads the model from
+    :attr:`here` and records :attr:`origin` as where it started (:func:`start_key`)."""
 
-    Everything a folder must hold is checked here, before its weights load, so
-    :func:`~tailtheory.engine.trainer.train` calls this before it writes anything to ``--out``:
-    a model config, a tokenizer with an EOS that writes the task's words in no more ids than the
-    model has rows (:func:`~tailtheory.engine.tasks.tokenizer.check_tokenizer`), and, with the ``fast``
-    rollout backend, an architecture the inference engine runs (no silent fallback to ``hf``).
-    Each failure is one ``ValueError`` line naming the fix."""
+    here: Path
+    """The folder the copy's files are in, on this machine."""
+    origin: str
+    """The folder copied, resolved on the machine that read it (``Path(cfg.model).resolve()``
+    there): what a run started from it records, as a run there would."""
 
-    if cfg.model == "tiny":
-        task = task or load_task(cfg)
-        return load_model(cfg, task), task
-    folder = cfg.model if from_folder(cfg) else warm or _warm_folder(cfg)
-    config = lm_config(folder)                          # every check before the weights load
+
+def _model_folder(cfg: TrainConfig, copy: FolderCopy | None = None):
+    """The folder a folder-started run reads its model from: ``copy``'s when given, else
+    ``cfg.model``."""
+    return copy.here if copy is not None else cfg.model
+
+
+def check_start(cfg: TrainConfig, folder: str | Path):
+    """The tokenizer saved in ``folder``, after every check the folder must pass before its
+    weights load (:func:`load_start`); one ``ValueError`` line naming the fix otherwise."""
+    config = lm_config(folder)
     tokenizer = load_tokenizer(folder)
     check_tokenizer(tokenizer, config.vocab_size, str(folder))
     if cfg.rollout_backend == FAST:
         from tailtheory.engine.rollout.engine import check_backend
 
         check_backend(skeleton_lm(config), FAST, f"the model in {folder}")
+    return tokenizer
+
+
+def load_start(cfg: TrainConfig, warm: str | Path | None = None, task=None,
+               copy: FolderCopy | None = None) -> tuple:
+    """``(model, task)`` a run starts from: the float32 model named by ``cfg.model`` and the task
+    speaking its tokenizer, the one saved beside it (a checkpoint's, a warm start's; a ``tiny``
+    model speaks the word-level tokenizer it is built for). ``task`` replaces the task; ``copy``:
+    a folder model's copy, read in place of ``cfg.model`` (:class:`FolderCopy`).
+
+    Everything a folder must hold is checked here, before its weights load, so
+    :func:`~tailtheory.engine.trainer.train` calls this before it writes anything to ``--out``:
+    a model config, a tokenizer with an EOS that writes the task's words in no more ids than the
+    model has rows (:func:`~tailtheory.engine.tasks.tokenizer.check_tokenizer`), and, with the ``fast``
+    rollout backend, an architecture the inference engine runs (no silent fallback to ``hf``).
+    Each failure is one ``ValueError`` line naming the fix (:func:`check_start`)."""
+
+    if cfg.model == "tiny":
+        task = task or load_task(cfg)
+        return load_model(cfg, task), task
+    folder = _model_folder(cfg, copy) if from_folder(cfg) else warm or _warm_folder(cfg)
+    tokenizer = check_start(cfg, folder)                # every check before the weights load
     model = load_lm(folder, device="cpu").float().eval()
     return model, task or load_task(cfg, tokenizer, model.config.vocab_size, folder)
 
@@ -112,17 +146,21 @@ PROVENANCE = "provenance.json"
 """A run's starting model and CPU (:func:`record_provenance`), read into every stored row."""
 
 
-def start_key(cfg: TrainConfig) -> str | None:
+def start_key(cfg: TrainConfig, copy: FolderCopy | None = None) -> str | None:
     """The key of the model a run starts from: the warm start's config hash, ``path:<dir>`` for a
-    checkpoint, ``None`` for a model built from the run's seed."""
+    checkpoint (``copy``: its :attr:`~FolderCopy.origin`), ``None`` for a model built from the
+    run's seed."""
     if cfg.model == "warm":
         from tailtheory.engine.start.sft import config_hash
 
         return config_hash(warm_config(cfg))
-    return None if cfg.model == "tiny" else f"path:{Path(cfg.model).resolve()}"
+    if cfg.model == "tiny":
+        return None
+    return f"path:{copy.origin if copy is not None else Path(cfg.model).resolve()}"
 
 
-def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
+def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool,
+                      copy: FolderCopy | None = None) -> dict:
     """Write ``RUN/provenance.json`` at a run's start: the fingerprint of the weights it starts
     from and the CPU (:mod:`tailtheory.core.provenance`), and for a model saved in a folder the
     folder's :func:`~tailtheory.core.models.checkpoint_fingerprint` (weights and tokenizer).
@@ -130,7 +168,8 @@ def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
     A resumed run with a checkpoint keeps its record and adds the CPU it continues on when that
     is another one (:func:`check_same_folder` refused it first if its folder now holds another
     model). A run resumed before its first checkpoint starts again from step 0, so its record is
-    written anew."""
+    written anew. ``copy``: the run reads a copy of its folder (:class:`FolderCopy`), recorded
+    as the folder itself."""
 
     path = run / PROVENANCE
     if resume and path.exists() and (run / CHECKPOINT).exists():
@@ -139,22 +178,23 @@ def record_provenance(run: Path, cfg: TrainConfig, model, resume: bool) -> dict:
             prov["resumed_on"] = [*prov.get("resumed_on", []), cpu_model()]
             atomic_write_json(path, prov)
         return prov
-    prov = provenance(start_key(cfg), weights_fingerprint(model))
+    prov = provenance(start_key(cfg, copy), weights_fingerprint(model))
     if from_folder(cfg):
-        prov["checkpoint"] = checkpoint_fingerprint(cfg.model)
+        prov["checkpoint"] = checkpoint_fingerprint(_model_folder(cfg, copy))
     atomic_write_json(path, prov)
     return prov
 
 
-def check_same_folder(run: Path, cfg: TrainConfig) -> None:
+def check_same_folder(run: Path, cfg: TrainConfig, copy: FolderCopy | None = None) -> None:
     """Refuse (one line, before anything is read or written) to resume a run with a checkpoint
     whose model folder now holds another model than the one it started from: other weights or
     another tokenizer (:func:`~tailtheory.core.models.checkpoint_fingerprint`, recorded in its
-    :data:`PROVENANCE`). A run without a checkpoint starts again from step 0: nothing to refuse."""
+    :data:`PROVENANCE`). A run without a checkpoint starts again from step 0: nothing to refuse.
+    ``copy``: the folder is read from a copy (:class:`FolderCopy`)."""
     prov = read_provenance(run) if (run / CHECKPOINT).exists() else None
     if not prov or prov.get("checkpoint") is None:
         return
-    now = checkpoint_fingerprint(cfg.model)
+    now = checkpoint_fingerprint(_model_folder(cfg, copy))
     if now != prov["checkpoint"]:
         raise ValueError(f"--resume: {run} started from the model in {cfg.model} (fingerprint "
                          f"{prov['checkpoint']}), which now holds another one ({now}: other "

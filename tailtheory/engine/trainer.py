@@ -41,7 +41,7 @@ from tailtheory.engine.forward_stats import (TrainingDiverged, backward_by_micro
 from tailtheory.engine.methods import trm_sampled_keep
 from tailtheory.engine.rollout.engine import RolloutBatch, RolloutConfig, RolloutEngine
 from tailtheory.engine.rundir import open_run
-from tailtheory.engine.load import (check_same_folder, from_folder, load_start,
+from tailtheory.engine.load import (FolderCopy, check_same_folder, from_folder, load_start,
                                      record_provenance, warm_config)
 from tailtheory.engine.step_metrics import monitor_metrics, pass_mean, rel_change
 from tailtheory.engine.threads import resolve_threads, torch_threads
@@ -264,7 +264,7 @@ def dump_tokens(run: Path, step: int, b: PolicyBatch, rb) -> Path:
 
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=None, *,
           share_forward: bool = True, exact_from_trainer: bool = True,
-          warm: str | Path | None = None) -> Path:
+          warm: str | Path | None = None, copy: FolderCopy | None = None) -> Path:
     """Run (or, with ``resume``, continue) ``cfg`` and return the run directory ``cfg.out``.
 
     A model saved in a folder is read and checked first (its tokenizer, its vocabulary, its
@@ -278,20 +278,22 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, task=No
     (tests pass one with a denser reward). ``share_forward`` and ``exact_from_trainer`` choose
     how a step computes, never what (:func:`train_step`); they are not config fields. ``warm``:
     the folder of a ``warm`` model's warm start when the caller holds it already (a study's
-    worker is shipped its start and never trains one, :mod:`tailtheory.experiments.remote`).
+    worker is shipped its start and never trains one, :mod:`tailtheory.experiments.remote`);
+    ``copy``: a folder model's copy, read in place of ``cfg.model`` and recorded as it
+    (:class:`~tailtheory.engine.load.FolderCopy`; such a worker's run).
     """
 
     device = resolve_device(cfg.device)  # cuda without a GPU fails before any work
     if resume and from_folder(cfg):
-        check_same_folder(Path(cfg.out), cfg)
-    start = load_start(cfg, task=task) if from_folder(cfg) else None  # before --out is touched
+        check_same_folder(Path(cfg.out), cfg, copy)
+    start = load_start(cfg, task=task, copy=copy) if from_folder(cfg) else None  # before --out
     with open_run(cfg.out, resume), torch_threads(torch.get_num_threads()):
         if cfg.model == "warm" and warm is None:
             from tailtheory.engine.start.warm_cache import warm_start
 
             warm = warm_start(warm_config(cfg), progress=progress, threads=cfg.threads)
         model, task = start or load_start(cfg, warm, task)
-        record_provenance(Path(cfg.out), cfg, model, resume)
+        record_provenance(Path(cfg.out), cfg, model, resume, copy)
         model = model.to(device)
         torch.set_num_threads(resolve_threads(cfg.threads, num_params(model), device))
         return _train(cfg, resume, progress, task, model, device, share_forward=share_forward,

@@ -5,10 +5,12 @@ run cache's own workers (:func:`tailtheory.experiments.runs.run_many`), child pr
 machine that each train into ``cache/runs`` and are stored from there; it is the default. The
 other two send runs away and have one writer, the driver (this process):
 
-- it resolves each run's starting model once and ships its weights
-  (:func:`tailtheory.experiments.remote.make_job`);
-- a worker checks the package version and the fingerprint, trains, and returns the run's record
-  (:func:`tailtheory.experiments.remote.run_job`);
+- it resolves each run's starting model once, with its fingerprint, and ships its files
+  (:func:`tailtheory.experiments.remote.make_job`): a warm start's in each job; a model saved in
+  a folder (``--model PATH``) put once in Ray's object store, every job referencing that copy
+  (:func:`start_refs`), or, under SLURM, read by each node at the driver's path;
+- a worker writes them to a private folder, checks the package version and the fingerprints,
+  trains, and returns the run's record (:func:`tailtheory.experiments.remote.run_job`);
 - the driver stores each record as it arrives (:func:`tailtheory.experiments.incremental.store_rows`,
   under the store's lock). Workers never write ``results/``.
 
@@ -40,7 +42,7 @@ from tailtheory.core.io import atomic_write_json
 from tailtheory.experiments import runs as run_cache
 from tailtheory.experiments.cluster import OOM_RETRIES, ClusterOptions, check_executor
 from tailtheory.experiments.incremental import store_done, store_rows, stored_record
-from tailtheory.experiments.remote import ArrayElement, make_job, run_job
+from tailtheory.experiments.remote import ArrayElement, make_job, read_model_files, run_job
 
 
 def todo(study, preset: str, options: ClusterOptions = ClusterOptions()) -> list[tuple]:
@@ -141,6 +143,17 @@ def ray_resources(options: ClusterOptions, device: str) -> dict:
     return {"num_cpus": 1, "num_gpus": 1 / options.per_gpu if gpu else 0}
 
 
+def start_refs(jobs: list, put: Callable) -> list:
+    """Per job, the object its folder model's files travel in (``None`` for a job without one):
+    ``put(files)`` once per folder's contents (``ray.put``), so the files of a checkpoint the
+    whole study starts from are read and stored once, not once per run."""
+    refs: dict[str, object] = {}
+    for job in jobs:
+        if job.folder is not None and job.identity["checkpoint"] not in refs:
+            refs[job.identity["checkpoint"]] = put(read_model_files(job.folder))
+    return [refs[j.identity["checkpoint"]] if j.folder is not None else None for j in jobs]
+
+
 def run_ray(jobs: list, received: Callable, options: ClusterOptions, progress: bool) -> list[str]:
     """Each job as a Ray task; ``received(record)`` as each arrives. Returns the failures (a run
     that raised: its message and log tail; a task whose retries ran out). Ctrl-C cancels the
@@ -153,8 +166,8 @@ def run_ray(jobs: list, received: Callable, options: ClusterOptions, progress: b
         ray.init(address=options.address, include_dashboard=False, log_to_driver=False)
     task = ray.remote(run_job)
     refs = {task.options(max_retries=options.max_retries, retry_exceptions=False,
-                         **ray_resources(options, job.cfg.device)).remote(job): job
-            for job in jobs}
+                         **ray_resources(options, job.cfg.device)).remote(job, files): job
+            for job, files in zip(jobs, start_refs(jobs, ray.put))}
     failed, pending, bar = [], list(refs), _bar(len(jobs), progress)
     try:
         while pending:

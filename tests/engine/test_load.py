@@ -151,3 +151,27 @@ def test_run_key_and_resume_follow_what_the_folder_holds(tmp_path, capsys, monke
     after = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
     assert {k: v for k, v in after.items() if not k.startswith(".tailtheory")} == \
         {k: v for k, v in before.items() if not k.startswith(".tailtheory")}
+
+
+def test_a_copy_of_the_folder_is_read_in_its_place_and_recorded_as_the_folder(tmp_path):
+    """A :class:`~tailtheory.engine.load.FolderCopy` (a study's worker): the model and task
+    come from the copy, the path named by ``cfg.model`` is never read, and the run's record
+    names the folder copied and its fingerprint, as a run from the folder itself does."""
+    import shutil
+
+    folder = tmp_path / "model"
+    tiny_lm(vocab_size=512, hidden=16, layers=1, heads=2, kv_heads=1).save_pretrained(folder)
+    build_tokenizer(512).save_pretrained(folder)
+    cfg = TrainConfig(model=str(folder), task="kk_trace", n_people=2)
+    model, _ = start.load_start(cfg)
+    (tmp_path / "direct").mkdir()
+    direct = start.record_provenance(tmp_path / "direct", cfg, model, resume=False)
+    copy = start.FolderCopy(tmp_path / "copy", str(folder.resolve()))
+    shutil.copytree(folder, copy.here)
+    shutil.rmtree(folder)                                   # only the copy is there to read
+    again, task = start.load_start(cfg, copy=copy)
+    assert all((a == b).all() for a, b in zip(model.parameters(), again.parameters()))
+    assert task.vocab_size == 512 and start.start_key(cfg, copy) == f"path:{folder.resolve()}"
+    (tmp_path / "copied").mkdir()
+    recorded = start.record_provenance(tmp_path / "copied", cfg, again, resume=False, copy=copy)
+    assert recorded == direct and recorded["checkpoint"] == checkpoint_fingerprint(copy.here)

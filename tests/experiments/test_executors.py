@@ -5,8 +5,9 @@ executor, a restarted driver re-attaching to its array. The tests that start pro
 takes about 10 s here, or submitit's local executor) run in ``make test-cluster``, not ``make
 test``.
 
-The study is two arms x two seeds of a random tiny LM on ``kk`` (2 steps): what is tested is
-where runs train and what is stored, not what they learn. With ``CI`` set, a skipped test of this
+The study is two arms x two seeds of a random tiny LM on ``kk`` (2 steps), or of the same
+from a model saved in a folder (a user's checkpoint, ``--model PATH``): what is tested is where
+runs train and what is stored, not what they learn. With ``CI`` set, a skipped test of this
 file is a failure (``tests/conftest.py``): CI installs ``tailtheory[ray,slurm]``.
 """
 
@@ -28,18 +29,23 @@ from tailtheory.experiments import remote
 from tailtheory.experiments.cluster import ClusterOptions
 from tailtheory.experiments.incremental import load_done, stored_record
 from tailtheory.experiments.study import Arm, Study
-from tests.experiments.test_remote import SMALL, unwritable
+from tests.experiments.test_remote import SMALL, saved_model, unwritable
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.cluster]
 
 
-def _arms(preset):
-    base = TrainConfig(**SMALL)
-    return [Arm(label, tuple(replace(base, method=m, seed=s) for s in (0, 1)), {"method": m})
-            for label, m in (("GRPO", "grpo"), ("AR", "ar"))]
+def study_of(model: str = "tiny", name: str = "demo_cluster") -> Study:
+    """Two arms (GRPO, AR) x seeds 0 and 1 of :data:`SMALL` from ``model``."""
+
+    def arms(preset):
+        base = TrainConfig(**{**SMALL, "model": model})
+        return [Arm(label, tuple(replace(base, method=m, seed=s) for s in (0, 1)), {"method": m})
+                for label, m in (("GRPO", "grpo"), ("AR", "ar"))]
+
+    return Study(name, arms, series={"k3": "mismatch/k3"}, measure_preset="quick")
 
 
-STUDY = Study("demo_cluster", _arms, series={"k3": "mismatch/k3"}, measure_preset="quick")
+STUDY = study_of()
 
 
 @pytest.fixture
@@ -128,16 +134,34 @@ def test_ray_asks_a_fraction_of_a_gpu_per_packed_run():
     assert ex.ray_resources(ClusterOptions(per_gpu=4), "cpu")["num_gpus"] == 0
 
 
+def test_a_folder_models_files_are_put_once_for_the_whole_study(places):
+    """Ray: the files of the checkpoint every run starts from are read and put in the object
+    store once; the jobs carry its path and fingerprints, not its bytes."""
+    study = study_of(str(saved_model(places / "ckpt")), "demo_folder")
+    jobs = ex.jobs(study, "quick", ex.todo(study, "quick"), ClusterOptions())
+    put = []
+    refs = ex.start_refs(jobs, lambda files: put.append(files) or len(put))
+    assert refs == [1, 1, 1, 1] and len(put) == 1 and "model.safetensors" in put[0]
+    assert {j.folder for j in jobs} == {str((places / "ckpt").resolve())}
+    assert all(j.start is None for j in jobs)
+    assert ex.start_refs(ex.jobs(STUDY, "quick", ex.todo(STUDY, "quick")[:1],
+                                 ClusterOptions()), None) == [None]
+
+
 @pytest.mark.cluster_run
 @pytest.mark.xdist_group("ray")
-def test_local_ray_and_submitit_store_the_same_rows(places, ray_instance, monkeypatch):
+@pytest.mark.parametrize("model", ["tiny", "folder"])
+def test_local_ray_and_submitit_store_the_same_rows(places, ray_instance, monkeypatch, model):
     """The same study under ``local``, ``ray`` (whose workers cannot write results/) and
     submitit's local executor (a process per array element, with a time limit): the stored
-    configs and rows are equal, timings aside."""
+    configs and rows are equal, timings aside; from a random tiny LM, and from a checkpoint
+    saved in a folder (its files put once in Ray's object store; read at its path by each
+    array element), whose rows name the folder and its fingerprints as the local runs do."""
     pytest.importorskip("submitit")
     tests = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tests.parent), str(tests),
                                                       os.environ.get("PYTHONPATH", "")]))
+    study = STUDY if model == "tiny" else study_of(str(saved_model(places / "ckpt")))
     stored = {}
     for name in ("local", "ray", "slurm"):
         monkeypatch.setenv("TAILTHEORY_CACHE", str(places / name / "cache"))
@@ -145,10 +169,12 @@ def test_local_ray_and_submitit_store_the_same_rows(places, ray_instance, monkey
         (places / name / "results").mkdir(parents=True)
         opts = ClusterOptions(cluster="local", folder=str(places / name / "submitit"),
                                  time_min=5, runs_per_job=4, cache=str(places / name / "w"))
-        ex.run_study(STUDY, "quick", name, workers=1, options=opts, progress=False)
-        stored[name] = _stored_without_timings(STUDY.name)
-    assert stored["local"]["config"] == STUDY.identity("quick")
+        ex.run_study(study, "quick", name, workers=1, options=opts, progress=False)
+        stored[name] = _stored_without_timings(study.name)
+    assert stored["local"]["config"] == study.identity("quick")
     assert stored["ray"] == stored["local"] and stored["slurm"] == stored["local"]
+    starts = {r["provenance"]["start"] for rows in stored["ray"]["data"].values() for r in rows}
+    assert starts == ({None} if model == "tiny" else {f"path:{(places / 'ckpt').resolve()}"})
 
 
 @pytest.mark.cluster_run

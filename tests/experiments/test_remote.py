@@ -1,6 +1,7 @@
 """What a study's run takes to a worker and brings back (``tailtheory/experiments/remote.py``):
-the start's weights with their fingerprint, checked before training; a private attempt folder
-renamed when done; a record and no write to ``results/``."""
+the start's files with their fingerprint, checked before training (a warm start's in the job, a
+saved model's folder apart from it or read on the node); a private attempt folder renamed when
+done; a record and no write to ``results/``."""
 
 from __future__ import annotations
 
@@ -65,10 +66,66 @@ def test_a_worker_is_shipped_its_start_and_never_builds_or_stores(monkeypatch, t
     # the finished run under the key started elsewhere: not reused; the refused attempt's folder
     # stays, with its log
     assert len(remote.attempts(run.parent, job.key)) == 1
-    with pytest.raises(ValueError, match="cannot leave this machine"):
-        remote.make_job("A", replace(cfg, model=str(folder)), lambda run: {})
 
 
+def saved_model(folder: Path) -> Path:
+    """A user's checkpoint: a tiny LM and its word-level tokenizer saved in ``folder``, beside a
+    file no run reads (an optimizer's state)."""
+    from tailtheory.core.models import tiny_lm
+    from tailtheory.engine.tasks.tokenizer import build_tokenizer
+
+    tiny_lm(layers=1).save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+    (folder / "optimizer.pt").write_bytes(b"not shipped")
+    return folder
+
+
+def test_a_folder_model_travels_as_its_files_and_a_changed_folder_is_refused(monkeypatch,
+                                                                             tmp_path):
+    """``--model PATH``: the driver reads the folder's fingerprints, not its files into each
+    job; a worker that cannot see the path (a relative one, from another working directory)
+    trains from the files it is given, recording the driver's path and fingerprints as a local
+    run does, and finds the run finished when asked again; without the files it reads the path
+    (SLURM). Files that are not the driver's (in transit, or the folder changed since the driver
+    read it) are refused before training."""
+    monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TAILTHEORY_RESULTS", unwritable(tmp_path))
+    from tailtheory.core.models import tiny_lm
+    from tailtheory.core.provenance import weights_fingerprint
+    from tailtheory.engine.load import load_start
+
+    folder = saved_model(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)                                    # the driver's directory
+    cfg = TrainConfig(**{**SMALL, "model": "ckpt"})
+    job = remote.make_job("A", cfg, lambda run: {"lines": len(read_metrics(run))})
+    assert job.start is None and job.folder == str(folder.resolve())
+    assert job.weights == weights_fingerprint(load_start(cfg)[0])
+    files = remote.read_model_files(folder)
+    assert "optimizer.pt" not in files and "model.safetensors" in files
+    away = folder.rename(tmp_path / "elsewhere")                   # the worker cannot see it
+    (tmp_path / "node").mkdir()
+    monkeypatch.chdir(tmp_path / "node")                           # nor the driver's directory
+    record = remote.run_job(replace(job, cache=str(tmp_path / "w1")), files)
+    assert record["row"] == {"seed": 0, "lines": 2} and record["config"]["model"] == "ckpt"
+    run = tmp_path / "w1" / "runs" / job.key
+    prov = json.loads((run / "provenance.json").read_text())
+    assert prov["start"] == f"path:{folder.resolve()}" and prov["weights"] == job.weights
+    assert prov["checkpoint"] == job.identity["checkpoint"]
+    assert json.loads((run / "config.json").read_text())["model"] == "ckpt"
+    stamp = (run / "metrics.jsonl").stat().st_mtime_ns
+    assert remote.run_job(replace(job, cache=str(tmp_path / "w1")), files) == record
+    assert (run / "metrics.jsonl").stat().st_mtime_ns == stamp    # found finished
+    with pytest.raises(remote.RunFailed, match="not readable on"):
+        remote.run_job(replace(job, cache=str(tmp_path / "w2")))
+    away.rename(folder)
+    assert remote.run_job(replace(job, cache=str(tmp_path / "w2")))["row"] == record["row"]
+    other = {**files, "model.safetensors": b"0" + files["model.safetensors"][1:]}
+    with pytest.raises(remote.RunFailed, match="not those the driver read"):
+        remote.run_job(replace(job, cache=str(tmp_path / "w3")), other)
+    tiny_lm(layers=1, seed=1).save_pretrained(folder)             # the folder changes
+    with pytest.raises(remote.RunFailed, match="the folder changed since"):
+        remote.run_job(replace(job, cache=str(tmp_path / "w4")))
+    assert not (tmp_path / "w3" / "runs" / job.key).exists()
 
 
 @pytest.mark.cluster
