@@ -197,7 +197,9 @@ def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_P
     its calibrated ``tau`` and ``K``, ``prompts`` prompts of one GRPO batch of seed ``seed``;
     ``cfg``: a ``TrainConfig`` for the batch, default the ``matched`` recipe's), summarised as
     :func:`~tailtheory.lopti.decisive.store.decisive_share` does: the lowest bin's
-    ``token_frac``, ``decisive_share``, ``helps``, ``hurts`` and ``format_breaking``."""
+    ``token_frac``, ``decisive_share`` (NaN below the reporting floor of 200 tokens of 40
+    prompts, the counts in ``share_note``), excess mean ``D``, ``helps``, ``hurts`` and
+    ``format_breaking``."""
     data = measure_decisiveness(model, task, cfg or grpo_config("matched"), (seed,), 1, cal.K,
                                 OTHERS, prompts, cal.TAU, progress=False)
     return decisive_share({"policy": data})["policy"]

@@ -36,7 +36,7 @@ def _share(recipe: str):
             data = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement:
         return "not measured"
-    return round(decisive_store.decisive_share(data)["warm"]["decisive_share"], 3)
+    return decisive_store.share_text(recipe, data)
 
 
 def _at_both_ends(main: Evidence, decide, profile: str) -> Evidence:

@@ -15,4 +15,5 @@ from tailtheory.lopti import learn_probes as _learn_probes  # noqa: F401
 from tailtheory.lopti.decisive import calibration as _calibration  # noqa: F401
 from tailtheory.lopti.decisive import frontier as _frontier  # noqa: F401
 from tailtheory.lopti.decisive import designs as _designs  # noqa: F401
+from tailtheory.lopti.decisive import gate as _gate  # noqa: F401
 from tailtheory.lopti.decisive import store as _store  # noqa: F401

@@ -101,7 +101,8 @@ def _quantities() -> tuple[Quantity, ...]:
                      f"sampled response tokens with pi_old < eta = {LOPTI_ETA:g} (Lopti's first "
                      "pass)", sum(LOPTI_FIG1A[:2]), fig1a + ", its first two bins")]
     out += [Quantity(DECISIVE_SHARE, LOPTI_ONE_STEP + LOPTI_TRAINING,
-                     "sampled tokens with pi_old in [0, 0.25] that decide the answer (D >= tau)")]
+                     "sampled tokens with pi_old in [0, 0.25] called decisive (D - 2 se >= "
+                     "tau; blank below 200 tokens of 40 prompts)")]
     out += [Quantity(f"lopti/adv_abs_b{b}", ("L4", "L5"),
                      f"mean |A| of response tokens with pi_old in {_bin(b)}") for b in range(4)]
     out += [Quantity("lopti/grad_share_low", ("L4",), "||grad L_[0,.25]|| / ||grad L_all||",

@@ -199,8 +199,11 @@ def test_the_report_prints_each_verdict_and_with_costs_the_parts_seconds(tmp_pat
 def test_decisive_numbers_on_a_tiny_model_and_per_rung(tiny):
     cfg = replace(grpo_config("learn"), prompts_per_step=2, group_size=2)
     d = size.decisive_numbers(*tiny, seed=1, cfg=cfg, prompts=1)
-    assert set(d) == {"token_frac", "decisive_share", "helps", "hurts", "format_breaking"}
+    assert {"token_frac", "decisive_share", "helps", "hurts", "format_breaking", "excess_D",
+            "tokens", "prompts", "share_note"} <= set(d)
     assert 0.0 <= d["token_frac"] <= 1.0
+    # one prompt's tokens: below the reporting floor, so no share, the counts said
+    assert d["decisive_share"] != d["decisive_share"] and "not reportable" in d["share_note"]
     stored = {"base": {"decisive": {"1": {"decisive_share": 0.1, "token_frac": 0.2},
                                     "2": {"decisive_share": 0.3, "token_frac": 0.4}}},
               "w192": {"tail": {"1": {}}}}

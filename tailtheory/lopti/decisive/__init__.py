@@ -20,4 +20,6 @@ in closed form, lives with the tests: ``tests/lopti/decisive/scripted.py``):
   (``results/decisive_frontier.json``).
 - ``designs``: the search, in a fixed order, for a recipe where those tokens decide and GRPO
   learns (study ``decide_designs``).
+- ``gate``: the decisiveness gate a design that learns must pass
+  (``results/decide_design_gate.json``).
 """

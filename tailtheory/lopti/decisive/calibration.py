@@ -40,6 +40,7 @@ from tailtheory.engine.threads import model_threads
 from tailtheory.engine.trainer import rollout_config, step_problems
 from tailtheory.experiments.policies import grpo_config, policies_identity, probed_policy
 from tailtheory.lopti.decisive.branches import LEGACY_SAMPLER, branch_values, sampler_config
+from tailtheory.lopti.decisive.noise import se_before_after
 from tailtheory.lopti.decisive.probe import FREE_ROLES, batch_responses, token_roles
 from tailtheory.lopti.onestep import probe_batch
 
@@ -68,11 +69,17 @@ K_CHOICES = (16, 32, 64, 128)
 SE_FRACTION = 1 / 3
 """``K``: the standard error of ``D`` at most ``tau / 3`` (for 90% of the calibration tokens)."""
 
-VERSION = 1
+VERSION = 2
+"""Version 2 (the rule of 2026-11-29, ``paper_repro.md``): the branches coupled, the free
+tokens' standard error reported before and after coupling. Version 1 (``inverse_cdf``, not named
+in its config) set the first ``tau`` = 0.081 and ``K`` = 64."""
 
-SAMPLER = LEGACY_SAMPLER
-"""The branches' pairing of the stored calibration (``inverse_cdf``, not named in its config);
-the recalibration under the rule of 2026-11-29 (``paper_repro.md``) uses ``coupled``."""
+SAMPLER = "coupled"
+"""The branches' pairing of the calibration (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`)."""
+
+BEFORE = LEGACY_SAMPLER
+"""The pairing the free tokens are probed with a second time, on the same tokens and seeds, to
+report their standard error before coupling (``se_before_after``)."""
 
 COMMAND = measure_command("decisive_calibration")
 
@@ -92,11 +99,12 @@ def calibration_config() -> dict:
     return {"version": VERSION, **policies_identity(CAL_RECIPE), "K": CAL_K, "free": CAL_FREE,
             "fork": CAL_FORK, "prompts": CAL_PROMPTS, "p_max": P_MAX,
             "free_called_max": FREE_CALLED_MAX, "k_choices": list(K_CHOICES),
-            "se_fraction": SE_FRACTION, **sampler_config(SAMPLER)}
+            "se_fraction": SE_FRACTION, **sampler_config(SAMPLER), "before": BEFORE}
 
 
 def measure_calibration(progress: bool = True) -> dict:
-    """Probe the calibration tokens (module docstring); returns every probed token's ``role``,
+    """Probe the calibration tokens (module docstring), coupled, and the free ones again with
+    :data:`BEFORE`; returns every probed token's ``role``,
     ``p``, ``D``, ``D_se``, ``effect``, the threshold and ``K`` they give, and the warm start's
     fingerprint and the machine (:func:`~tailtheory.core.provenance.measured_on`)."""
     model, task = probed_policy("warm", CAL_RECIPE, progress)
@@ -118,13 +126,19 @@ def measure_calibration(progress: bool = True) -> dict:
             pick = torch.randperm(len(cand), generator=gen)[:n_max].tolist()
             pos += [cand[k] for k in sorted(pick)]
         rc = rollout_config(cfg, task)
-        out = branch_values(model, task, [problems[b // cfg.group_size] for b in range(n)],
-                            responses, pos, CAL_K, rc.max_new_tokens, rc.temperature, seed=77,
-                            progress=progress, sampler=SAMPLER)
+        probs = [problems[b // cfg.group_size] for b in range(n)]
+        out = branch_values(model, task, probs, responses, pos, CAL_K, rc.max_new_tokens,
+                            rc.temperature, seed=77, progress=progress, sampler=SAMPLER)
+        free = [(b, t) for b, t in pos if roles[b][t] in FREE_ROLES]
+        old = branch_values(model, task, probs, responses, free, CAL_K, rc.max_new_tokens,
+                            rc.temperature, seed=77, progress=progress, sampler=BEFORE)
+    keys = ("D", "D_se", "effect", "gap", "gap_se")
     tokens = [{"row": b, "t": t, "role": roles[b][t], "p": float(pi[b, t]),
-               **{k: float(out[k][i]) for k in ("D", "D_se", "effect", "gap", "gap_se")}}
-              for i, (b, t) in enumerate(pos)]
-    return {"tokens": tokens, **choose(tokens), **named}
+               **{k: float(out[k][i]) for k in keys}} for i, (b, t) in enumerate(pos)]
+    before = [{"row": b, "t": t, "role": roles[b][t], "p": float(pi[b, t]),
+               **{k: float(old[k][i]) for k in keys}} for i, (b, t) in enumerate(free)]
+    return {"tokens": tokens, "before": before, **choose(tokens),
+            "se_before_after": se_before_after(before, tokens), **named}
 
 
 def choose(tokens: list[dict]) -> dict:

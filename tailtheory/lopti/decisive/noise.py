@@ -1,6 +1,7 @@
 """Decisiveness with its noise shown: what of ``D`` is signal, and which calls the noise allows.
 
-Source: issue 59 part 0. ``tau`` is the 90th percentile of ``D`` on free tokens
+Source: the ledger's rule of 2026-11-29 (``paper_repro.md``, "Decisiveness with its noise
+shown"). ``tau`` is the 90th percentile of ``D`` on free tokens
 (:mod:`tailtheory.lopti.decisive.calibration`), so a free token is called decisive about 10% of
 the time, and at ``K = 64`` the per-token standard error of ``D`` (0.057) sits next to ``tau``
 (0.081): a share of ``D >= tau`` over a few dozen tokens is mostly the estimator's noise floor.

@@ -83,26 +83,40 @@ def token_roles(task, response: list[int]) -> list[str] | None:
 
 
 def probe_positions(pi_old: torch.Tensor, mask: torch.Tensor, others: int,
-                    generator: torch.Generator) -> tuple[list[tuple[int, int]], np.ndarray]:
-    """Every lowest-bin token of ``mask`` and ``others`` of the rest drawn without replacement:
-    ``((row, t) list, weight per position)``; a weight is the inverse of its stratum's sampled
-    fraction (1 for the lowest bin). Shapes: pi_old, mask (B, T)."""
+                    generator: torch.Generator, low_max: int | None = None
+                    ) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Every lowest-bin token of ``mask`` (at most ``low_max`` of them, drawn without
+    replacement, when given) and ``others`` of the rest drawn without replacement: ``((row, t)
+    list, weight per position)``; a weight is the inverse of its stratum's sampled fraction (1
+    for a lowest bin probed whole). Positions are in row-major order within each stratum.
+    Shapes: pi_old, mask (B, T)."""
     bins = prob_bins(pi_old.double().clamp(0, 1))
-    low = (mask & (bins == 0)).nonzero().tolist()
+    low_all = (mask & (bins == 0)).nonzero()
     rest = (mask & (bins > 0)).nonzero()
+    n_low = len(low_all) if low_max is None else min(check_positive_int(low_max, "low_max"),
+                                                       len(low_all))
+    low = _draw_rows(low_all, n_low, generator) if n_low < len(low_all) else low_all.tolist()
     k = min(int(others), len(rest))
     pick = rest[torch.randperm(len(rest), generator=generator)[:k]].tolist() if k else []
-    w = np.concatenate([np.ones(len(low)), np.full(k, len(rest) / max(k, 1))])
+    w = np.concatenate([np.full(len(low), len(low_all) / max(len(low), 1)),
+                        np.full(k, len(rest) / max(k, 1))])
     return [tuple(x) for x in low + pick], w
+
+
+def _draw_rows(rows: torch.Tensor, k: int, generator: torch.Generator) -> list:
+    """``k`` of ``rows`` drawn without replacement, kept in their order."""
+    keep = torch.randperm(len(rows), generator=generator)[:k].sort().values
+    return rows[keep].tolist()
 
 
 def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int = 32,
                          others: int = OTHERS, prompts: int = PROBE_PROMPTS,
                          tau: float | None = None, progress: bool = True,
-                         sampler: str = SAMPLERS[0]) -> dict:
+                         sampler: str = SAMPLERS[0], low_max: int | None = None) -> dict:
     """Probe ``batches`` GRPO batches per seed of the :class:`~tailtheory.engine.config.TrainConfig`
     ``cfg`` (task, sizes, temperature) from ``model`` (module docstring), the branches paired by
-    ``sampler`` (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`). Returns
+    ``sampler`` (:data:`~tailtheory.lopti.decisive.branches.SAMPLERS`), at most ``low_max``
+    lowest-bin tokens a batch (:func:`probe_positions`; default all). Returns
     ``{"tokens": [per probed token dict], "batches": [per batch counts]}``: each token with
     ``seed``, ``batch``, ``row``, ``prompt`` (``row // G``), ``t``, ``p`` (``pi_old``), ``bin``,
     ``adv``, ``role``, ``weight``, ``D``, ``D_se``, ``gap``, ``gap_se``, ``effect``; each batch
@@ -119,13 +133,14 @@ def measure_decisiveness(model, task, cfg, seeds=(1,), batches: int = 1, K: int 
             gen = model_generator(model, s)
             for i in range(batches):
                 tokens_i, counts_i = _one_batch(model, task, c, engine, gen, i, K, others,
-                                                prompts, tau, progress, sampler)
+                                                prompts, tau, progress, sampler, low_max)
                 tokens += tokens_i
                 counts.append({"seed": s, "batch": i, **counts_i})
     return {"K": K, "tokens": tokens, "batches": counts}
 
 
-def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progress, sampler):
+def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progress, sampler,
+               low_max=None):
     pb = probe_batch(model, task, cfg, engine, gen, i)
     G = cfg.group_size
     n = min(prompts, cfg.prompts_per_step) * G
@@ -134,7 +149,7 @@ def _one_batch(model, task, cfg, engine, gen, i, K, others, prompts, tau, progre
     problems = step_problems(i, cfg, task)
     probs = [problems[b // G] for b in range(n)]
     pos, w = probe_positions(pi_old, resp_mask, others,
-                             torch.Generator().manual_seed(7919 * cfg.seed + i))
+                             torch.Generator().manual_seed(7919 * cfg.seed + i), low_max)
     rc = rollout_config(cfg, task)
     out = branch_values(model, task, probs, responses, pos, K, rc.max_new_tokens,
                         rc.temperature, seed=1_000 * cfg.seed + i, progress=progress,

@@ -3,6 +3,8 @@ its key, the share it reports, and a stale store refused."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from provenance_check import check_named, two_policies
@@ -21,13 +23,39 @@ def test_config_keys_each_recipe_s_policies_and_the_calibration():
         ds.decisive_config("full")
 
 
-def test_decisive_share_reads_the_lowest_bin_of_each_policy():
+def test_decisive_share_below_the_floor_is_not_reported():
     shares = ds.decisive_share({"warm": _data(), "mid": _data()})
     assert set(shares) == {"warm", "mid"}
-    # the hand-written batch: 2 of its 4 lowest-bin tokens reach tau when tau <= 0.2
-    expected = 0.5 if ds.cal.TAU <= 0.2 else 0.25 if ds.cal.TAU <= 0.3 else 0.0
-    assert shares["warm"]["decisive_share"] == pytest.approx(expected)
-    assert shares["warm"]["format_breaking"] == pytest.approx(0.25)
+    w = shares["warm"]
+    assert math.isnan(w["decisive_share"]) and (w["tokens"], w["prompts"]) == (4, 1)
+    assert w["share_note"].startswith("not reportable: 4 tokens of 1 prompts")
+    assert w["format_breaking"] == pytest.approx(0.25)
+    assert w["token_frac"] == pytest.approx(4 / 24)
+
+
+def _many(decisive: int, free: int, prompts: int) -> dict:
+    """A policy's lowest bin of ``decisive`` tokens far above tau and ``free`` ones at 0, each
+    with a small se, spread over ``prompts`` prompts (G = 8 rows each)."""
+    toks = [{"seed": 1, "batch": 0, "row": 8 * (k % prompts), "t": k // prompts, "p": 0.1,
+             "bin": 0, "adv": 1.0, "role": "fork", "weight": 1.0, "D": d, "D_se": 0.01,
+             "gap": d, "gap_se": 0.01, "effect": d}
+            for k, d in enumerate([ds.cal.TAU + 0.3] * decisive + [0.0] * free)]
+    counts = {r: [0] * 4 for r in ("synonym", "order", "fork", "scaffold", "off_path", "junk")}
+    return {"K": 64, "tokens": toks, "batches": [{"seed": 1, "batch": 0, "responses": 8 * prompts,
+                                                  "count": [len(toks), 0, 0, 0],
+                                                  "count_role": counts}]}
+
+
+def test_decisive_share_above_the_floor_has_its_interval():
+    v = ds.decisive_share({"warm": _many(120, 120, 48)})["warm"]
+    assert (v["tokens"], v["prompts"]) == (240, 48)
+    assert v["decisive_share"] == pytest.approx(0.5)
+    assert "[" in v["share_note"] and "of 240 tokens of 48 prompts" in v["share_note"]
+    # excess mean D: the decisive half's D less the noise expectation sqrt(2/pi) x 0.01
+    assert v["excess_D"] == pytest.approx((ds.cal.TAU + 0.3) / 2 - math.sqrt(2 / math.pi) * 0.01)
+    assert v["excess_D_low"] <= v["excess_D"] <= v["excess_D_high"]
+    # 39 prompts: below the floor however many tokens
+    assert math.isnan(ds.decisive_share({"warm": _many(150, 150, 39)})["warm"]["decisive_share"])
 
 
 def test_a_missing_store_is_refused(tmp_path, monkeypatch):

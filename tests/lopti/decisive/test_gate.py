@@ -1,0 +1,58 @@
+"""The design search's decisiveness gate (``tailtheory/lopti/decisive/gate.py``): its key, the
+rule on both policies, a design's policies and the refusal when no design is chosen."""
+
+from __future__ import annotations
+
+import pytest
+
+from tailtheory.lopti.decisive import gate
+from tests.lopti.decisive.test_store import _many
+
+
+def test_config_names_the_probe_and_the_seed():
+    c = gate.gate_config()
+    assert c["sampler"] == "coupled" and c["gate_seed"] == gate.GATE_SEED
+    assert c["policies"] == ["warm", "mid"] and c["tau"] == gate.cal.TAU
+
+
+def _entry(decisive_warm=120, decisive_mid=120):
+    return {"warm": _many(decisive_warm, 240 - decisive_warm, 48),
+            "mid": _many(decisive_mid, 240 - decisive_mid, 48)}
+
+
+def test_gate_needs_both_numbers_on_both_policies():
+    # every probed token is in the lowest bin (token share 1.0); excess mean D about
+    # share x (tau + 0.3)
+    high = gate.gate_verdict(_entry(), matched_excess=0.01, group_size=8)
+    assert high["passes"] and high["need_excess_D_low"] == pytest.approx(0.03)
+    # the half-way policy's excess D below 3x matched's: fails
+    low = gate.gate_verdict(_entry(decisive_mid=2), matched_excess=0.01, group_size=8)
+    assert not low["passes"] and low["policies"]["warm"]["excess_D_low"] >= 0.03
+    with pytest.raises(ValueError, match="missing"):
+        gate.gate_verdict({"warm": _entry()["warm"]}, 0.01, 8)
+
+
+def test_gate_reads_the_token_share():
+    e = _entry()
+    e["mid"]["batches"][0]["count"] = [240, 0, 0, 10_000]      # 2.3% of tokens in the bin
+    assert not gate.gate_verdict(e, 0.0, 8)["passes"]
+
+
+def test_policies_of_a_design(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gate, "load_start", lambda cfg: calls.append(("warm", cfg)) or "w")
+    monkeypatch.setattr(gate, "mid_policy",
+                        lambda progress, cfg, step: calls.append(("mid", cfg, step)) or "m")
+    assert gate.design_policy("g16", "warm") == "w"
+    assert gate.design_policy("g16", "mid", progress=False) == "m"
+    _, cfg, step = calls[1]
+    assert (cfg.group_size, cfg.seed, cfg.device, step) == (16, gate.GATE_SEED, "cpu", 100)
+    with pytest.raises(ValueError, match="unknown policy"):
+        gate.design_policy("g16", "late")
+
+
+def test_nothing_to_gate_before_a_design_learns(monkeypatch):
+    monkeypatch.setattr(gate, "load_done", lambda study: {})
+    monkeypatch.setattr(gate, "design_table", lambda data: [])
+    with pytest.raises(ValueError, match="no design to gate"):
+        gate.measure_chosen(progress=False)
