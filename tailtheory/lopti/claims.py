@@ -116,7 +116,7 @@ def _l6(profile: str) -> Evidence:
 
 
 @register("L1", paper="LOPTI", statement="A token's gradient magnitude scales with 1 - p (through "
-          "the network, not only at the logits)", expected=Verdict.PENDING)
+          "the network, not only at the logits)", expected=Verdict.NOT_REPRODUCED)
 def _l1(profile: str) -> Evidence:
     with as_context():
         today = measurement.l1_evidence(measurement.probe_data(profile))
@@ -128,14 +128,14 @@ def _l1(profile: str) -> Evidence:
 
 @register("L4", paper="LOPTI", statement="Figure 1: per-bin gradient norms decrease with pi_old; "
           "updating only the lowest bin moves every bin like updating all, the highest alone "
-          "moves little", expected=Verdict.PENDING)
+          "moves little", expected=Verdict.NOT_REPRODUCED)
 def _l4(profile: str) -> Evidence:
     return _regimes(learn_probes.l4_learn_evidence, "L4", profile)
 
 
 @register("L5", paper="LOPTI", statement="Figure 3: among A > 0 tokens of the top pi_old bin, "
           "AR and Lopti raise the probability of more tokens than GRPO (~0.5)",
-          expected=Verdict.PENDING)
+          expected=Verdict.NOT_REPRODUCED)
 def _l5(profile: str) -> Evidence:
     return _regimes(learn_probes.l5_learn_evidence, "L5", profile)
 
