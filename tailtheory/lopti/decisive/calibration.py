@@ -83,15 +83,17 @@ report their standard error before coupling (``se_before_after``)."""
 
 COMMAND = measure_command("decisive_calibration")
 
-TAU = 0.081
-"""The threshold, in reward units, as calibrated (``results/decisive_calibration.json``): 10% of
-the 200 free-slot tokens reach it at K = 64. Fixed; every later measurement uses it."""
+TAU = 0.06
+"""The threshold, in reward units, as calibrated under version 2 (coupled branches,
+``results/decisive_calibration.json``): 10% of the 200 free-slot tokens reach it at K = 64
+(version 1, ``inverse_cdf``: 0.081). Fixed; every later measurement uses it."""
 
 K = 64
 """Rollouts a branch, as calibrated: no choice up to 128 brings the free tokens' standard error
-to ``TAU / 3`` (0.057 for 90% of them at K = 64; the bound needs K of about 280), so ``K`` is
-the calibration's own, and a single token's call is noisy (shares over hundreds of tokens are
-what the measurements report)."""
+to ``TAU / 3`` (0.038 for 90% of them at K = 64 coupled, 0.055 on the same tokens uncoupled; the
+bound needs K of about 240), so ``K`` is the calibration's own, and a single token's call is
+noisy: the three-way calls and the reporting floor of :mod:`tailtheory.lopti.decisive.noise`
+say how noisy."""
 
 
 def calibration_config() -> dict:
