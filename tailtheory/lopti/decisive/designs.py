@@ -153,14 +153,17 @@ def design_table(data) -> list[dict]:
     return rows
 
 
-def chosen(table: list[dict]) -> tuple[str | None, str]:
-    """``(design, reason)``: the first design in order that learns on both tuning seeds, judged
-    only once every earlier design has both seeds stored; ``None`` with the reason otherwise."""
+def chosen(table: list[dict], failed: tuple = ()) -> tuple[str | None, str]:
+    """``(design, reason)``: the first design in order that learns on both tuning seeds and is
+    not in ``failed`` (the designs that failed the decisiveness gate,
+    :mod:`tailtheory.lopti.decisive.gate`), judged only once every earlier design has both seeds
+    stored; ``None`` with the reason otherwise."""
     for d in DESIGNS:
         mine = {r["seed"]: r for r in table if r["design"] == d.name}
         if set(mine) != set(TUNING_SEEDS):
             return None, f"design {d.name} has seeds {sorted(mine)} of {list(TUNING_SEEDS)}"
-        if all(r["learns"] for r in mine.values()):
+        if all(r["learns"] for r in mine.values()) and d.name not in failed:
             gains = ", ".join(f"{mine[s]['gain']:+.3f}" for s in TUNING_SEEDS)
             return d.name, f"{d.name} learns on seeds {list(TUNING_SEEDS)} (gains {gains})"
-    return None, "no design learns on both tuning seeds: the frontier is the table"
+    return None, ("no design learns on both tuning seeds and passes the gate: the frontier is "
+                  "the table")

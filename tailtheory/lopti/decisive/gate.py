@@ -116,10 +116,25 @@ def gate_verdict(entry: dict, matched_excess: float, group_size: int) -> dict:
     return out
 
 
+def failed_designs(matched_excess: float) -> tuple:
+    """The designs whose stored gate (both policies) fails it against ``matched_excess``."""
+    return tuple(name for name, entry in stored_data().items()
+                 if all(p in entry for p in POLICIES)
+                 and not gate_verdict(entry, matched_excess, design_config(name, GATE_SEED)
+                                      .group_size)["passes"])
+
+
+def matched_excess() -> float:
+    """The ``matched`` recipe's warm-start excess mean ``D`` (``results/decisive_matched.json``)."""
+    data = store.decisive_data("quick", "matched")
+    return store.decisive_share(data, 8)["warm"]["excess_D"]
+
+
 def measure_chosen(progress: bool = True) -> dict:
-    """:func:`measure_gate` of the design :func:`~tailtheory.lopti.decisive.designs.chosen` by
-    the stored tuning runs; a ``ValueError`` saying why when none is chosen yet."""
-    name, why = chosen(design_table(load_done(STUDY)))
+    """:func:`measure_gate` of the first design that learns and has not failed the gate
+    (:func:`~tailtheory.lopti.decisive.designs.chosen`); a ``ValueError`` saying why when there
+    is none yet."""
+    name, why = chosen(design_table(load_done(STUDY)), failed_designs(matched_excess()))
     if name is None:
         raise ValueError(f"no design to gate: {why} (tailtheory study {STUDY.name})")
     measure_gate(name, progress)

@@ -73,3 +73,12 @@ def test_the_first_design_in_order_that_learns_on_both_seeds_is_chosen():
     assert got is None and names[0] in why
     got, why = dd.chosen(_table({n: (False, True) for n in names}))
     assert got is None and "frontier" in why
+
+
+def test_a_design_that_failed_the_gate_is_passed_over():
+    names = [d.name for d in dd.DESIGNS]
+    table = _table({names[0]: (False, False), names[1]: (True, True), names[2]: (True, True)})
+    assert dd.chosen(table)[0] == names[1]
+    assert dd.chosen(table, failed=(names[1],))[0] == names[2]
+    got, why = dd.chosen(table, failed=(names[1], names[2]))
+    assert got is None and names[3] in why

@@ -54,5 +54,6 @@ def test_policies_of_a_design(monkeypatch):
 def test_nothing_to_gate_before_a_design_learns(monkeypatch):
     monkeypatch.setattr(gate, "load_done", lambda study: {})
     monkeypatch.setattr(gate, "design_table", lambda data: [])
+    monkeypatch.setattr(gate, "matched_excess", lambda: 0.0)
     with pytest.raises(ValueError, match="no design to gate"):
         gate.measure_chosen(progress=False)
