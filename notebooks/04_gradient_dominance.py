@@ -256,6 +256,56 @@ else:
                 provenance("stored", "quick", "results/decisive_frontier.json"))
 
 # %% [markdown]
+# ### Decisiveness with its noise shown, and the search for a recipe that learns there
+#
+# A share of `D >= tau` over a few dozen tokens is mostly the estimator's noise (any free token
+# reaches `tau`, the 90th percentile of free tokens' `D`, a tenth of the time). Under the
+# ledger's rule the branches are coupled, and each policy's lowest bin is reported as its
+# **excess mean D** (mean `D` less its noise expectation `sqrt(2/pi) mean(se)`) with a
+# prompt-clustered 95% interval, its three-way calls (decisive when `D - 2 se >= tau`, free when
+# `D + 2 se < tau`, else undetermined), and a decisive share only from at least 200 tokens of 40
+# prompts. Below, every recipe's policies and the design search's (study `decide_designs`:
+# six designs in a fixed order, tuning seeds 21 and 22, `results/decide_designs.json`; the
+# gate, `results/decide_design_gate.json`, asks of the first design that learns at least 9.6%
+# of its sampled tokens in the lowest bin at its warm start and half-way, and an excess mean D
+# at least 3x `matched`'s).
+
+# %%
+from tailtheory.experiments.incremental import load_done
+from tailtheory.lopti.decisive import designs as decisive_designs, gate as decisive_gate, noise as decisive_noise
+
+noise = {}
+for recipe in decisive_store.RECIPES:
+    try:
+        stored = decisive_store.decisive_data("quick", recipe)
+    except StaleMeasurement as exc:
+        print(f"{recipe}: {exc}")
+        continue
+    for policy, data in stored.items():
+        noise[f"{recipe} {policy}"] = decisive_noise.noise_summary(data, decisive_store.cal.TAU, 8)
+for name, entry in decisive_gate.stored_data().items():
+    for policy, data in entry.items():
+        noise[f"design {name} {policy}"] = decisive_noise.noise_summary(
+            data, decisive_store.cal.TAU, decisive_designs.design_config(name, 21).group_size)
+if noise:
+    ref = noise.get("matched warm")
+    fig, df_noise = decisive_noise.plot_excess(
+        noise, None if ref is None else decisive_gate.FACTOR * ref["excess_D"])
+    show_figure(fig, "decisive_excess", df_noise,
+                provenance("stored", "quick", "results/decisive_<recipe>.json, "
+                           "results/decide_design_gate.json"))
+    print(df_noise.drop(columns=["share"]).round(3).to_string(index=False))
+
+# %%
+designs_table = decisive_designs.design_table(load_done(decisive_designs.STUDY))
+if designs_table:
+    fig, df_designs = decisive_designs.plot_designs(designs_table)
+    show_figure(fig, "decide_designs", df_designs,
+                provenance("stored", "quick", "results/decide_designs.json"))
+    print(df_designs[["design", "seed", "warm", "final", "gain", "format_first", "format_last",
+                      "learns"]].round(3).to_string(index=False))
+
+# %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)
 #
 # GRPO batches drawn from the warm start with the engine's own rollout, $\pi_\text{old}$ and group

@@ -209,3 +209,41 @@ def noise_text(summary: dict) -> str:
             f"(prompt-clustered {LEVEL:.0%}); calls "
             + " / ".join(f"{calls[c]} {c}" for c in CALLS)
             + f"; decisive share (D - 2 se >= tau) {s['share']['note']}")
+
+
+def plot_excess(summaries: dict, reference: float | None = None):
+    """The lowest bin's excess mean ``D`` of each policy (``summaries``: name ->
+    :func:`noise_summary`) with its prompt-clustered interval, and its three-way calls as stacked
+    bars; ``reference`` (optional) dotted across the first panel (e.g. 3x ``matched``'s).
+    Returns ``(figure, table)``: one row per name with the counts, excess ``D`` and its interval,
+    the calls and the share or why it is not reported."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    rows = []
+    for name, s in summaries.items():
+        calls = {c: sum(v[c] for v in s["calls"].values()) for c in CALLS}
+        rows.append({"policy": name, "tokens": s["tokens"], "prompts": s["prompts"],
+                     "excess_D": s["excess_D"], "low": s["excess_D_low"],
+                     "high": s["excess_D_high"], **calls, "share": s["share"]["note"]})
+    df = pd.DataFrame(rows)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    y = np.arange(len(df))
+    a.errorbar(df["excess_D"], y, xerr=[df["excess_D"] - df["low"], df["high"] - df["excess_D"]],
+               fmt="o", color="C3", capsize=3)
+    if reference is not None:
+        a.axvline(reference, ls=":", color="0.4")
+    a.axvline(0, color="0.8", lw=0.8)
+    a.set_yticks(y, [f"{p} ({t} tok, {m} prompts)" for p, t, m in
+                     zip(df["policy"], df["tokens"], df["prompts"])], fontsize=7)
+    a.set_xlabel(f"excess mean D of the lowest bin ({LEVEL:.0%}, prompts resampled)")
+    left = np.zeros(len(df))
+    for c, color in zip(CALLS, ("C3", "C0", "0.7")):
+        frac = df[c] / df[list(CALLS)].sum(axis=1).clip(lower=1)
+        b.barh(y, frac, left=left, color=color, label=c)
+        left += frac
+    b.set_yticks(y, [])
+    b.set_xlabel("share of the lowest bin's probed tokens")
+    b.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig, df

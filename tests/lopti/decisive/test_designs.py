@@ -82,3 +82,15 @@ def test_a_design_that_failed_the_gate_is_passed_over():
     assert dd.chosen(table, failed=(names[1],))[0] == names[2]
     got, why = dd.chosen(table, failed=(names[1], names[2]))
     assert got is None and names[3] in why
+
+
+def test_plot_designs_draws_each_design_and_seed():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    names = [d.name for d in dd.DESIGNS]
+    table = [{**r, "gain": 0.2 if r["learns"] else 0.05}
+             for r in _table({names[0]: (True, False), names[1]: (True, True)})]
+    fig, df = dd.plot_designs(table)
+    assert len(fig.axes[0].patches) == 4 and list(df["design"]) == [names[0]] * 2 + [names[1]] * 2
+    assert [p.get_alpha() for p in fig.axes[0].patches] == [1.0, 1.0, 0.35, 1.0]

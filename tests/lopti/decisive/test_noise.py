@@ -101,3 +101,14 @@ def test_noise_summary_of_a_measurement_and_the_se_before_and_after():
     cmp = dn.se_before_after(before, after)
     assert cmp["before"]["median"] == 0.06 and cmp["after"]["n"] == 3
     assert cmp["median_ratio"] == pytest.approx(1 / 3)
+
+
+def test_plot_excess_shows_each_policy_with_its_interval_and_calls():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    s = dn.noise_summary(_data(), tau=0.1, group_size=8, n_boot=200)
+    fig, df = dn.plot_excess({"a": s, "b": s}, reference=0.05)
+    assert list(df["policy"]) == ["a", "b"] and (df["low"] <= df["excess_D"]).all()
+    assert df[list(dn.CALLS)].sum(axis=1).tolist() == [s["tokens"]] * 2
+    assert len(fig.axes) == 2 and "not reportable" in df["share"].iloc[0]
