@@ -28,11 +28,13 @@ truth-tellers in order, ``P0 P2``), from the task's supervised warm start (sampl
 people still to come and the end, and the reward reads it, so its low-probability tokens are
 decision forks, not paraphrase: the other end, from ``matched``, of what low-probability tokens
 do (:mod:`tailtheory.lopti.decisive.store`). What it matches of the papers: the share of tokens
-in LOPTI's lowest bin at its warm start (12.7%, paper 19.2%), two thirds of them decisive. What
-it does not: a worked reasoning trace (its responses are two to four tokens), the model's size
-(0.72M parameters, the papers' 1.5B-7B), and learning: its GRPO does not meet the learning rule
-of the other recipes, and half-way its lowest bin holds 7.0% of the tokens, 15% of them
-decisive (``docs/evidence.md``, "What low-probability tokens do", gives the designs tried).
+in LOPTI's lowest bin at its warm start (15.8%, paper 19.2%), of which a share 0.647 [0.572,
+0.721] is decisive (295 tokens of 90 prompts, ``results/decisive_decide.json``, under the
+ledger's rule of 2026-11-29). What it does not: a worked reasoning trace (its responses are two
+to four tokens), the model's size (0.72M parameters, the papers' 1.5B-7B), and learning: its
+GRPO does not meet the learning rule of the other recipes, and half-way its lowest bin holds
+6.7% of the tokens, too few for a decisive share (114 tokens of 61 prompts: not reportable)
+(``docs/evidence.md``, "What low-probability tokens do", gives the designs tried).
 """
 
 from __future__ import annotations

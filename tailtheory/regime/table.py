@@ -111,9 +111,16 @@ def regime_frame(recipes=DOC_RECIPES):
     return df
 
 
-def _num(x) -> str:
+NOT_REPORTABLE = "–"
+"""The cell of a decisive share below its reporting floor (200 lowest-bin tokens of 40 prompts):
+measured, not reported (:func:`tailtheory.lopti.decisive.store.decisive_share` gives NaN)."""
+
+
+def _num(x, key: str = "") -> str:
+    """A value in a cell: ``not measured`` for None or NaN, except the decisive share's NaN
+    (``key`` :data:`DECISIVE_SHARE`), which is :data:`NOT_REPORTABLE`."""
     if x is None or x != x:  # None or NaN
-        return "not measured"
+        return NOT_REPORTABLE if x is not None and key == DECISIVE_SHARE else "not measured"
     return f"{x:.3g}"
 
 
@@ -134,7 +141,7 @@ def markdown_table(rows: list[dict], recipes=DOC_RECIPES) -> str:
     for row in rows:
         paper = NOT_STATED if row["paper"] is None else f"{row['paper']:.3g} ({row['cite']})"
         cells = ([row["claims"], row["quantity"].replace("|", "\\|"), paper]
-                 + [_num(row[f"{r} {p}"]) for r, p in cols]
+                 + [_num(row[f"{r} {p}"], row["key"]) for r, p in cols]
                  + [_ratio(row[f"{r} {p} ratio"]) for r, p in cols]
                  + [row["regime-limited?"], row["testbed source"]])
         lines.append("| " + " | ".join(cells) + " |")
@@ -232,19 +239,22 @@ verdict cannot be told apart from "not in the paper's regime".
   So "in the paper's regime where compared" for L2, L3 and L6 means the histogram is, not the
   tokens' function: their NOT-REPRODUCED holds where low-probability tokens are reward-blind
   paraphrase; where they decide the answer it is open. What share of a 7B model's
-  low-probability tokens decide its answer the paper does not state: the row "decide the answer"
-  gives the testbed's share (`results/decisive_<recipe>.json`: tokens whose branch rollouts move
-  the expected reward by at least tau = 0.081, `tailtheory.lopti.decisive.branches`) against
-  "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive share not stated" where
-  no quantity lies outside 2x. Every such share is below the reporting floor the ledger wrote on
-  2026-11-29 (200 lowest-bin tokens of 40 prompts a policy; `paper_repro.md`, "Decisiveness with
-  its noise shown"): `matched` 53 of 501 and 19 of 392 tokens, `learn` 15 of 29 and 11 of 18, of
-  6 to 8 prompts. The `decide` recipe (Knights and Knaves answered by naming the
-  truth-tellers; `docs/evidence.md`) is the other end of that share, about two thirds of its
-  lowest bin at the warm start (17 of 25 tokens of 8 prompts, below the floor); its GRPO does
-  not learn by the rule, so only the one-step claims
-  L1, L4 and L5 are measured there (the same verdicts as on `matched`). The same holds for L1,
-  L4 and L5, on top of the third bin that marks them regime-limited.
+  low-probability tokens decide its answer the paper does not state: the row "called decisive"
+  gives the testbed's share (`results/decisive_<recipe>.json`, under the ledger's rule of
+  2026-11-29, `paper_repro.md`, "Decisiveness with its noise shown": tokens whose coupled branch
+  rollouts move the expected reward by at least tau = 0.060 with two standard errors to spare,
+  `tailtheory.lopti.decisive.noise`; blank where a policy has fewer than 200 lowest-bin tokens
+  of 40 prompts) against "{NOT_STATED}", and the reading of L1-L6 is "regime unknown: decisive
+  share not stated" where no quantity lies outside 2x. On `matched` it is 0.050 [0.028, 0.076]
+  of 300 tokens of 90 prompts at the warm start and 0.040 [0.019, 0.063] of 300 tokens of 88
+  prompts half-way (excess mean D 0.026 [0.016, 0.039] and 0.023 [0.013, 0.035]); on `learn`
+  0.476 [0.397, 0.553] of 290 tokens of 86 prompts at the warm start, not reportable half-way
+  (184 tokens of 74 prompts; excess mean D 0.386 [0.324, 0.451]). The `decide` recipe (Knights
+  and Knaves answered by naming the truth-tellers; `docs/evidence.md`) is the other end of that
+  share: 0.647 [0.572, 0.721] of 295 tokens of 90 prompts at the warm start, its excess mean D
+  0.248 [0.211, 0.291], 9.5x `matched`'s; its GRPO does not learn by the rule, so only the
+  one-step claims L1, L4 and L5 are measured there (the same verdicts as on `matched`). The same
+  holds for L1, L4 and L5, on top of the third bin that marks them regime-limited.
 
 """
 

@@ -5,7 +5,9 @@ import pytest
 
 from tailtheory.regime import table as rt
 from tailtheory.core.registry import Verdict, all_claims
-from tailtheory.regime.quantities import NEGATIVE, NOT_STATED, QUANTITIES
+from tailtheory.experiments.policies import grpo_config
+from tailtheory.lopti.decisive.store import decisive_data, decisive_share
+from tailtheory.regime.quantities import DECISIVE_SHARE, NEGATIVE, NOT_STATED, QUANTITIES
 
 
 def _limited(claims=("L1", "L4", "L5")) -> str:
@@ -30,11 +32,27 @@ def test_docs_regime_md_is_current():
 
 
 def test_every_quantity_is_measured_on_both_policies(rows):
+    """Every quantity has a value on both policies of ``learn``; the decisive share alone may be
+    NaN, and only where its store says "not reportable" (below the floor of 200 lowest-bin
+    tokens of 40 prompts), where the table shows it blank."""
+    shares = decisive_share(decisive_data("quick", "learn"), grpo_config("learn").group_size)
     assert [r["key"] for r in rows] == [q.key for q in QUANTITIES]
     for r in rows:
         for p in ("warm", "mid"):
             v = r[f"learn {p}"]
-            assert v is not None and v == v and v >= 0, (r["key"], p)
+            assert v is not None, (r["key"], p)
+            if r["key"] == DECISIVE_SHARE:
+                blank = shares[p]["share_note"].startswith("not reportable")
+                assert (v != v) == blank, (p, v, shares[p]["share_note"])
+                if blank:
+                    continue
+                assert v == shares[p]["decisive_share"], p
+            assert v == v and v >= 0, (r["key"], p)
+    md = rt.markdown_table(rows, ("learn",))
+    line = next(ln for ln in md.splitlines() if "called decisive" in ln)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert [c == rt.NOT_REPORTABLE for c in cells[3:5]] == [
+        shares[p]["share_note"].startswith("not reportable") for p in ("warm", "mid")]
 
 
 def test_ratios_are_testbed_over_paper(rows):
