@@ -244,6 +244,6 @@ def plot_excess(summaries: dict, reference: float | None = None):
         left += frac
     b.set_yticks(y, [])
     b.set_xlabel("share of the lowest bin's probed tokens")
-    b.legend(fontsize=7, loc="lower right")
+    b.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
     fig.tight_layout()
     return fig, df
