@@ -279,11 +279,11 @@ def _measure_arguments(m) -> None:
                    help="print what making NAME again costs and does, then stop")
 
 
-MEASURE_EPILOG = """Resuming: a study (`tailtheory study NAME`), `ladder`, `ladder_models`,
-`ladder_probes`, `v7_64`, `v7_units` and `v8_models` store each part as it finishes and continue
-from what is stored; `dose_ladder_calibration` stores each rung as it finishes but measures every
-rung again; every other measurement is stored once, at the end, and starts over when stopped (the
-warm starts and half-way policies it reads stay cached). `stale` exits 1 when a store is stale or
+MEASURE_EPILOG = """Resuming: a study (`tailtheory study NAME`), `decide_design_gate`, `ladder`,
+`ladder_models`, `ladder_probes`, `v7_64`, `v7_units` and `v8_models` store each part as it
+finishes and continue from what is stored; `dose_ladder_calibration` stores each rung as it
+finishes but measures every rung again; every other measurement is stored once, at the end, and
+starts over when stopped (the warm starts and half-way policies it reads stay cached). `stale` exits 1 when a store is stale or
 missing, 2 when one cannot be read."""
 
 

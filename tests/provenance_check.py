@@ -37,6 +37,8 @@ NAMED_BY: dict[str, str] = {
        for r in ("learn", "matched", "decide")},
     "decisive_frontier": f"{LOPTI}/decisive/test_frontier.py::"
                          "test_each_design_names_its_warm_start",
+    "decide_design_gate": f"{LOPTI}/decisive/test_gate.py::"
+                          "test_each_policy_of_a_design_names_its_start",
     "decisive_calibration": f"{LOPTI}/decisive/test_calibration.py::"
                             "test_the_calibration_names_the_warm_start",
     "m7_corpus_lm": "tests/mismatch/test_claims.py::test_m7_stores_name_their_models",

@@ -35,6 +35,10 @@ class RunDirError(ValueError):
     """``--out`` cannot be written by this run; the message says why and what to do."""
 
 
+class RunInUse(RunDirError):
+    """``--out`` is being written by another live process (it holds the run's lock)."""
+
+
 def is_run(path: str | Path) -> bool:
     """Whether ``path`` is a tailtheory run directory (holds :data:`MARKER`)."""
     return (Path(path) / MARKER).is_file()
@@ -132,7 +136,7 @@ def _locked(run: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise RunDirError(f"{run} is in use by another tailtheory process (pid {holder}); "
+            raise RunInUse(f"{run} is in use by another tailtheory process (pid {holder}); "
                               f"wait for it to finish or choose another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

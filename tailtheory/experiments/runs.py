@@ -31,7 +31,7 @@ from tailtheory.core.models import checkpoint_fingerprint
 from tailtheory.engine.checkpoint import read_metrics
 from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
 from tailtheory.engine.devices import resolve_device
-from tailtheory.engine.rundir import clear_run, wait_for_writer
+from tailtheory.engine.rundir import RunInUse, clear_run, wait_for_writer
 from tailtheory.engine.load import start_key
 from tailtheory.engine.load import read_provenance, warm_config
 from tailtheory.engine.start.warm_cache import cache_root, warm_weights
@@ -131,7 +131,13 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     if done >= cfg.steps:
         return out
     t0 = time.process_time()
-    train(cfg, resume=done > 0, progress=progress)
+    try:
+        train(cfg, resume=done > 0, progress=progress)
+    except RunInUse:
+        # another process began this run between the check above and the lock (two notebooks
+        # asking for one run at once): wait for it, then read or continue what it left
+        wait_for_writer(out)
+        return cached_run(cfg, progress)
     _add_cpu_seconds(out, time.process_time() - t0)
     return out
 

@@ -19,6 +19,7 @@ from tailtheory.engine import config as config_mod
 from tailtheory.experiments import runs
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.checkpoint import read_metrics
+from tailtheory.engine.rundir import RunInUse
 
 SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3, eval_every=1,
              eval_n=4, device="cpu")
@@ -55,6 +56,29 @@ def test_longer_request_continues_and_equals_a_straight_run(cache, tmp_path, mon
     monkeypatch.setenv("TAILTHEORY_CACHE", str(tmp_path / "other"))
     straight = _lines(runs.cached_run(replace(cfg, steps=2), progress=False))
     assert len(continued) == 2 and continued == straight
+
+
+def test_a_run_another_process_begins_first_is_waited_for_not_an_error(cache, monkeypatch):
+    """Two processes ask for one run at once: the one that loses the lock waits for the other
+    and then reads the finished run (the other process is played by a real run trained while
+    the first waits)."""
+    cfg = TrainConfig(**SMALL, steps=1)
+    real_train, calls = runs.train, []
+
+    def busy(c, **kw):
+        calls.append(c.out)
+        if len(calls) == 1:
+            raise RunInUse(f"{c.out} is in use by another tailtheory process (pid 1)")
+        return real_train(c, **kw)
+
+    def other_process_finishes(out):
+        if not runs.finished_steps(out):
+            real_train(replace(cfg, out=str(out)), progress=False)
+
+    monkeypatch.setattr(runs, "train", busy)
+    monkeypatch.setattr(runs, "wait_for_writer", other_process_finishes)
+    path = runs.cached_run(cfg, progress=False)
+    assert len(read_metrics(path)) == 1 and len(calls) == 1   # found finished, not retrained
 
 
 def test_cached_run_of_another_config_is_recomputed(capsys):

@@ -99,7 +99,8 @@ def test_every_study_is_registered_and_keyed_as_its_stored_measurement():
     assert set(found) == {"lopti_learn", "dvp_learn", "otb_learn", "mismatch_learn",
                           "mismatch_dose", "learn_curve", "matched_curve", "dvp_matched",
                           "lopti_matched", "decide_curve", "precision_matched", "dose_ladder",
-                          "upweight_decide", "top_entropy_decide", "random_tokens_decide"}
+                          "upweight_decide", "top_entropy_decide", "random_tokens_decide",
+                          "decide_designs"}
     for name, study in found.items():
         stored = json.loads((results_dir() / f"{name}.json").read_text())
         assert stored["command"] == study.command == f"tailtheory study {name}", name

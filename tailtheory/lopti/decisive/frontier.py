@@ -25,7 +25,7 @@ from tailtheory.engine.rollout.engine import FAST
 from tailtheory.engine.load import load_start, warm_config
 from tailtheory.engine.start.sft import config_hash
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
-from tailtheory.lopti.decisive import calibration as cal
+from tailtheory.lopti.decisive.branches import LEGACY_SAMPLER
 from tailtheory.lopti.decisive.probe import OTHERS, measure_decisiveness
 from tailtheory.lopti.decisive.report import bin_summary
 
@@ -43,6 +43,15 @@ LOW_MIN = 0.096
 
 VERSION = 1
 
+TAU, K = 0.081, 64
+"""The threshold and rollouts of the first calibration (version 1, ``inverse_cdf`` branches),
+under which this record was measured and is made again: the frontier is a record of the designs
+judged before the rule of 2026-11-29; the decisiveness of today's design search is
+:mod:`tailtheory.lopti.decisive.gate`'s."""
+
+SAMPLER = LEGACY_SAMPLER
+"""The branches' pairing of this record (version 1)."""
+
 COMMAND = measure_command("decisive_frontier")
 
 
@@ -57,7 +66,7 @@ def design_config(name: str) -> TrainConfig:
 
 def frontier_config() -> dict:
     """What the stored frontier is keyed by: each design's warm start and the sizes."""
-    return {"version": VERSION, "tau": cal.TAU, "K": cal.K, "prompts": PROMPTS,
+    return {"version": VERSION, "tau": TAU, "K": K, "prompts": PROMPTS,
             "others": OTHERS,
             "designs": {n: config_hash(warm_config(design_config(n))) for n in DESIGNS}}
 
@@ -70,8 +79,8 @@ def measure_frontier(progress: bool = True) -> dict:
         cfg = design_config(name)
         model, task = load_start(cfg)
         named = measured_on(model)
-        data = measure_decisiveness(model, task, cfg, (1,), 1, cal.K, OTHERS, PROMPTS, cal.TAU,
-                                    progress)
+        data = measure_decisiveness(model, task, cfg, (1,), 1, K, OTHERS, PROMPTS, TAU, progress,
+                                    sampler=SAMPLER)
         out[name] = {"point": point(data), "data": data, **named}
     return out
 
@@ -79,7 +88,7 @@ def measure_frontier(progress: bool = True) -> dict:
 def point(data: dict) -> dict:
     """The lowest bin of one measurement: ``token_frac``, ``decisive_share``, ``helps``,
     ``hurts``, ``format_breaking``."""
-    low = bin_summary(data, cal.TAU).iloc[0]
+    low = bin_summary(data, TAU).iloc[0]
     return {k: float(low[k]) for k in ("token_frac", "decisive_share", "helps", "hurts",
                                        "format_breaking")}
 
@@ -120,7 +129,7 @@ def plot_frontier(points: dict, recipes: dict | None = None):
 MEASURE = register_measure(Measure(
     "decisive_frontier", "the designs tried for the decide recipe: lowest-bin share against "
     "decisive share of each warm start (L2, L3, L6)",
-    f"not recorded; {len(DESIGNS)} warm starts (built when not cached), K = {cal.K} rollouts a "
+    f"not recorded; {len(DESIGNS)} warm starts (built when not cached), K = {K} rollouts a "
     f"branch for every lowest-bin token of {PROMPTS} prompts' responses",
     frontier_config, lambda: frontier("thorough")))
 

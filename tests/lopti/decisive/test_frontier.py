@@ -36,7 +36,7 @@ def test_each_design_names_its_warm_start(monkeypatch):
     built = {name: tiny_model(i) for i, name in enumerate(df.DESIGNS)}
     monkeypatch.setattr(df, "load_start", lambda cfg: (
         built[next(n for n in df.DESIGNS if df.design_config(n) == cfg)], None))
-    monkeypatch.setattr(df, "measure_decisiveness", lambda *a: _data())
+    monkeypatch.setattr(df, "measure_decisiveness", lambda *a, **kw: _data())
     out = df.measure_frontier(progress=False)
     assert list(out) == list(df.DESIGNS)
     for name, entry in out.items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from provenance_check import check_named, tiny_model
+from tailtheory.core.provenance import machine, weights_fingerprint
 from tailtheory.lopti.decisive import gate
 from tests.lopti.decisive.test_store import _many
 
@@ -57,3 +59,25 @@ def test_nothing_to_gate_before_a_design_learns(monkeypatch):
     monkeypatch.setattr(gate, "matched_excess", lambda: 0.0)
     with pytest.raises(ValueError, match="no design to gate"):
         gate.measure_chosen(progress=False)
+
+
+def test_each_policy_of_a_design_names_its_start(tmp_path, monkeypatch):
+    """The gate's rows name the design's warm start (the half-way policy by the start it was
+    trained from) and the machine; each policy stored as it finishes and never measured twice
+    (the policies and the probe stubbed)."""
+    warm, mid = tiny_model(0), tiny_model(1)
+    monkeypatch.setenv("TAILTHEORY_RESULTS", str(tmp_path))
+    monkeypatch.setattr(gate, "load_start", lambda cfg: (warm, None))
+    monkeypatch.setattr(gate, "design_policy",
+                        lambda name, policy, progress=True: (warm if policy == "warm" else mid,
+                                                             None))
+    probed = []
+    monkeypatch.setattr(gate, "measure_decisiveness",
+                        lambda *a, **kw: probed.append(a[0]) or {"K": a[5], "tokens": [],
+                                                                 "batches": []})
+    entry = gate.measure_gate("people2", progress=False)
+    assert set(entry) == {"warm", "mid"} and len(probed) == 2
+    for e in entry.values():
+        check_named(e, weights_fingerprint(warm), machine())
+    gate.measure_gate("people2", progress=False)
+    assert len(probed) == 2                                  # stored: not measured again
