@@ -31,7 +31,7 @@ from tailtheory.core.models import checkpoint_fingerprint
 from tailtheory.engine.checkpoint import read_metrics
 from tailtheory.engine.config import TrainConfig, identity_fields, without_added_defaults
 from tailtheory.engine.devices import resolve_device
-from tailtheory.engine.rundir import RunInUse, clear_run, wait_for_writer
+from tailtheory.engine.rundir import RunDirError, RunInUse, clear_run, wait_for_writer
 from tailtheory.engine.load import start_key
 from tailtheory.engine.load import read_provenance, warm_config
 from tailtheory.engine.start.warm_cache import cache_root, warm_weights
@@ -111,15 +111,22 @@ def _same_start(run: Path, cfg: TrainConfig) -> bool:
     return weights is None or weights == prov["weights"]
 
 
-def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
+RACE_RETRIES = 3
+"""How often :func:`cached_run` looks again at a run another process began between its look and
+its own start (two notebooks asking for one run at once)."""
+
+
+def cached_run(cfg: TrainConfig, progress: bool = True, _retries: int = RACE_RETRIES) -> Path:
     """The cached run of ``cfg`` with at least ``cfg.steps`` steps (trained or continued first).
 
-    ``cfg.out`` is ignored: the run lives in ``runs_root() / run_key(cfg)``.
+    ``cfg.out`` is ignored: the run lives in ``runs_root() / run_key(cfg)``. A run another
+    process is training is waited for, then read or continued.
     """
 
     out = runs_root() / run_key(cfg)
     cfg = replace(cfg, out=str(out))
-    if out.exists():
+    existed = out.exists()
+    if existed:
         wait_for_writer(out)  # another process (a worker, a notebook) may be training this run
     done = finished_steps(out) if out.exists() else 0
     if out.exists() and not (done and _same_config(out, cfg) and _same_start(out, cfg)):
@@ -133,11 +140,14 @@ def cached_run(cfg: TrainConfig, progress: bool = True) -> Path:
     t0 = time.process_time()
     try:
         train(cfg, resume=done > 0, progress=progress)
-    except RunInUse:
-        # another process began this run between the check above and the lock (two notebooks
-        # asking for one run at once): wait for it, then read or continue what it left
+    except RunDirError as exc:
+        # another process began this run after the look above (it holds the lock, or it made
+        # the folder since): wait for it, then read, continue or start afresh what it left
+        raced = isinstance(exc, RunInUse) or (not existed and out.exists())
+        if not raced or _retries <= 0:
+            raise
         wait_for_writer(out)
-        return cached_run(cfg, progress)
+        return cached_run(cfg, progress, _retries - 1)
     _add_cpu_seconds(out, time.process_time() - t0)
     return out
 

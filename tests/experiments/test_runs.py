@@ -19,7 +19,7 @@ from tailtheory.engine import config as config_mod
 from tailtheory.experiments import runs
 from tailtheory.engine.config import TrainConfig
 from tailtheory.engine.checkpoint import read_metrics
-from tailtheory.engine.rundir import RunInUse
+from tailtheory.engine.rundir import RunDirError, RunInUse
 
 SMALL = dict(model="tiny", n_people=2, prompts_per_step=2, group_size=2, lr=3e-3, eval_every=1,
              eval_n=4, device="cpu")
@@ -79,6 +79,32 @@ def test_a_run_another_process_begins_first_is_waited_for_not_an_error(cache, mo
     monkeypatch.setattr(runs, "wait_for_writer", other_process_finishes)
     path = runs.cached_run(cfg, progress=False)
     assert len(read_metrics(path)) == 1 and len(calls) == 1   # found finished, not retrained
+
+
+def test_a_run_folder_another_process_made_meanwhile_is_waited_for(cache, monkeypatch):
+    """The other process made the folder (its config written, no line yet) after this one
+    looked and before it started: the start is refused as 'already holds a run', and the run is
+    looked at again instead of failing; a genuine refusal still raises after the retries."""
+    cfg = TrainConfig(**SMALL, steps=1)
+    real_train, calls = runs.train, []
+
+    def made_meanwhile(c, **kw):
+        calls.append(kw.get("resume"))
+        if len(calls) == 1:
+            Path(c.out).mkdir(parents=True)
+            (Path(c.out) / "config.json").write_text("{}")
+            raise RunDirError(f"{c.out} already holds a run (config.json)")
+        return real_train(c, **kw)
+
+    monkeypatch.setattr(runs, "train", made_meanwhile)
+    path = runs.cached_run(cfg, progress=False)   # the other process died: started afresh
+    assert len(read_metrics(path)) == 1 and calls == [False, False]
+
+    def always(c, **kw):
+        raise RunDirError("cannot create --out")
+    monkeypatch.setattr(runs, "train", always)
+    with pytest.raises(RunDirError, match="cannot create"):
+        runs.cached_run(replace(cfg, seed=cfg.seed + 1), progress=False)
 
 
 def test_cached_run_of_another_config_is_recomputed(capsys):
