@@ -73,8 +73,10 @@ def warm_start(cfg: SFTConfig = SFTConfig(), progress: bool = True, force: bool 
 COMMITTED = REPO_ROOT / "weights"
 """Warm starts committed with the repository, as far as 30 MB in all allows: the base rung's
 builds (``base``, the ``matched`` recipe's, so that runs on any CPU start from one model, and
-``base.b1``, ``base.b2``: the smallest size's replicates) and ``quick`` (the ``quick`` preset's,
-which every fresh checkout's tests and notebooks train from). Each folder is a warm-start
+``base.b1``, ``base.b2``: the smallest size's replicates), ``quick`` (the ``quick`` preset's,
+which every fresh checkout's tests and notebooks train from), and ``decide`` and ``people2`` (the
+``kk_knights`` warm starts of the ``decide`` recipe and of the design search's ``people2``
+designs, whose decisiveness the ledger reads). Each folder is a warm-start
 folder, float32 safetensors, whose ``sft.json`` holds its config hash and weights fingerprint.
 :func:`warm_start` copies one into the cache instead of training it."""
 
