@@ -224,14 +224,14 @@ matched_lopti.table().groupby("label", sort=False)[["first_eval", "final_eval",
 from tailtheory.core.measurements import StaleMeasurement
 from tailtheory.lopti.decisive import frontier as decisive_frontier, report as decisive_report, store as decisive_store
 
-split = {}
+split, decisive_stored = {}, {}
 for recipe in decisive_store.RECIPES:
     try:
-        stored = decisive_store.decisive_data("quick", recipe)
+        decisive_stored[recipe] = decisive_store.decisive_data("quick", recipe)
     except StaleMeasurement as exc:
         print(f"{recipe}: {exc}")
         continue
-    for policy, data in stored.items():
+    for policy, data in decisive_stored[recipe].items():
         split[f"{recipe} {policy}"] = decisive_report.bin_summary(data, decisive_store.cal.TAU)
 if split:
     fig, df_split = decisive_report.plot_split(split)
@@ -272,21 +272,19 @@ else:
 
 # %%
 from tailtheory.experiments.incremental import load_done
+from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.decisive import designs as decisive_designs, gate as decisive_gate, noise as decisive_noise
 
 noise = {}
-for recipe in decisive_store.RECIPES:
-    try:
-        stored = decisive_store.decisive_data("quick", recipe)
-    except StaleMeasurement as exc:
-        print(f"{recipe}: {exc}")
-        continue
+for recipe, stored in decisive_stored.items():          # the stores read above, once
     for policy, data in stored.items():
-        noise[f"{recipe} {policy}"] = decisive_noise.noise_summary(data, decisive_store.cal.TAU, 8)
+        noise[f"{recipe} {policy}"] = decisive_noise.noise_summary(
+            data, decisive_store.cal.TAU, grpo_config(recipe).group_size)
 for name, entry in decisive_gate.stored_data().items():
+    group = decisive_designs.design_config(name, decisive_gate.GATE_SEED).group_size
     for policy, data in entry.items():
         noise[f"design {name} {policy}"] = decisive_noise.noise_summary(
-            data, decisive_store.cal.TAU, decisive_designs.design_config(name, 21).group_size)
+            data, decisive_store.cal.TAU, group)
 if noise:
     ref = noise.get("matched warm")
     fig, df_noise = decisive_noise.plot_excess(

@@ -200,9 +200,10 @@ def decisive_numbers(model, task, seed: int, cfg=None, prompts: int = DECISIVE_P
     ``token_frac``, ``decisive_share`` (NaN below the reporting floor of 200 tokens of 40
     prompts, the counts in ``share_note``), excess mean ``D``, ``helps``, ``hurts`` and
     ``format_breaking``."""
-    data = measure_decisiveness(model, task, cfg or grpo_config("matched"), (seed,), 1, cal.K,
-                                OTHERS, prompts, cal.TAU, progress=False)
-    return decisive_share({"policy": data})["policy"]
+    cfg = cfg or grpo_config("matched")
+    data = measure_decisiveness(model, task, cfg, (seed,), 1, cal.K, OTHERS, prompts, cal.TAU,
+                                progress=False)
+    return decisive_share({"policy": data}, cfg.group_size)["policy"]
 
 
 MEASURE = {"tail": tail_numbers, "p4": p4_numbers, "lopti": lopti_numbers,

@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from tailtheory.core.measurements import StaleMeasurement
+from tailtheory.experiments.policies import grpo_config
 from tailtheory.lopti.decisive.store import RECIPES as DECISIVE_RECIPES
 from tailtheory.lopti.decisive.store import decisive_data, decisive_share
 from tailtheory.regime.quantities import DECISIVE_SHARE, PATHS, RHOS
@@ -171,4 +172,5 @@ def decisive_values(recipe: str) -> dict[str, float]:
         data = decisive_data("quick", recipe)
     except StaleMeasurement:
         return {}
-    return {p: v["decisive_share"] for p, v in decisive_share(data).items()}
+    return {p: v["decisive_share"]
+            for p, v in decisive_share(data, grpo_config(recipe).group_size).items()}

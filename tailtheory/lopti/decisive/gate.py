@@ -33,7 +33,7 @@ from tailtheory.core.provenance import measured_on, weights_fingerprint
 from tailtheory.engine.load import load_start
 from tailtheory.experiments.incremental import load_done
 from tailtheory.experiments.measures import Measure, measure_command, register_measure
-from tailtheory.experiments.policies import POLICIES, mid_policy
+from tailtheory.experiments.policies import POLICIES, grpo_config, mid_policy
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive import store
 from tailtheory.lopti.decisive.designs import (STUDY, TUNING_SEEDS, chosen, design,
@@ -127,7 +127,7 @@ def failed_designs(matched_excess: float) -> tuple:
 def matched_excess() -> float:
     """The ``matched`` recipe's warm-start excess mean ``D`` (``results/decisive_matched.json``)."""
     data = store.decisive_data("quick", "matched")
-    return store.decisive_share(data, 8)["warm"]["excess_D"]
+    return store.decisive_share(data, grpo_config("matched").group_size)["warm"]["excess_D"]
 
 
 def measure_chosen(progress: bool = True) -> dict:

@@ -96,7 +96,7 @@ def decisive_data(profile: str, recipe: str) -> dict:
                     lambda: measure_recipe(recipe), profile, COMMAND.format(recipe=recipe))
 
 
-def decisive_share(data: dict, group_size: int = 8) -> dict:
+def decisive_share(data: dict, group_size: int) -> dict:
     """Per policy of a stored measurement, its lowest bin under the rule of
     :mod:`tailtheory.lopti.decisive.noise`: ``token_frac`` (the bin's share of response tokens),
     ``tokens`` and ``prompts`` probed, ``decisive_share`` (the share called decisive,
@@ -104,7 +104,8 @@ def decisive_share(data: dict, group_size: int = 8) -> dict:
     prompt-clustered interval and counts, or "not reportable" with the counts), ``excess_D``
     with ``excess_D_low`` / ``excess_D_high``, and from the point split ``D >= tau``
     (:func:`~tailtheory.lopti.decisive.report.bin_summary`) ``helps``, ``hurts`` and
-    ``format_breaking``. ``group_size``: responses a prompt (the tokens' prompts)."""
+    ``format_breaking``. ``group_size``: responses a prompt (the prompt of a token stored
+    without one is its row // ``group_size``)."""
     out = {}
     for policy, d in data.items():
         low = bin_summary(d, cal.TAU).iloc[0]

@@ -24,7 +24,7 @@ def test_config_keys_each_recipe_s_policies_and_the_calibration():
 
 
 def test_decisive_share_below_the_floor_is_not_reported():
-    shares = ds.decisive_share({"warm": _data(), "mid": _data()})
+    shares = ds.decisive_share({"warm": _data(), "mid": _data()}, 8)
     assert set(shares) == {"warm", "mid"}
     w = shares["warm"]
     assert math.isnan(w["decisive_share"]) and (w["tokens"], w["prompts"]) == (4, 1)
@@ -47,7 +47,7 @@ def _many(decisive: int, free: int, prompts: int) -> dict:
 
 
 def test_decisive_share_above_the_floor_has_its_interval():
-    v = ds.decisive_share({"warm": _many(120, 120, 48)})["warm"]
+    v = ds.decisive_share({"warm": _many(120, 120, 48)}, 8)["warm"]
     assert (v["tokens"], v["prompts"]) == (240, 48)
     assert v["decisive_share"] == pytest.approx(0.5)
     assert "[" in v["share_note"] and "of 240 tokens of 48 prompts" in v["share_note"]
@@ -55,7 +55,7 @@ def test_decisive_share_above_the_floor_has_its_interval():
     assert v["excess_D"] == pytest.approx((ds.cal.TAU + 0.3) / 2 - math.sqrt(2 / math.pi) * 0.01)
     assert v["excess_D_low"] <= v["excess_D"] <= v["excess_D_high"]
     # 39 prompts: below the floor however many tokens
-    assert math.isnan(ds.decisive_share({"warm": _many(150, 150, 39)})["warm"]["decisive_share"])
+    assert math.isnan(ds.decisive_share({"warm": _many(150, 150, 39)}, 8)["warm"]["decisive_share"])
 
 
 def test_a_missing_store_is_refused(tmp_path, monkeypatch):
