@@ -37,6 +37,8 @@ NAMED_BY: dict[str, str] = {
        for r in ("learn", "matched", "decide")},
     "decisive_frontier": f"{LOPTI}/decisive/test_frontier.py::"
                          "test_each_design_names_its_warm_start",
+    "moved_matched": f"{LOPTI}/test_moved.py::"
+                     "test_scores_on_the_quick_warm_start_name_it_and_join_only_the_stores_batch",
     "decide_design_gate": f"{LOPTI}/decisive/test_gate.py::"
                           "test_each_policy_of_a_design_names_its_start",
     "decisive_calibration": f"{LOPTI}/decisive/test_calibration.py::"

@@ -191,6 +191,23 @@ def store_lock(name: str) -> Iterator[Path]:
         os.close(fd)  # closing releases the lock
 
 
+def stored_data(name: str) -> dict:
+    """The ``data`` of the stored measurement ``name`` as a dict, ``{}`` when the file does not
+    exist. A file that does not parse, or whose ``data`` is not a dict, is a :class:`StoreError`
+    naming it: never read as empty, so a merge that reads it cannot write over what it holds."""
+    path = measurement_path(name)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())["data"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"cannot read {path} ({type(exc).__name__}: {exc}); it is left as it "
+                         f"is: repair or move it, then run again") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} holds {type(data).__name__} data, not a dict; it is left as it is")
+    return data
+
+
 def _old_rows(path: Path) -> list[tuple[str, dict]]:
     """The rows stored in ``path`` now (none when it is missing or unreadable)."""
     try:

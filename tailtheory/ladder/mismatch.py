@@ -20,6 +20,7 @@ import torch
 from scipy import stats
 
 
+from tailtheory.core import measurements
 from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import cpu_model, machine, weights_fingerprint
 from tailtheory.engine.start.corpus_lm import (RECORD, corpus_key, heldout_stream,
@@ -48,12 +49,9 @@ V7_RANGE = (32.0, 128.0)
 
 
 def stored_data(store: str) -> dict:
-    """The ``data`` of stored measurement ``store`` (``{}`` when it is missing or unreadable)."""
-    try:
-        data = json.loads(measurement_path(store).read_text())["data"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The ``data`` of stored measurement ``store`` (``{}`` when it is missing; an unreadable file
+    is an error, :func:`tailtheory.core.measurements.stored_data`)."""
+    return measurements.stored_data(store)
 
 
 def v8_trend() -> dict:

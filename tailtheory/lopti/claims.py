@@ -149,21 +149,27 @@ def _regimes(evidence, claim: str, profile: str) -> Evidence:
                                                   "decide"), profile)
 
 
-# L7, L8, L9: the field's opposite claims, each its method against GRPO on the decide recipe
-# (tailtheory.lopti.training.OPPOSITE_STUDIES; rules in the ledger, fixed before any run).
+# L7, L8, L9: the field's opposite claims, each its method against GRPO. With no recipe where
+# low-probability tokens decide (the ledger's design search), each is judged on the matched
+# recipe, the free end (tailtheory.lopti.training.MATCHED_OPPOSITE_STUDIES, three seeds an arm,
+# Welch's t), with the decide recipe's "no training verdict" beside it, as L2, L3 and L6 are.
 
 def _opposite(method: str, profile: str) -> Evidence:
-    """``method``'s study judged by :func:`tailtheory.lopti.training.opposite_evidence`; PENDING
-    with the command that trains it while its store lacks runs (the quick profile never
-    trains)."""
-    study = training.OPPOSITE_STUDIES[method]
+    """``method``'s ``matched`` study judged by
+    :func:`tailtheory.lopti.training.opposite_matched_evidence`, the decisive shares and the
+    ``decide`` recipe's status beside it; PENDING with the command that trains it while its store
+    lacks runs (the quick profile never trains)."""
+    study = training.MATCHED_OPPOSITE_STUDIES[method]
     try:
         data = study.data(profile)
     except StaleMeasurement as exc:
         why = str(exc).split(";")[0].replace(f"{REPO_ROOT}/", "")
         return Evidence(Verdict.PENDING, {"study": study.name, "why": why},
                         f"not yet measured: `{study.command}`", ("study",))
-    return training.opposite_evidence(method, data)
+    main = training.opposite_matched_evidence(method, data)
+    main = Evidence(main.verdict, {"measured on": "matched recipe (papers' regime), seeds 1-3",
+                                   **main.numbers}, main.note, main.key)
+    return _at_both_ends(main, _decide_baseline, profile)
 
 
 @register("L7", paper="RLVR-DIR", statement="Upweighting low-probability tokens, A x (1 + c - c "

@@ -12,6 +12,7 @@ from tailtheory.lopti import methods as _methods  # noqa: F401
 from tailtheory.lopti import training as _training  # noqa: F401
 from tailtheory.lopti import measurement as _measurement  # noqa: F401
 from tailtheory.lopti import learn_probes as _learn_probes  # noqa: F401
+from tailtheory.lopti import moved as _moved  # noqa: F401
 from tailtheory.lopti.decisive import calibration as _calibration  # noqa: F401
 from tailtheory.lopti.decisive import frontier as _frontier  # noqa: F401
 from tailtheory.lopti.decisive import designs as _designs  # noqa: F401

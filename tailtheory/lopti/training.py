@@ -32,7 +32,8 @@ from dataclasses import replace
 
 from tailtheory.core.registry import Evidence, Verdict
 from tailtheory.experiments import learning
-from tailtheory.experiments.comparison import Z_CRIT, Comparison, Measurement, worst
+from tailtheory.experiments.comparison import (Z_CRIT, Comparison, Measurement, welch_values,
+                                                worst)
 from tailtheory.experiments.measures import Measure, register_measure
 from tailtheory.experiments.plot import plot_curves as draw
 from tailtheory.experiments.presets import SEEDS, train_config
@@ -113,17 +114,17 @@ NI_MARGIN = 0.05
 """L8's and L9's non-inferiority margin on final held-out accuracy, fixed before their runs."""
 
 
-def opposite_arms(method: str):
+def opposite_arms(method: str, seeds=None):
     """The arms of ``method``'s study as a function of the preset: ``GRPO`` and ``method`` over
-    the preset's seeds, tagged ``method`` (GRPO's runs are the run cache's, shared by the three
-    studies and, for seeds 1-3, by ``decide_curve``)."""
+    ``seeds`` (default: the preset's), tagged ``method`` (GRPO's runs are the run cache's, shared
+    by the three studies and, for seeds 1-3 on ``decide``, by ``decide_curve``)."""
     if method not in OPPOSITE_METHODS:
         raise ValueError(f"unknown opposite method {method!r}; valid: "
                          f"{', '.join(OPPOSITE_METHODS)}")
 
     def arms(preset: str) -> list[Arm]:
-        base, seeds = train_config(preset), SEEDS[preset]
-        return [Arm(label, tuple(replace(base, method=m, seed=s) for s in seeds), {"method": m})
+        base, chosen = train_config(preset), SEEDS[preset] if seeds is None else seeds
+        return [Arm(label, tuple(replace(base, method=m, seed=s) for s in chosen), {"method": m})
                 for label, m in (("GRPO", "grpo"), (OPPOSITE_METHODS[method], method))]
     arms.__name__ = arms.__qualname__ = f"{method}_arms"
     return arms
@@ -135,6 +136,17 @@ OPPOSITE_STUDIES = {m: register_study(Study(f"{m}_{OPPOSITE_RECIPE}", opposite_a
 """Method -> its study (``upweight_decide``, ``top_entropy_decide``, ``random_tokens_decide``):
 GRPO and the method, five seeds each, stored run by run in ``results/<name>.json``
 (``tailtheory study NAME``)."""
+
+MATCHED_SEEDS = (1, 2, 3)
+"""The seeds of the opposite claims' studies on ``matched`` (three an arm: Welch's t)."""
+
+MATCHED_OPPOSITE_STUDIES = {
+    m: register_study(Study(f"{m}_matched", opposite_arms(m, MATCHED_SEEDS),
+                            measure_preset="matched"))
+    for m in OPPOSITE_METHODS}
+"""Method -> its study on ``matched``, the free end (``upweight_matched``,
+``top_entropy_matched``, ``random_tokens_matched``): GRPO and the method from the committed warm
+start ``weights/base``, seeds 1-3, stored in ``results/<name>.json``; GRPO's runs shared."""
 
 
 def non_inferiority(c: Comparison, margin: float = NI_MARGIN) -> Verdict:
@@ -171,6 +183,43 @@ def opposite_evidence(method: str, data) -> Evidence:
     if learns != "LEARNS":
         return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
                         f"not judged: GRPO {learns} on {OPPOSITE_RECIPE} ({why}); {rule}",
+                        ("GRPO learns", "verdict if judged"))
+    return Evidence(verdict, nums, rule)
+
+
+def opposite_matched_evidence(method: str, data) -> Evidence:
+    """L7, L8 or L9 on ``matched`` (:data:`MATCHED_OPPOSITE_STUDIES`, three seeds an arm), the
+    rules of the ledger with Welch's t 95% interval of ``d = method - GRPO``
+    (:func:`~tailtheory.experiments.comparison.welch_values`) in place of 2 se: L7 on final
+    reward, TOY-SCALE above 0, REFUTED below, NOT-REPRODUCED otherwise; L8, L9 on final held-out
+    accuracy, HOLDS when the interval's lower end is > -:data:`NI_MARGIN`, REFUTED when its upper
+    end is < -:data:`NI_MARGIN`, UNRESOLVED otherwise. PENDING (not judged) where GRPO does not
+    learn by ``matched``'s criterion."""
+    if method not in OPPOSITE_METHODS:
+        raise ValueError(f"unknown opposite method {method!r}; valid: "
+                         f"{', '.join(OPPOSITE_METHODS)}")
+    m = MATCHED_OPPOSITE_STUDIES[method].measurement(data)
+    grpo, arm = m.label(method="grpo"), m.label(method=method)
+    learns, why = learning.verdict([learning.summarize(r) for r in m[grpo]],
+                                   learning.MATCHED_GAIN)
+    key = "final_reward" if method == "upweight" else "final_eval"
+    w = welch_values([r[key] for r in m[arm]], [r[key] for r in m[grpo]])
+    if method == "upweight":
+        verdict = (Verdict.TOY_SCALE if w.low > 0 else Verdict.REFUTED if w.high < 0 else
+                   Verdict.NOT_REPRODUCED)
+        rule = ("criterion: Upweight - GRPO final reward (last 10 steps), Welch's t 95% "
+                "interval above 0 (3 seeds an arm)")
+    else:
+        verdict = (Verdict.HOLDS if w.low > -NI_MARGIN else Verdict.REFUTED
+                   if w.high < -NI_MARGIN else Verdict.UNRESOLVED)
+        rule = (f"criterion: {arm} - GRPO final held-out accuracy (mean of the last 2 "
+                f"evaluations), Welch's t 95% interval: lower end > -{NI_MARGIN} (HOLDS), upper "
+                f"end < -{NI_MARGIN} (REFUTED), 3 seeds an arm")
+    nums = {f"delta_{key}": w.delta, "se": w.se, "df": round(w.df, 2),
+            "low": w.low, "high": w.high, "GRPO learns": learns, **_means(m, key, ("grpo", method))}
+    if learns != "LEARNS":
+        return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
+                        f"not judged: GRPO {learns} on matched ({why}); {rule}",
                         ("GRPO learns", "verdict if judged"))
     return Evidence(verdict, nums, rule)
 

@@ -124,3 +124,21 @@ def test_leftovers_of_a_killed_write_are_removed_under_the_lock(results):
     ms.save_measurement("left", {"k": 1}, {"v": 2}, "cmd")
     assert not (results / ".left.json.abc123.tmp").exists()
     assert (results / ".other.json.abc123.tmp").exists()
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"data": [1, 2]}', '{"name": "x"}'])
+def test_stored_data_is_strict_an_unreadable_file_is_an_error_never_empty(results, text):
+    """Missing: ``{}``. Unreadable (or data not a dict): a StoreError naming the file, which is
+    left as it is; the ladder's and the gate's readers are this one."""
+    from tailtheory.ladder import mismatch
+    from tailtheory.lopti.decisive import gate
+
+    assert ms.stored_data("nothing_here") == {}
+    path = ms.measurement_path("broken")
+    path.write_text(text)
+    for read in (ms.stored_data, mismatch.stored_data, gate.stored_data):
+        with pytest.raises(ms.StoreError, match="broken.json"):
+            read("broken")
+    assert path.read_text() == text
+    ms.save_measurement("fine", {"a": 1}, {"k": [1]}, "cmd")
+    assert ms.stored_data("fine") == {"k": [1]}

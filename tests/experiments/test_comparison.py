@@ -72,3 +72,29 @@ def test_measurement_reads_as_the_mapping_it_wraps():
     m = st.Measurement({"A": rows(1.0, 2.0)})
     assert list(m.values()) == [rows(1.0, 2.0)] and dict(m.items()) == {"A": rows(1.0, 2.0)}
     assert m.per_seed("A", "final_reward") == [1.0, 2.0] and m.missing == {}
+
+
+def test_welch_values_by_hand_and_against_scipys_welch_test():
+    from scipy import stats
+
+    w = st.welch_values([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])
+    # equal variances 1, n 3 a side: se sqrt(2/3), df 4, t(0.975, 4) = 2.776445
+    assert w.delta == pytest.approx(1.0) and w.se == pytest.approx(math.sqrt(2 / 3))
+    assert w.df == pytest.approx(4.0)
+    assert (w.low, w.high) == pytest.approx((1 - 2.776445 * math.sqrt(2 / 3),
+                                             1 + 2.776445 * math.sqrt(2 / 3)), abs=1e-5)
+    xa, xb = [0.61, 0.58, 0.66], [0.60, 0.52, 0.71, 0.55]       # unequal spread and size
+    w = st.welch_values(xa, xb, level=0.9)
+    ci = stats.ttest_ind(xa, xb, equal_var=False).confidence_interval(0.9)
+    assert (w.low, w.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert w.level == 0.9 and w.low < w.delta < w.high
+
+
+@pytest.mark.parametrize("xa, xb, match", [
+    ([1.0], [0.0, 1.0], ">= 2 finite values"), ([1.0, float("nan")], [0.0, 1.0], "finite"),
+    ([1.0, 1.0], [0.0, 0.0], "neither side varies")])
+def test_welch_values_refuses_what_has_no_interval(xa, xb, match):
+    with pytest.raises(ValueError, match=match):
+        st.welch_values(xa, xb)
+    with pytest.raises(ValueError, match="level"):
+        st.welch_values([1.0, 2.0], [0.0, 1.0], level=1.0)

@@ -100,7 +100,8 @@ def test_every_study_is_registered_and_keyed_as_its_stored_measurement():
                           "mismatch_dose", "learn_curve", "matched_curve", "dvp_matched",
                           "lopti_matched", "decide_curve", "precision_matched", "dose_ladder",
                           "upweight_decide", "top_entropy_decide", "random_tokens_decide",
-                          "decide_designs"}
+                          "decide_designs", "upweight_matched", "top_entropy_matched",
+                          "random_tokens_matched"}
     for name, study in found.items():
         stored = json.loads((results_dir() / f"{name}.json").read_text())
         assert stored["command"] == study.command == f"tailtheory study {name}", name

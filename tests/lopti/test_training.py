@@ -193,6 +193,58 @@ def test_opposite_verdicts_from_hand_made_runs():
         assert flat.numbers["GRPO learns"] == "DOES-NOT-LEARN" and "not judged" in flat.note
 
 
+def test_opposite_studies_on_matched_pair_grpo_with_each_method_three_seeds():
+    assert {m: s.name for m, s in lt.MATCHED_OPPOSITE_STUDIES.items()} == {
+        "upweight": "upweight_matched", "top_entropy": "top_entropy_matched",
+        "random_tokens": "random_tokens_matched"}
+    grpo_runs = set()
+    for method, study in lt.MATCHED_OPPOSITE_STUDIES.items():
+        assert study.measure_preset == "matched"
+        arms = study.plan("matched")
+        assert [dict(a.tags) for a in arms] == [{"method": "grpo"}, {"method": method}]
+        assert [[c.seed for c in a.configs] for a in arms] == [[1, 2, 3]] * 2
+        grpo, other = (a.configs[0] for a in arms)
+        assert replace(other, method="grpo") == grpo and grpo.task == "kk_prose"
+        grpo_runs.add(arms[0].configs)
+    assert len(grpo_runs) == 1                      # one GRPO arm, shared by the three studies
+
+
+def _matched_data(method, grpo, other, spread=(-0.01, 0.0, 0.01), gain=0.2):
+    label = lt.OPPOSITE_METHODS[method]
+    return {lb: [{"seed": s, **_opposite_rows(e + d, r + d, gain)}
+                 for s, d in zip((1, 2, 3), spread)]
+            for lb, (e, r) in (("GRPO", grpo), (label, other))}
+
+
+def test_opposite_verdicts_on_matched_use_welchs_t_not_2_se():
+    """Three seeds an arm, sd 0.01 each: se of the difference 0.0082, Welch's df 4, t 2.776. At
+    d = -0.03 the t interval's lower end is -0.0527 (UNRESOLVED) where 2 se would give -0.0463
+    (HOLDS); at d = -0.01 it is -0.0327 (HOLDS)."""
+    for method in ("top_entropy", "random_tokens"):
+        ev = lt.opposite_matched_evidence(method, _matched_data(method, (0.6, 0.5), (0.57, 0.5)))
+        assert ev.numbers["df"] == pytest.approx(4.0)
+        assert ev.verdict == Verdict.UNRESOLVED, ev.numbers
+        assert ev.numbers["delta_final_eval"] - 2 * ev.numbers["se"] > -lt.NI_MARGIN
+        near = lt.opposite_matched_evidence(method, _matched_data(method, (0.6, 0.5),
+                                                                  (0.59, 0.5)))
+        assert near.verdict == Verdict.HOLDS and near.numbers["low"] > -lt.NI_MARGIN
+        far = lt.opposite_matched_evidence(method, _matched_data(method, (0.6, 0.5),
+                                                                 (0.45, 0.5)))
+        assert far.verdict == Verdict.REFUTED and far.numbers["high"] < -lt.NI_MARGIN
+        flat = lt.opposite_matched_evidence(method, _matched_data(method, (0.6, 0.5),
+                                                                  (0.59, 0.5), gain=0.05))
+        assert flat.verdict == Verdict.PENDING and flat.numbers["verdict if judged"] == "HOLDS"
+    up = lt.opposite_matched_evidence("upweight", _matched_data("upweight", (0.5, 0.3),
+                                                                (0.5, 0.5)))
+    assert up.verdict == Verdict.TOY_SCALE and up.numbers["delta_final_reward"] == pytest.approx(0.2)
+    assert lt.opposite_matched_evidence("upweight", _matched_data(
+        "upweight", (0.5, 0.5), (0.5, 0.3))).verdict == Verdict.REFUTED
+    assert lt.opposite_matched_evidence("upweight", _matched_data(
+        "upweight", (0.5, 0.5), (0.5, 0.51))).verdict == Verdict.NOT_REPRODUCED
+    with pytest.raises(ValueError, match="unknown opposite method"):
+        lt.opposite_matched_evidence("ar", {})
+
+
 @pytest.mark.parametrize("claim", ["L7", "L8", "L9"])
 def test_opposite_claims_read_pending_while_their_store_is_missing(claim, tmp_path, monkeypatch):
     from tailtheory.core.measurements import RESULTS_ENV
@@ -202,7 +254,7 @@ def test_opposite_claims_read_pending_while_their_store_is_missing(claim, tmp_pa
     res = run_claim(all_claims()[claim], "quick")
     assert res.error is None, res.traceback
     method = {"L7": "upweight", "L8": "top_entropy", "L9": "random_tokens"}[claim]
-    study = lt.OPPOSITE_STUDIES[method]
+    study = lt.MATCHED_OPPOSITE_STUDIES[method]
     assert res.evidence.verdict == Verdict.PENDING
     assert res.evidence.note == f"not yet measured: `tailtheory study {study.name}`"
     assert res.evidence.numbers == {"study": study.name, "why": "no stored measurement "

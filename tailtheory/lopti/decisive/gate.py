@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from tailtheory.core import measurements
 from tailtheory.core.measurements import measurement_path, update_measurement
 from tailtheory.core.provenance import measured_on, weights_fingerprint
 from tailtheory.engine.load import load_start
@@ -55,9 +56,9 @@ FACTOR = 3.0
 
 def stored_data(name: str = STORE) -> dict:
     """The stored gate, design -> policy -> probe (``{}`` when the file does not exist; a file
-    that does not parse is an error, never read as empty and written over)."""
-    path = measurement_path(name)
-    return json.loads(path.read_text())["data"] if path.exists() else {}
+    that does not parse is an error, never read as empty and written over:
+    :func:`tailtheory.core.measurements.stored_data`)."""
+    return measurements.stored_data(name)
 
 
 def gate_config() -> dict:
