@@ -186,15 +186,17 @@ def load_tokenizer(path: str | Path):
 
 def checkpoint_fingerprint(path: str | Path) -> str:
     """16 hex digits of SHA-256 over the files that make a saved model what it is: its
-    ``config.json``, its ``*.safetensors`` weights and its tokenizer's files
-    (:data:`TOKENIZER_FILES`), by name and content. Equal fingerprints: the same weights and the
-    same tokenizer (a run's identity when it starts from a folder; the run cache keys on it)."""
+    ``config.json``, its ``generation_config.json`` (the stop ids a rollout ends at), its
+    ``*.safetensors`` weights and their ``*.safetensors.index.json``, and its tokenizer's files
+    (:data:`TOKENIZER_FILES`), by name and content. Equal fingerprints: the same weights, stop
+    ids and tokenizer (a run's identity when it starts from a folder; the run cache keys on
+    it)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint path {path} does not exist")
-    names = ["config.json", *TOKENIZER_FILES]
+    names = ["config.json", "generation_config.json", *TOKENIZER_FILES]
     files = sorted({*(path / n for n in names if (path / n).is_file()),
-                    *path.glob("*.safetensors")})
+                    *path.glob("*.safetensors"), *path.glob("*.safetensors.index.json")})
     stats = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
     return _files_fingerprint(stats)
 

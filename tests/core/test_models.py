@@ -106,3 +106,21 @@ def test_cache_keyword_and_output_cache_across_transformers_versions():
                 **{cache_keyword(model): output_cache(out)})
     full = model(input_ids=torch.tensor([[1, 2, 3]])).logits[:, -1]
     assert torch.allclose(nxt.logits[:, -1], full, atol=1e-5)
+
+
+def test_checkpoint_fingerprint_covers_the_stop_ids_and_the_weights_index(tmp_path):
+    """A changed ``generation_config.json`` (its stop ids end every rollout) or safetensors index
+    is another model folder; a file the loader does not read is not."""
+    from tailtheory.core.models import checkpoint_fingerprint
+
+    tiny_lm(layers=1).save_pretrained(tmp_path)
+    before = checkpoint_fingerprint(tmp_path)
+    (tmp_path / "README.md").write_text("notes")
+    assert checkpoint_fingerprint(tmp_path) == before
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1, 2]}')
+    with_stops = checkpoint_fingerprint(tmp_path)
+    assert with_stops != before
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1]}')
+    assert checkpoint_fingerprint(tmp_path) not in (before, with_stops)
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    assert checkpoint_fingerprint(tmp_path) not in (before, with_stops)
