@@ -85,7 +85,22 @@ def _decide_baseline(profile: str) -> Evidence:
     verdict, why = learning.verdict(rows, learning.MATCHED_GAIN)
     if verdict == "LEARNS":  # the five arms would be the next measurement; none is stored
         raise StaleMeasurement("GRPO learns on decide, the five arms are not measured yet")
-    raise StaleMeasurement(f"no training verdict: GRPO {verdict} on decide ({why})")
+    raise StaleMeasurement(f"no training verdict: GRPO {verdict} on decide ({why}), and the "
+                           f"design search: {_design_search()}")
+
+
+def _design_search() -> str:
+    """Where the search for a recipe that learns with decisive low-probability tokens stands
+    (study ``decide_designs`` and its gate, ``results/decide_design_gate.json``)."""
+    from tailtheory.experiments.incremental import load_done
+    from tailtheory.lopti.decisive import designs, gate
+
+    name, why = designs.chosen(designs.design_table(load_done(designs.STUDY)),
+                               gate.failed_designs(gate.matched_excess()))
+    if name is None:
+        return (f"{why.split(':')[0]} (results/decide_designs.json, "
+                f"results/decide_design_gate.json)")
+    return f"design {name} chosen, its arms not measured yet"
 
 
 @register("L2", paper="LOPTI", statement="Advantage Reweighting (alpha 0.3) trains better than "
