@@ -20,7 +20,12 @@ aggregation still counts every response token in its denominators (the engine's 
 token weighed 0, :func:`tailtheory.engine.methods.aggregate_loss`): under ``token-mean`` the loss
 is ``sum_{kept} l_t / sum_i |o_i|``, as in arXiv 2506.01939's objective (``1 / sum_i |o_i|``
 outside the indicator) and TRL's ``top_entropy_quantile``. Dividing by the kept tokens instead
-would make every step about ``1 / 0.2 = 5`` times larger; neither method does.
+would make every gradient about ``1 / 0.2 = 5`` times larger; neither method does. Under AdamW,
+the engine's optimiser, that factor would barely change the step: a gradient scaled by a
+constant scales both of Adam's moments alike, so the update ``m / (sqrt(v) + eps)`` is the same
+but for ``eps`` (1e-8) and the norm clip (1.0, far above these models' gradient norms). What the
+two 20% methods change here is which tokens carry the signal, not the step size (tested in
+``tests/lopti/test_opposite.py``).
 
 **How many and which.** Of the ``n`` response tokens of a step, ``k = ceil(fraction n)`` are kept
 (at least one when ``n > 0``; ``fraction n`` rounded to 9 decimals first, so ``0.2 * 15`` keeps 3,

@@ -165,3 +165,35 @@ def test_one_grpo_step_of_each_method_on_the_tiny_model(tmp_path):
         else:
             frac = line[f"{method}/kept_frac"]
             assert 0.2 <= frac < 0.2 + 1 / 4 and line["loss/active_frac"] == pytest.approx(frac)
+
+
+def test_under_adamw_a_fifth_of_the_gradient_takes_the_same_step():
+    """The normalisation's factor 5 is a factor on the gradient, not on the step: AdamW (the
+    engine's optimiser, torch's betas and eps) moves the weights alike for a loss and a fifth of
+    it, over several steps (the moments scale alike; eps 1e-8 is far below these gradients)."""
+    from tailtheory.core.models import tiny_lm
+
+    ids = torch.randint(0, 64, (4, 12), generator=torch.Generator().manual_seed(0))
+    moved = []
+    for scale in (1.0, 0.2):
+        model = tiny_lm(vocab_size=64, hidden=16, layers=1, heads=2, kv_heads=1, seed=0)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        start = [p.detach().clone() for p in model.parameters()]
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=ids).loss * scale
+            loss.backward()
+            opt.step()
+        moved.append([p.detach() - s for p, s in zip(model.parameters(), start)])
+    a, b = (torch.cat([x.flatten() for x in m]) for m in moved)
+    assert float((a - b).norm() / a.norm()) < 0.01          # the same step, to 1%
+    assert float(b.norm() / a.norm()) == pytest.approx(1.0, abs=0.01)
+    # with SGD the same factor is a factor on the step
+    sgd = []
+    for scale in (1.0, 0.2):
+        model = tiny_lm(vocab_size=64, hidden=16, layers=1, heads=2, kv_heads=1, seed=0)
+        start = [p.detach().clone() for p in model.parameters()]
+        (model(input_ids=ids, labels=ids).loss * scale).backward()
+        torch.optim.SGD(model.parameters(), lr=1e-2).step()
+        sgd.append(sum(float((p.detach() - s).norm()) for p, s in zip(model.parameters(), start)))
+    assert sgd[1] == pytest.approx(0.2 * sgd[0], rel=1e-4)
