@@ -186,7 +186,7 @@ def test_under_adamw_a_fifth_of_the_gradient_takes_the_same_step():
             opt.step()
         moved.append([p.detach() - s for p, s in zip(model.parameters(), start)])
     a, b = (torch.cat([x.flatten() for x in m]) for m in moved)
-    assert float((a - b).norm() / a.norm()) < 0.01          # the same step, to 1%
+    assert float((a - b).norm() / a.norm()) < 0.02          # the same step, to 2% (0.7% here)
     assert float(b.norm() / a.norm()) == pytest.approx(1.0, abs=0.01)
     # with SGD the same factor is a factor on the step
     sgd = []
