@@ -356,6 +356,8 @@ else:
                 provenance("stored", "quick", "results/moved_matched.json"))
     print(df_moved[(df_moved.kind == "role") & (df_moved.bin == 0)]
           .drop(columns=["kind", "bin"]).round(3).to_string(index=False))
+    print("\nWhich tokens the top-entropy 20% keeps at the warm start (shares of each):")
+    print(moved.selection_table(moved_stored).round(3).to_string(index=False))
 
 # %% [markdown]
 # ## (1) One SGD step at a time: Figure 1 and Figure 3 (L1, L4, L5)

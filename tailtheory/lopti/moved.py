@@ -29,8 +29,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from tailtheory.core.forward import position_ids
 from tailtheory.core.measurements import fingerprint, measured
 from tailtheory.core.provenance import measured_on, weights_fingerprint
+from tailtheory.core.stats import token_stats
 from tailtheory.engine.checkpoint import read_checkpoint
 from tailtheory.engine.devices import model_generator
 from tailtheory.engine.load import load_start
@@ -46,6 +48,7 @@ from tailtheory.lopti.decisive import store
 from tailtheory.lopti.decisive.noise import CALLS, three_way
 from tailtheory.lopti.decisive.probe import batch_responses, token_roles
 from tailtheory.lopti.onestep import chunked_probs, probe_batch
+from tailtheory.lopti.opposite import top_entropy_mask
 from tailtheory.lopti.probes import N_BINS, prob_bins
 from tailtheory.lopti.training import MATCHED_OPPOSITE_STUDIES
 
@@ -133,6 +136,55 @@ def _logp(model, batch: dict) -> torch.Tensor:
     return torch.where(batch["mask"], probs.clamp_min(1e-300).log(), torch.zeros(()))
 
 
+@torch.no_grad()
+def _entropy(model, batch: dict, rows: int = 32) -> torch.Tensor:
+    """The entropy of ``model``'s next-token distribution over the full vocabulary at each
+    response token of the batch's first ``n`` rows (temperature 1), :data:`rows` rows a forward.
+    Shapes: -> (n, T)."""
+    pb, n, P = batch["pb"], batch["n"], batch["P"]
+    out = []
+    for lo in range(0, n, rows):
+        ids, attn = pb.input_ids[lo:lo + rows], pb.attention_mask[lo:lo + rows].bool()
+        z = model(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn),
+                  use_cache=False).logits
+        h = token_stats(z[:, :-1], ids[:, 1:])["entropy"]
+        out.append(torch.cat([torch.zeros_like(h[:, :1]), h], 1)[:, P:])
+    return torch.cat(out)
+
+
+def selection_counts(model, batches: list[dict], fraction: float) -> dict:
+    """Per role group, the response tokens per ``pi_old`` bin (``all``) and those the top
+    ``fraction`` by ``model``'s entropy keeps (``top_entropy``:
+    :func:`~tailtheory.lopti.opposite.top_entropy_mask`, each batch one step's, as the trainer
+    selects them; at the warm start, the selection of step 0). A random ``fraction`` keeps
+    ``all``'s shares in expectation."""
+    out = {"all": {g: [0] * N_BINS for g in ROLE_GROUPS},
+           "top_entropy": {g: [0] * N_BINS for g in ROLE_GROUPS}}
+    for b in batches:
+        kept, _ = top_entropy_mask(_entropy(model, b), b["mask"], fraction)
+        for i, g in enumerate(ROLE_GROUPS):
+            for k in range(N_BINS):
+                cell = b["mask"] & (b["group"] == i) & (b["bins"] == k)
+                out["all"][g][k] += int(cell.sum())
+                out["top_entropy"][g][k] += int((cell & kept).sum())
+    return out
+
+
+def selection_table(data: dict):
+    """Per role group: its share of all response tokens and of the top-entropy 20%, and its
+    share of the lowest bin's tokens and of the lowest bin's kept ones."""
+    import pandas as pd
+
+    sel = data["selected"]
+    tot = {k: sum(sum(v) for v in sel[k].values()) for k in sel}
+    low = {k: sum(v[0] for v in sel[k].values()) for k in sel}
+    return pd.DataFrame([{"group": g, "all tokens": sum(sel["all"][g]) / tot["all"],
+                          "top-entropy 20%": sum(sel["top_entropy"][g]) / tot["top_entropy"],
+                          "lowest bin": sel["all"][g][0] / low["all"],
+                          "lowest bin, top-entropy": sel["top_entropy"][g][0] / low["top_entropy"]
+                          if low["top_entropy"] else float("nan")} for g in ROLE_GROUPS])
+
+
 def _cell_means(dlogp: list, batches: list[dict]) -> dict:
     """Per role group and per call, ``{"mean": [per bin], "n": [per bin]}`` over all batches."""
     sums = {("role", g): np.zeros((2, N_BINS)) for g in ROLE_GROUPS}
@@ -173,7 +225,8 @@ def measure_moved(progress: bool = True) -> dict:
             d = [_logp(model, b) - w for b, w in zip(batches, base)]
             result.setdefault(label, {})[str(c.seed)] = {
                 "final_weights": weights_fingerprint(model), **_cell_means(d, batches)}
-    return {"arms": result, **measured_on(warm),
+        selected = selection_counts(warm, batches, cfg.token_fraction)
+    return {"arms": result, "selected": selected, **measured_on(warm),
             "batches": [{"seed": b["seed"], "responses": b["n"], "joined": b["joined"],
                          "probed": b["probed"]} for b in batches]}
 

@@ -110,6 +110,17 @@ def test_scores_on_the_quick_warm_start_name_it_and_join_only_the_stores_batch(t
     assert any(x != 0.0 for c in other["2"]["role"].values() for x, n in zip(c["mean"], c["n"])
                if n)
 
+    # the top-entropy selection: exactly ceil(0.2 n) of each batch, every count within all's
+    sel = data["selected"]
+    kept = sum(sum(v) for v in sel["top_entropy"].values())
+    n = [int(b["mask"].sum()) for b in mv._batches(warm, task, cfg, [])]
+    assert kept == sum(math.ceil(0.2 * x) for x in n)
+    assert sum(sum(v) for v in sel["all"].values()) == sum(n)      # every token has a group
+    assert all(a >= k for g in mv.ROLE_GROUPS for a, k in zip(sel["all"][g], sel["top_entropy"][g]))
+    shares = mv.selection_table(data)
+    assert shares["all tokens"].sum() == pytest.approx(1.0)
+    assert shares["top-entropy 20%"].sum() == pytest.approx(1.0)
+
     # the store's tokens: one whose p is the batch's joins with its call, one off by 1e-3 does not
     batches = mv._batches(warm, task, cfg, [])
     b0 = batches[0]
@@ -148,3 +159,22 @@ def test_plot_moved_draws_a_panel_per_role_group_and_the_calls():
     assert fig.axes[0].get_title() == "fork (19 tokens)"
     assert len(fig.axes[-1].patches) == 2 * len(mv.CALLS)
     assert set(table.arm) == {"GRPO", "Upweight"}
+
+
+def test_entropy_is_the_full_vocabularys_at_each_response_token():
+    from tailtheory.engine.load import load_start
+    from tailtheory.experiments.presets import train_config
+
+    cfg = train_config("quick", prompts_per_step=2, group_size=4, device="cpu")
+    warm, task = load_start(cfg)
+    warm = warm.float().eval()
+    b = mv._batches(warm, task, cfg, [])[0]
+    h = mv._entropy(warm, b, rows=3)                       # chunks of 3 rows: 8 = 3 + 3 + 2
+    row, t = (int(x) for x in b["mask"].nonzero()[-1])
+    ids = b["pb"].input_ids[row:row + 1]
+    attn = b["pb"].attention_mask[row:row + 1].bool()
+    from tailtheory.core.forward import position_ids
+    with torch.no_grad():
+        z = warm(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn)).logits
+    logp = torch.log_softmax(z[0, b["P"] + t - 1].double(), -1)
+    assert float(h[row, t]) == pytest.approx(float(-(logp.exp() * logp).sum()), rel=1e-4, abs=1e-6)
