@@ -189,19 +189,19 @@ def _opposite(method: str, profile: str) -> Evidence:
 
 @register("L7", paper="RLVR-DIR", statement="Upweighting low-probability tokens, A x (1 + c - c "
           "pi_old) with c 0.2 (after arXiv 2603.22117, on GRPO), trains better than GRPO",
-          expected=Verdict.PENDING)
+          expected=Verdict.NOT_REPRODUCED)
 def _l7(profile: str) -> Evidence:
     return _opposite("upweight", profile)
 
 
 @register("L8", paper="80/20", statement="Policy gradient on the top 20% of tokens by pi_old's "
           "entropy is no worse than GRPO on final held-out accuracy (margin 0.05)",
-          expected=Verdict.PENDING)
+          expected=Verdict.REFUTED)
 def _l8(profile: str) -> Evidence:
     return _opposite("top_entropy", profile)
 
 
 @register("L9", paper="RAND-20", statement="Policy gradient on a random 20% of tokens is no "
-          "worse than GRPO on final held-out accuracy (margin 0.05)", expected=Verdict.PENDING)
+          "worse than GRPO on final held-out accuracy (margin 0.05)", expected=Verdict.REFUTED)
 def _l9(profile: str) -> Evidence:
     return _opposite("random_tokens", profile)
