@@ -215,13 +215,14 @@ def opposite_matched_evidence(method: str, data) -> Evidence:
         rule = (f"criterion: {arm} - GRPO final held-out accuracy (mean of the last 2 "
                 f"evaluations), Welch's t 95% interval: lower end > -{NI_MARGIN} (HOLDS), upper "
                 f"end < -{NI_MARGIN} (REFUTED), 3 seeds an arm")
-    nums = {f"delta_{key}": w.delta, "se": w.se, "df": round(w.df, 2),
-            "low": w.low, "high": w.high, "GRPO learns": learns, **_means(m, key, ("grpo", method))}
+    nums = {f"delta_{key}": w.delta, "Welch 95%": f"[{w.low:+.3f}, {w.high:+.3f}]",
+            "se": w.se, "df": round(w.df, 2), "low": w.low, "high": w.high, "GRPO learns": learns,
+            **_means(m, key, ("grpo", method))}
     if learns != "LEARNS":
         return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
                         f"not judged: GRPO {learns} on matched ({why}); {rule}",
                         ("GRPO learns", "verdict if judged"))
-    return Evidence(verdict, nums, rule)
+    return Evidence(verdict, nums, rule, (f"delta_{key}", "Welch 95%"))
 
 
 def plot_curves(data, labels=None, smooth: int = 5):
