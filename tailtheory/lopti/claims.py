@@ -20,7 +20,9 @@ from tailtheory.core.io import REPO_ROOT
 from tailtheory.core.measurements import StaleMeasurement, as_context
 from tailtheory.core.registry import Evidence, Verdict, register
 from tailtheory.experiments import learning
+from tailtheory.experiments.incremental import load_done
 from tailtheory.lopti import learn_probes, measurement, training
+from tailtheory.lopti.decisive import designs, gate
 from tailtheory.lopti.decisive import store as decisive_store
 
 SHARE = "decisive share"
@@ -92,9 +94,6 @@ def _decide_baseline(profile: str) -> Evidence:
 def _design_search() -> str:
     """Where the search for a recipe that learns with decisive low-probability tokens stands
     (study ``decide_designs`` and its gate, ``results/decide_design_gate.json``)."""
-    from tailtheory.experiments.incremental import load_done
-    from tailtheory.lopti.decisive import designs, gate
-
     name, why = designs.chosen(designs.design_table(load_done(designs.STUDY)),
                                gate.failed_designs(gate.matched_excess()))
     if name is None:
