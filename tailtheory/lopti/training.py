@@ -1,6 +1,8 @@
 """LOPTI in training (claims L2, L3, L6): GRPO, AR, Lopti, AR+Lopti and Lopti reversed from the
 same warm start, five seeds each, on the learning testbed; and the field's opposite claims (L7,
-L8, L9), each its method against GRPO on the ``decide`` recipe (:data:`OPPOSITE_STUDIES`).
+L8, L9), each its method against GRPO: on ``matched``, three seeds an arm, judged by Welch's t
+(:data:`MATCHED_OPPOSITE_STUDIES`, :func:`opposite_matched_evidence`: the verdicts), and on the
+``decide`` recipe, five seeds, by 2 se (:data:`OPPOSITE_STUDIES`: not run, no recipe there learns).
 
 Source: LOPTI (Yang et al., arXiv 2505.12929), Section 4 and Figure 6: on Knights and Knaves,
 GRPO -> +AR+Lopti raised accuracy 0.39 -> 0.57 (Qwen2.5-3B); Lopti with its order reversed
