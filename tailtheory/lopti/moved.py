@@ -45,7 +45,7 @@ from tailtheory.experiments.policies import grpo_config
 from tailtheory.experiments.runs import finished_steps, run_key, runs_root
 from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive import store
-from tailtheory.lopti.decisive.noise import CALLS, three_way
+from tailtheory.lopti.decisive.noise import CALLS, cluster_bootstrap, three_way
 from tailtheory.lopti.decisive.probe import batch_responses, token_roles
 from tailtheory.lopti.onestep import chunked_probs, probe_batch
 from tailtheory.lopti.opposite import top_entropy_mask
@@ -81,7 +81,7 @@ def moved_config() -> dict:
     ident = {}
     for study in MATCHED_OPPOSITE_STUDIES.values():
         ident.update(study.identity(RECIPE))
-    return {"version": 1, "recipe": RECIPE, "seeds": list(store.SEEDS), "prompts": store.PROMPTS,
+    return {"version": 2, "recipe": RECIPE, "seeds": list(store.SEEDS), "prompts": store.PROMPTS,
             "tau": cal.TAU, "decisive": fingerprint(store.decisive_config(RECIPE)),
             "arms": {label: fingerprint(v) for label, v in sorted(ident.items())}}
 
@@ -123,7 +123,8 @@ def _batches(model, task, cfg, stored_tokens: list[dict]) -> list[dict]:
         joined = all(x["t"] < mask.shape[1] and bool(mask[x["row"], x["t"]])
                      and abs(float(pi_old[x["row"], x["t"]]) - x["p"]) <= P_TOL for x in mine)
         calls = three_way([x["D"] for x in mine], [x["D_se"] for x in mine], cal.TAU)
-        out.append({"seed": s, "pb": pb, "n": n, "P": P, "mask": mask, "pi_old": pi_old,
+        out.append({"seed": s, "pb": pb, "n": n, "prompts": n // G, "P": P, "mask": mask,
+                    "pi_old": pi_old,
                     "bins": prob_bins(pi_old.double().clamp(0, 1)), "group": group,
                     "calls": {(x["row"], x["t"]): str(k) for x, k in zip(mine, calls)}
                     if joined else {}, "joined": joined, "probed": len(mine)})
@@ -159,7 +160,7 @@ def selection_counts(model, batches: list[dict], fraction: float) -> dict:
     selects them; at the warm start, the selection of step 0). A random ``fraction`` keeps
     ``all``'s shares in expectation."""
     out = {"all": {g: [0] * N_BINS for g in ROLE_GROUPS},
-           "top_entropy": {g: [0] * N_BINS for g in ROLE_GROUPS}}
+           "top_entropy": {g: [0] * N_BINS for g in ROLE_GROUPS}, "by_prompt": []}
     for b in batches:
         kept, _ = top_entropy_mask(_entropy(model, b), b["mask"], fraction)
         for i, g in enumerate(ROLE_GROUPS):
@@ -167,22 +168,40 @@ def selection_counts(model, batches: list[dict], fraction: float) -> dict:
                 cell = b["mask"] & (b["group"] == i) & (b["bins"] == k)
                 out["all"][g][k] += int(cell.sum())
                 out["top_entropy"][g][k] += int((cell & kept).sum())
+            rows = b["mask"] & (b["group"] == i)                          # per prompt: G rows
+            G = b["n"] // b["prompts"]
+            for q in range(b["prompts"]):
+                part = slice(q * G, (q + 1) * G)
+                out["by_prompt"].append([b["seed"], q, i, int(rows[part].sum()),
+                                         int((rows & kept)[part].sum())])
     return out
 
 
 def selection_table(data: dict):
-    """Per role group: its share of all response tokens and of the top-entropy 20%, and its
-    share of the lowest bin's tokens and of the lowest bin's kept ones."""
+    """Per role group: its share of all response tokens and of the top-entropy 20% (with the
+    prompt-clustered 95% bootstrap interval of the latter,
+    :func:`~tailtheory.lopti.decisive.noise.cluster_bootstrap`, and the kept tokens and prompts
+    it is read from), and its share of the lowest bin's tokens and of the lowest bin's kept
+    ones."""
     import pandas as pd
 
     sel = data["selected"]
-    tot = {k: sum(sum(v) for v in sel[k].values()) for k in sel}
-    low = {k: sum(v[0] for v in sel[k].values()) for k in sel}
-    return pd.DataFrame([{"group": g, "all tokens": sum(sel["all"][g]) / tot["all"],
-                          "top-entropy 20%": sum(sel["top_entropy"][g]) / tot["top_entropy"],
-                          "lowest bin": sel["all"][g][0] / low["all"],
-                          "lowest bin, top-entropy": sel["top_entropy"][g][0] / low["top_entropy"]
-                          if low["top_entropy"] else float("nan")} for g in ROLE_GROUPS])
+    tot = {k: sum(sum(v) for v in sel[k].values()) for k in ("all", "top_entropy")}
+    low = {k: sum(v[0] for v in sel[k].values()) for k in ("all", "top_entropy")}
+    rows = np.asarray(sel["by_prompt"], dtype=np.int64).reshape(-1, 5)
+    prompts = rows[:, 0] * 100_000 + rows[:, 1]
+    out = []
+    for i, g in enumerate(ROLE_GROUPS):
+        share = lambda grp, kept, i=i: kept[grp == i].sum() / max(kept.sum(), 1)  # noqa: E731
+        _, lo, hi = cluster_bootstrap(share, prompts, rows[:, 2], rows[:, 4])
+        out.append({"group": g, "all tokens": sum(sel["all"][g]) / tot["all"],
+                    "top-entropy 20%": sum(sel["top_entropy"][g]) / tot["top_entropy"],
+                    "low": lo, "high": hi, "kept tokens": tot["top_entropy"],
+                    "prompts": len(np.unique(prompts)),
+                    "lowest bin": sel["all"][g][0] / low["all"],
+                    "lowest bin, top-entropy": sel["top_entropy"][g][0] / low["top_entropy"]
+                    if low["top_entropy"] else float("nan")})
+    return pd.DataFrame(out)
 
 
 def _cell_means(dlogp: list, batches: list[dict]) -> dict:

@@ -117,9 +117,15 @@ def test_scores_on_the_quick_warm_start_name_it_and_join_only_the_stores_batch(t
     assert kept == sum(math.ceil(0.2 * x) for x in n)
     assert sum(sum(v) for v in sel["all"].values()) == sum(n)      # every token has a group
     assert all(a >= k for g in mv.ROLE_GROUPS for a, k in zip(sel["all"][g], sel["top_entropy"][g]))
+    by_prompt = sel["by_prompt"]                 # (seed, prompt, group, tokens, kept) per prompt
+    assert len(by_prompt) == 3 * 2 * len(mv.ROLE_GROUPS)          # 3 batches x 2 prompts x groups
+    assert sum(r[4] for r in by_prompt) == kept and sum(r[3] for r in by_prompt) == sum(n)
     shares = mv.selection_table(data)
     assert shares["all tokens"].sum() == pytest.approx(1.0)
     assert shares["top-entropy 20%"].sum() == pytest.approx(1.0)
+    assert (shares["low"] <= shares["top-entropy 20%"] + 1e-12).all()
+    assert (shares["top-entropy 20%"] <= shares["high"] + 1e-12).all()
+    assert set(shares["kept tokens"]) == {kept} and set(shares["prompts"]) == {6}
 
     # the store's tokens: one whose p is the batch's joins with its call, one off by 1e-3 does not
     batches = mv._batches(warm, task, cfg, [])
