@@ -63,6 +63,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from tailtheory.experiments.comparison import welch_values
+
 TREND_VERDICTS = ("GROWS", "SHRINKS", "FLAT", "UNRESOLVED")
 """The verdicts of an effect against size."""
 
@@ -376,16 +378,10 @@ def welch_compare(points_a, points_b, level: float = LEVEL) -> Welch:
         if v.ndim != 1 or len(v) < 2 or not np.all(np.isfinite(v)):
             raise ValueError(f"points_{side} must be at least 2 finite build points, "
                              f"got {v.tolist()}")
-    if not 0 < level < 1:
-        raise ValueError(f"need 0 < level < 1, got {level}")
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0:
-        raise ValueError("Welch's t is undefined when neither side varies")
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    diff = float(b.mean() - a.mean())
-    low, high, p = _t_test(diff, se, df, level)
+    w = welch_values(b, a, level)            # the interval of the training comparisons, b - a
+    _, _, p = _t_test(w.delta, w.se, w.df, level)
     exploratory = min(len(a), len(b)) < MIN_BUILDS
     verdict = ("EXPLORATORY" if exploratory else "UNRESOLVED" if not p < 1 - level else
-               "HIGHER" if diff > 0 else "LOWER")
-    return Welch(diff, se, float(df), low, high, p, len(a), len(b), level, exploratory, verdict)
+               "HIGHER" if w.delta > 0 else "LOWER")
+    return Welch(w.delta, w.se, float(w.df), w.low, w.high, p, len(a), len(b), level,
+                 exploratory, verdict)

@@ -181,7 +181,9 @@ def _opposite(method: str, profile: str) -> Evidence:
         return Evidence(Verdict.PENDING, {"study": study.name, "why": why},
                         f"not yet measured: `{study.command}`", ("study",))
     main = training.opposite_matched_evidence(method, data)
-    main = Evidence(main.verdict, {"measured on": "matched recipe (papers' regime), seeds 1-3",
+    main = Evidence(main.verdict, {"measured on": "matched recipe (the papers' pi_old histogram; "
+                                                  "its low-probability tokens mostly free "
+                                                  "choices), weights/base, seeds 1-3",
                                    **main.numbers}, main.note, main.key)
     return _at_both_ends(main, _decide_baseline, profile)
 

@@ -10,7 +10,8 @@ Fixed responses: the batches of the ``matched`` decisiveness store
 :data:`~store.PROMPTS` prompts x 8 responses), sampled again from the recipe's warm start as the
 store sampled them. Each arm's final checkpoint (:data:`ARMS`: the studies
 :data:`~tailtheory.lopti.training.MATCHED_OPPOSITE_STUDIES`, GRPO shared) scores every response
-token: ``dlogp = log pi_arm(y_t) - log pi_warm(y_t)`` (one function, the same shapes, for both).
+token: ``dlogp = log pi_arm(y_t) - log pi_warm(y_t)`` (one function, the same shapes, for both;
+the warm start's one forward also gives the entropy the top-entropy selection reads).
 
 Per arm and seed the store keeps the mean ``dlogp`` and token count of each bin x role group
 (:data:`ROLE_GROUPS`, the ``kk_prose`` grammar's word roles) and of each bin x call (decisive,
@@ -47,7 +48,7 @@ from tailtheory.lopti.decisive import calibration as cal
 from tailtheory.lopti.decisive import store
 from tailtheory.lopti.decisive.noise import CALLS, cluster_bootstrap, three_way
 from tailtheory.lopti.decisive.probe import batch_responses, token_roles
-from tailtheory.lopti.onestep import chunked_probs, probe_batch
+from tailtheory.lopti.onestep import probe_batch
 from tailtheory.lopti.opposite import top_entropy_mask
 from tailtheory.lopti.probes import N_BINS, prob_bins
 from tailtheory.lopti.training import MATCHED_OPPOSITE_STUDIES
@@ -93,8 +94,10 @@ def final_policy(cfg):
     if finished_steps(run) < cfg.steps:
         names = [s.name for s in MATCHED_OPPOSITE_STUDIES.values()
                  if any(cfg in cs for cs in s.configs(RECIPE).values())]
+        train = (f"tailtheory study {names[0]}" if names else
+                 f"tailtheory train (method {cfg.method}, seed {cfg.seed})")
         raise ValueError(f"run {run.name} ({cfg.method}, seed {cfg.seed}) is not finished in the "
-                         f"run cache; train it with: tailtheory study {names[0]}")
+                         f"run cache; train it with: {train}")
     state = read_checkpoint(run / "checkpoint.pt")
     if state["step"] != cfg.steps:
         raise ValueError(f"{run}/checkpoint.pt is at step {state['step']}, not {cfg.steps}")
@@ -131,38 +134,37 @@ def _batches(model, task, cfg, stored_tokens: list[dict]) -> list[dict]:
     return out
 
 
-def _logp(model, batch: dict) -> torch.Tensor:
-    """``log pi(y_t)`` of the batch's first ``n`` rows' response tokens. Shapes: -> (n, T)."""
-    probs = chunked_probs(model, batch["pb"])[:batch["n"], batch["P"]:]
-    return torch.where(batch["mask"], probs.clamp_min(1e-300).log(), torch.zeros(()))
-
-
 @torch.no_grad()
-def _entropy(model, batch: dict, rows: int = 32) -> torch.Tensor:
-    """The entropy of ``model``'s next-token distribution over the full vocabulary at each
-    response token of the batch's first ``n`` rows (temperature 1), :data:`rows` rows a forward.
-    Shapes: -> (n, T)."""
-    pb, n, P = batch["pb"], batch["n"], batch["P"]
-    out = []
+def _token_stats(model, batch: dict, rows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log pi(y_t), entropy)`` of ``model`` at each response token of the batch's first ``n``
+    rows, the entropy over the full vocabulary at temperature 1: one forward a chunk of
+    ``rows`` rows and one pass of :func:`~tailtheory.core.stats.token_stats` over its logits. The
+    same function on the same shapes for every policy, so a difference of two is exact.
+    Shapes: -> (n, T) each, 0 off the mask."""
+    pb, n, P, mask = batch["pb"], batch["n"], batch["P"], batch["mask"]
+    logp, ent = [], []
     for lo in range(0, n, rows):
         ids, attn = pb.input_ids[lo:lo + rows], pb.attention_mask[lo:lo + rows].bool()
         z = model(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn),
                   use_cache=False).logits
-        h = token_stats(z[:, :-1], ids[:, 1:])["entropy"]
-        out.append(torch.cat([torch.zeros_like(h[:, :1]), h], 1)[:, P:])
-    return torch.cat(out)
+        st = token_stats(z[:, :-1], ids[:, 1:])
+        for out, x in ((logp, st["logp"]), (ent, st["entropy"])):
+            out.append(torch.cat([torch.zeros_like(x[:, :1]), x], 1)[:, P:])
+    zero = torch.zeros(())
+    return (torch.where(mask, torch.cat(logp).double(), zero),
+            torch.where(mask, torch.cat(ent).double(), zero))
 
 
-def selection_counts(model, batches: list[dict], fraction: float) -> dict:
+def selection_counts(entropy: list, batches: list[dict], fraction: float) -> dict:
     """Per role group, the response tokens per ``pi_old`` bin (``all``) and those the top
-    ``fraction`` by ``model``'s entropy keeps (``top_entropy``:
+    ``fraction`` by ``entropy`` (one ``(n, T)`` tensor a batch) keeps (``top_entropy``:
     :func:`~tailtheory.lopti.opposite.top_entropy_mask`, each batch one step's, as the trainer
     selects them; at the warm start, the selection of step 0). A random ``fraction`` keeps
     ``all``'s shares in expectation."""
     out = {"all": {g: [0] * N_BINS for g in ROLE_GROUPS},
            "top_entropy": {g: [0] * N_BINS for g in ROLE_GROUPS}, "by_prompt": []}
-    for b in batches:
-        kept, _ = top_entropy_mask(_entropy(model, b), b["mask"], fraction)
+    for h, b in zip(entropy, batches):
+        kept, _ = top_entropy_mask(h, b["mask"], fraction)
         for i, g in enumerate(ROLE_GROUPS):
             for k in range(N_BINS):
                 cell = b["mask"] & (b["group"] == i) & (b["bins"] == k)
@@ -178,11 +180,10 @@ def selection_counts(model, batches: list[dict], fraction: float) -> dict:
 
 
 def selection_table(data: dict):
-    """Per role group: its share of all response tokens and of the top-entropy 20% (with the
-    prompt-clustered 95% bootstrap interval of the latter,
-    :func:`~tailtheory.lopti.decisive.noise.cluster_bootstrap`, and the kept tokens and prompts
-    it is read from), and its share of the lowest bin's tokens and of the lowest bin's kept
-    ones."""
+    """Per role group: its share of all response tokens and of the top-entropy 20%, each with its
+    prompt-clustered 95% bootstrap interval
+    (:func:`~tailtheory.lopti.decisive.noise.cluster_bootstrap`) and the tokens and prompts it is
+    read from, and its share of the lowest bin's tokens and of the lowest bin's kept ones."""
     import pandas as pd
 
     sel = data["selected"]
@@ -192,9 +193,11 @@ def selection_table(data: dict):
     prompts = rows[:, 0] * 100_000 + rows[:, 1]
     out = []
     for i, g in enumerate(ROLE_GROUPS):
-        share = lambda grp, kept, i=i: kept[grp == i].sum() / max(kept.sum(), 1)  # noqa: E731
+        share = lambda grp, count, i=i: count[grp == i].sum() / max(count.sum(), 1)  # noqa: E731
+        _, all_lo, all_hi = cluster_bootstrap(share, prompts, rows[:, 2], rows[:, 3])
         _, lo, hi = cluster_bootstrap(share, prompts, rows[:, 2], rows[:, 4])
         out.append({"group": g, "all tokens": sum(sel["all"][g]) / tot["all"],
+                    "all low": all_lo, "all high": all_hi, "tokens": tot["all"],
                     "top-entropy 20%": sum(sel["top_entropy"][g]) / tot["top_entropy"],
                     "low": lo, "high": hi, "kept tokens": tot["top_entropy"],
                     "prompts": len(np.unique(prompts)),
@@ -236,15 +239,15 @@ def measure_moved(progress: bool = True) -> dict:
                          f"{weights_fingerprint(warm)}")
     with model_threads(warm):
         batches = _batches(warm, task, cfg, stored["tokens"])
-        base = [_logp(warm, b) for b in batches]
+        base, entropy = zip(*(_token_stats(warm, b) for b in batches))
         todo = [(label, c) for label, cs in arms().items() for c in cs]
         result = {}
         for label, c in tqdm(todo, desc="arms x seeds", disable=not progress):
             model = final_policy(c)
-            d = [_logp(model, b) - w for b, w in zip(batches, base)]
+            d = [_token_stats(model, b)[0] - w for b, w in zip(batches, base)]
             result.setdefault(label, {})[str(c.seed)] = {
                 "final_weights": weights_fingerprint(model), **_cell_means(d, batches)}
-        selected = selection_counts(warm, batches, cfg.token_fraction)
+        selected = selection_counts(entropy, batches, cfg.token_fraction)
     return {"arms": result, "selected": selected, **measured_on(warm),
             "batches": [{"seed": b["seed"], "responses": b["n"], "joined": b["joined"],
                          "probed": b["probed"]} for b in batches]}

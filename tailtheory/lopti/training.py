@@ -167,8 +167,6 @@ def opposite_evidence(method: str, data) -> Evidence:
     data; PENDING (not judged) where its GRPO arm does not learn by the recipe's criterion."""
     m = OPPOSITE_STUDIES[method].measurement(data)
     grpo, arm = m.label(method="grpo"), m.label(method=method)
-    learns, why = learning.verdict([learning.summarize(r) for r in m[grpo]],
-                                   learning.MATCHED_GAIN)
     if method == "upweight":
         key = "final_reward"
         c = m.compare(arm, grpo, key)
@@ -180,13 +178,22 @@ def opposite_evidence(method: str, data) -> Evidence:
         verdict = non_inferiority(c)
         rule = (f"criterion: {arm} - GRPO final held-out accuracy (mean of the last 2 "
                 f"evaluations) - 2 se > -{NI_MARGIN} (HOLDS), + 2 se < -{NI_MARGIN} (REFUTED)")
-    nums = {f"delta_{key}": c.delta, "se": c.se, "GRPO learns": learns,
-            **_means(m, key, ("grpo", method))}
+    nums = {f"delta_{key}": c.delta, "se": c.se, **_means(m, key, ("grpo", method))}
+    return _if_grpo_learns(m, OPPOSITE_RECIPE, Evidence(verdict, nums, rule))
+
+
+def _if_grpo_learns(m: Measurement, recipe: str, judged: Evidence) -> Evidence:
+    """``judged`` with ``GRPO learns`` among its numbers where the measurement's GRPO arm learns by
+    the recipe's criterion (:func:`tailtheory.experiments.learning.verdict`); else PENDING (not
+    judged), the verdict it would have beside."""
+    learns, why = learning.verdict([learning.summarize(r) for r in m[m.label(method="grpo")]],
+                                   learning.MATCHED_GAIN)
+    nums = {**judged.numbers, "GRPO learns": learns}
     if learns != "LEARNS":
-        return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
-                        f"not judged: GRPO {learns} on {OPPOSITE_RECIPE} ({why}); {rule}",
+        return Evidence(Verdict.PENDING, {**nums, "verdict if judged": judged.verdict.value},
+                        f"not judged: GRPO {learns} on {recipe} ({why}); {judged.note}",
                         ("GRPO learns", "verdict if judged"))
-    return Evidence(verdict, nums, rule)
+    return Evidence(judged.verdict, nums, judged.note, judged.key)
 
 
 def opposite_matched_evidence(method: str, data) -> Evidence:
@@ -202,8 +209,6 @@ def opposite_matched_evidence(method: str, data) -> Evidence:
                          f"{', '.join(OPPOSITE_METHODS)}")
     m = MATCHED_OPPOSITE_STUDIES[method].measurement(data)
     grpo, arm = m.label(method="grpo"), m.label(method=method)
-    learns, why = learning.verdict([learning.summarize(r) for r in m[grpo]],
-                                   learning.MATCHED_GAIN)
     key = "final_reward" if method == "upweight" else "final_eval"
     w = welch_values([r[key] for r in m[arm]], [r[key] for r in m[grpo]])
     if method == "upweight":
@@ -218,13 +223,10 @@ def opposite_matched_evidence(method: str, data) -> Evidence:
                 f"evaluations), Welch's t 95% interval: lower end > -{NI_MARGIN} (HOLDS), upper "
                 f"end < -{NI_MARGIN} (REFUTED), 3 seeds an arm")
     nums = {f"delta_{key}": w.delta, "Welch 95%": f"[{w.low:+.3f}, {w.high:+.3f}]",
-            "se": w.se, "df": round(w.df, 2), "low": w.low, "high": w.high, "GRPO learns": learns,
+            "se": w.se, "df": round(w.df, 2), "low": w.low, "high": w.high,
             **_means(m, key, ("grpo", method))}
-    if learns != "LEARNS":
-        return Evidence(Verdict.PENDING, {**nums, "verdict if judged": verdict.value},
-                        f"not judged: GRPO {learns} on matched ({why}); {rule}",
-                        ("GRPO learns", "verdict if judged"))
-    return Evidence(verdict, nums, rule, (f"delta_{key}", "Welch 95%"))
+    return _if_grpo_learns(m, "matched", Evidence(verdict, nums, rule,
+                                                   (f"delta_{key}", "Welch 95%")))
 
 
 def plot_curves(data, labels=None, smooth: int = 5):

@@ -126,6 +126,9 @@ def test_scores_on_the_quick_warm_start_name_it_and_join_only_the_stores_batch(t
     assert (shares["low"] <= shares["top-entropy 20%"] + 1e-12).all()
     assert (shares["top-entropy 20%"] <= shares["high"] + 1e-12).all()
     assert set(shares["kept tokens"]) == {kept} and set(shares["prompts"]) == {6}
+    assert set(shares["tokens"]) == {sum(n)}
+    assert (shares["all low"] <= shares["all tokens"] + 1e-12).all()
+    assert (shares["all tokens"] <= shares["all high"] + 1e-12).all()
 
     # the store's tokens: one whose p is the batch's joins with its call, one off by 1e-3 does not
     batches = mv._batches(warm, task, cfg, [])
@@ -167,7 +170,11 @@ def test_plot_moved_draws_a_panel_per_role_group_and_the_calls():
     assert set(table.arm) == {"GRPO", "Upweight"}
 
 
-def test_entropy_is_the_full_vocabularys_at_each_response_token():
+def test_token_stats_are_the_full_vocabularys_at_each_response_token():
+    """One forward gives both numbers: the sampled token's log-probability and the entropy over
+    the full vocabulary, checked against a direct softmax of that row alone (to float32
+    rounding: another shape), in chunks that split the batch unevenly."""
+    from tailtheory.core.forward import position_ids
     from tailtheory.engine.load import load_start
     from tailtheory.experiments.presets import train_config
 
@@ -175,12 +182,15 @@ def test_entropy_is_the_full_vocabularys_at_each_response_token():
     warm, task = load_start(cfg)
     warm = warm.float().eval()
     b = mv._batches(warm, task, cfg, [])[0]
-    h = mv._entropy(warm, b, rows=3)                       # chunks of 3 rows: 8 = 3 + 3 + 2
+    logp, h = mv._token_stats(warm, b, rows=3)             # chunks of 3 rows: 8 = 3 + 3 + 2
+    assert (logp[~b["mask"]] == 0).all() and (h[~b["mask"]] == 0).all()
     row, t = (int(x) for x in b["mask"].nonzero()[-1])
     ids = b["pb"].input_ids[row:row + 1]
     attn = b["pb"].attention_mask[row:row + 1].bool()
-    from tailtheory.core.forward import position_ids
     with torch.no_grad():
         z = warm(input_ids=ids, attention_mask=attn.long(), position_ids=position_ids(attn)).logits
-    logp = torch.log_softmax(z[0, b["P"] + t - 1].double(), -1)
-    assert float(h[row, t]) == pytest.approx(float(-(logp.exp() * logp).sum()), rel=1e-4, abs=1e-6)
+    lp = torch.log_softmax(z[0, b["P"] + t - 1].double(), -1)
+    assert float(h[row, t]) == pytest.approx(float(-(lp.exp() * lp).sum()), rel=1e-4, abs=1e-6)
+    y = int(ids[0, b["P"] + t])
+    assert float(logp[row, t]) == pytest.approx(float(lp[y]), rel=1e-4, abs=1e-6)
+    assert float(logp[row, t]) == pytest.approx(math.log(float(b["pi_old"][row, t])), abs=1e-4)
